@@ -1,0 +1,54 @@
+# The one interface for people and CI. Every target installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+CORE_VENV := .venv-core
+# Frameworks that work on a CPU machine, for the dev environment only: users bring
+# their own. torch is pinned to the CPU build this machine carries (any other
+# version pulls a multi-GB CUDA build). torch_npu is never installed: it needs CANN.
+DEV_FRAMEWORKS := torch==2.13.0 mindspore nvidia-ml-py
+BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(filter-out backends/_template/%,$(wildcard backends/*/pyproject.toml)))
+STAMP := $(VENV)/.installed
+COV_FLOOR ?= 85
+
+.PHONY: install demo test test-core test-all lint bench fuzz docs clean
+
+$(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(DEV_FRAMEWORKS)
+	$(PIP) install -q -e ".[dev]" $(foreach d,$(BACKEND_DIRS),-e ./$(d))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	mkdir -p out
+	$(VENV)/bin/memacct plan --model qwen2.5-7b --device h100-80gb --plot out/plan.png
+
+# The core alone, in an environment with no backend distribution and no framework.
+test-core:
+	test -x $(CORE_VENV)/bin/python || $(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CORE_VENV)/bin/python -m pip install -q -e ".[dev]"
+	$(CORE_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
+
+test-all: install
+	$(PY) -m pytest -q -p no:cacheprovider --cov=memacct $(foreach d,$(BACKEND_DIRS),--cov=$(subst -,_,memacct_$(notdir $(d)))) \
+		--cov-branch --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
+
+test: test-all test-core
+
+lint: install
+	$(VENV)/bin/ruff check memacct backends tests
+	$(VENV)/bin/mypy --strict memacct $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
+
+bench: install
+	$(PY) benchmarks/bench_allocator.py
+
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider -m "fuzz or not slow" tests
+
+clean:
+	rm -rf $(VENV) $(CORE_VENV) out .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,318 @@
+"""The data model: snapshots of one device's memory and the result of profiling.
+
+All sizes are ``int`` bytes. Every model is a frozen pydantic v2 model, so it
+round-trips through JSON losslessly::
+
+    >>> snap = MemorySnapshot(backend="sim", device=0, timestamp=0.0, total=80, free=30,
+    ...                       used=50, allocated=10, allocated_peak=12, reserved=20,
+    ...                       reserved_peak=20, non_allocator=30, other_processes=None)
+    >>> MemorySnapshot.model_validate_json(snap.model_dump_json()) == snap
+    True
+
+A snapshot splits the device's ``used`` memory into this process's allocator
+(``reserved``, of which ``allocated`` is live tensors), this process's memory
+outside the allocator (``non_allocator``), and other processes
+(``other_processes``, ``None`` where the backend cannot attribute memory per
+process; then ``non_allocator`` includes them).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.units import format_gib
+
+__all__ = [
+    "ExcludedRegion",
+    "MemoryDelta",
+    "MemorySnapshot",
+    "ProfileResult",
+    "TruthSource",
+    "load_model_json",
+]
+
+PROFILE_FORMAT_VERSION = 1
+
+
+class TruthSource(str, enum.Enum):
+    """Which measurement decides the activation peak of a profile.
+
+    ``allocated_peak``: the increase of ``allocated_bytes.all.peak`` during
+    profiling (what vLLM does). ``reserved``: the increase of reserved memory
+    during profiling (what vllm-mindspore does, because its pool fragments).
+    ``auto``: decided from the measurement itself; a profile always records
+    the resolved source, never ``auto``.
+    """
+
+    ALLOCATED_PEAK = "allocated_peak"
+    RESERVED = "reserved"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | TruthSource) -> TruthSource:
+        """Return the truth source named ``value`` or raise a clear error."""
+        if isinstance(value, TruthSource):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            choices = ", ".join(repr(t.value) for t in cls)
+            raise InvalidInputError(
+                f"unknown truth source {value!r}: use one of {choices}"
+            ) from None
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class MemorySnapshot(BaseModel):
+    """One device's memory at one moment, split into the three kinds.
+
+    Attributes:
+        backend: name of the backend that measured it.
+        device: device index as the backend numbers devices.
+        timestamp: ``time.time()`` when it was taken.
+        total: device memory visible to this process, bytes.
+        free: free device memory, bytes.
+        used: ``total - free``, bytes.
+        allocated: bytes of live tensors in this process's caching allocator.
+        allocated_peak: peak of ``allocated`` since the last peak reset.
+        reserved: bytes the caching allocator holds from the device.
+        reserved_peak: peak of ``reserved`` since the last peak reset.
+        non_allocator: this process's memory outside the allocator
+            (``used - reserved - other_processes``).
+        other_processes: memory of other processes, or ``None`` where the
+            backend cannot attribute memory per process.
+    """
+
+    model_config = _FROZEN
+
+    backend: str
+    device: int = Field(ge=0)
+    timestamp: float
+    total: int = Field(gt=0)
+    free: int = Field(ge=0)
+    used: int = Field(ge=0)
+    allocated: int = Field(ge=0)
+    allocated_peak: int = Field(ge=0)
+    reserved: int = Field(ge=0)
+    reserved_peak: int = Field(ge=0)
+    non_allocator: int = Field(ge=0)
+    other_processes: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MemorySnapshot:
+        if not math.isfinite(self.timestamp):
+            raise ValueError(f"timestamp must be finite, got {self.timestamp}")
+        if self.free > self.total:
+            raise ValueError(f"free ({self.free}) exceeds total ({self.total})")
+        if self.used != self.total - self.free:
+            raise ValueError(
+                f"used ({self.used}) must equal total - free ({self.total - self.free})"
+            )
+        if self.allocated > self.reserved:
+            raise ValueError(
+                f"allocated ({self.allocated}) exceeds reserved ({self.reserved})"
+            )
+        if self.allocated_peak < self.allocated or self.reserved_peak < self.reserved:
+            raise ValueError("a peak is below its current value")
+        expected = self.used - self.reserved - (self.other_processes or 0)
+        if self.non_allocator != expected:
+            raise ValueError(
+                f"non_allocator ({self.non_allocator}) must equal used - reserved"
+                f" - other_processes ({expected})"
+            )
+        return self
+
+    def __sub__(self, other: MemorySnapshot) -> MemoryDelta:
+        if not isinstance(other, MemorySnapshot):
+            return NotImplemented
+        if (self.backend, self.device) != (other.backend, other.device):
+            raise InvalidInputError(
+                f"cannot subtract a snapshot of {other.backend}:{other.device} from one of "
+                f"{self.backend}:{self.device}: take both snapshots on the same device"
+            )
+        other_self = self.other_processes
+        other_prev = other.other_processes
+        return MemoryDelta(
+            backend=self.backend,
+            device=self.device,
+            timestamp=self.timestamp - other.timestamp,
+            total=self.total - other.total,
+            free=self.free - other.free,
+            used=self.used - other.used,
+            allocated=self.allocated - other.allocated,
+            allocated_peak=self.allocated_peak - other.allocated_peak,
+            reserved=self.reserved - other.reserved,
+            reserved_peak=self.reserved_peak - other.reserved_peak,
+            non_allocator=self.non_allocator - other.non_allocator,
+            other_processes=(
+                None if other_self is None or other_prev is None else other_self - other_prev
+            ),
+        )
+
+    def __str__(self) -> str:
+        other = "n/a" if self.other_processes is None else format_gib(self.other_processes)
+        return (
+            f"{self.backend}:{self.device} total {format_gib(self.total)}, "
+            f"free {format_gib(self.free)}, used {format_gib(self.used)} "
+            f"(reserved {format_gib(self.reserved)}, allocated {format_gib(self.allocated)}, "
+            f"non-allocator {format_gib(self.non_allocator)}, other processes {other})"
+        )
+
+
+class MemoryDelta(BaseModel):
+    """Field-wise difference of two snapshots of one device (``later - earlier``).
+
+    Sizes may be negative; ``timestamp`` holds the seconds between the two.
+    """
+
+    model_config = _FROZEN
+
+    backend: str
+    device: int
+    timestamp: float
+    total: int
+    free: int
+    used: int
+    allocated: int
+    allocated_peak: int
+    reserved: int
+    reserved_peak: int
+    non_allocator: int
+    other_processes: int | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.backend}:{self.device} over {self.timestamp:.3f}s: "
+            f"used {format_gib(self.used)}, reserved {format_gib(self.reserved)}, "
+            f"allocated {format_gib(self.allocated)}, "
+            f"non-allocator {format_gib(self.non_allocator)}"
+        )
+
+
+class ExcludedRegion(BaseModel):
+    """A region of a profiling session whose spike was not charged (e.g. compilation)."""
+
+    model_config = _FROZEN
+
+    label: str
+    allocated_spike: int = Field(ge=0, description="peak allocated above the region's start, bytes")
+    reserved_spike: int = Field(ge=0, description="peak reserved above the region's start, bytes")
+    duration_s: float = Field(ge=0)
+
+
+class ProfileResult(BaseModel):
+    """What a profiling session measured, and the non-KV-cache memory it implies.
+
+    Attributes:
+        baseline: snapshot taken before the model existed.
+        before: snapshot on entering the session (after gc, empty_cache, peak reset).
+        after: snapshot on leaving it (after gc, empty_cache).
+        weights_memory: bytes of the model's weights.
+        activation_peak: peak activation bytes by the resolved truth source.
+        allocated_peak_increase: peak allocated during the session minus
+            allocated at its start.
+        reserved_peak_increase: peak reserved during the session minus
+            reserved at its start.
+        non_allocator_increase: ``after.non_allocator - baseline.non_allocator``.
+        non_kv_cache_memory: ``weights_memory + activation_peak + non_allocator_increase``.
+        truth_source: the resolved truth source (never ``auto``).
+        fragmentation: ``(reserved - allocated) / reserved`` at the session's peak.
+        duration_s: wall time of the session.
+    """
+
+    model_config = _FROZEN
+
+    format_version: int = PROFILE_FORMAT_VERSION
+    baseline: MemorySnapshot
+    before: MemorySnapshot
+    after: MemorySnapshot
+    weights_memory: int = Field(ge=0)
+    activation_peak: int = Field(ge=0)
+    allocated_peak_increase: int = Field(ge=0)
+    reserved_peak_increase: int = Field(ge=0)
+    non_allocator_increase: int
+    non_kv_cache_memory: int = Field(ge=0)
+    truth_source: TruthSource
+    requested_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
+    truth_source_reason: str = ""
+    fragmentation: float = Field(ge=0.0, le=1.0)
+    duration_s: float = Field(ge=0.0)
+    excluded_regions: tuple[ExcludedRegion, ...] = ()
+    allocator_settings: dict[str, str] = Field(default_factory=dict)
+    inactive_split_peak: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProfileResult:
+        if self.format_version != PROFILE_FORMAT_VERSION:
+            raise ValueError(
+                f"format_version {self.format_version} is not supported by this memacct "
+                f"(it reads version {PROFILE_FORMAT_VERSION}): profile again with this version"
+            )
+        if self.truth_source is TruthSource.AUTO:
+            raise ValueError("truth_source must be resolved: 'allocated_peak' or 'reserved'")
+        snaps = (self.baseline, self.before, self.after)
+        if len({(s.backend, s.device) for s in snaps}) != 1:
+            raise ValueError("baseline, before and after must come from one backend and device")
+        if len({s.total for s in snaps}) != 1:
+            raise ValueError("baseline, before and after disagree on the device's total memory")
+        expected = self.weights_memory + self.activation_peak + self.non_allocator_increase
+        if self.non_kv_cache_memory != expected:
+            raise ValueError(
+                f"non_kv_cache_memory ({self.non_kv_cache_memory}) must equal weights_memory"
+                f" + activation_peak + non_allocator_increase ({expected})"
+            )
+        if not math.isfinite(self.duration_s) or not math.isfinite(self.fragmentation):
+            raise ValueError("duration_s and fragmentation must be finite")
+        return self
+
+    @property
+    def backend(self) -> str:
+        """Name of the backend that measured this profile."""
+        return self.after.backend
+
+    @property
+    def device(self) -> int:
+        """Device index this profile was measured on."""
+        return self.after.device
+
+    @property
+    def total_memory(self) -> int:
+        """Device memory visible to the process, bytes."""
+        return self.after.total
+
+    def __str__(self) -> str:
+        return (
+            f"profile on {self.backend}:{self.device} ({self.truth_source}): "
+            f"weights {format_gib(self.weights_memory)}, "
+            f"activation peak {format_gib(self.activation_peak)}, "
+            f"non-allocator increase {format_gib(self.non_allocator_increase)}, "
+            f"non-KV total {format_gib(self.non_kv_cache_memory)}, "
+            f"fragmentation {self.fragmentation:.1%}, {self.duration_s:.2f}s"
+        )
+
+
+def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> Any:
+    """Validate JSON text as ``model``; any problem becomes a :class:`ConfigError`.
+
+    ``source`` names where the text came from (a path, "stdin") for the message.
+    """
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        )
+        raise ConfigError(
+            f"{source} is not a valid {model.__name__}: {problems}"
+        ) from None

@@ -1,0 +1,278 @@
+"""Profiling a dummy forward pass: what does the model need besides the KV cache?
+
+Example (on the simulated device, runnable as is)::
+
+    >>> import memacct
+    >>> from memacct.sim import SimDevice
+    >>> dev = SimDevice("h100-80gb")
+    >>> backend = memacct.get_backend("sim", device=dev)
+    >>> baseline = memacct.snapshot(backend)
+    >>> weights = dev.malloc(16 * 2**30)
+    >>> with memacct.memory_profiling(backend, baseline, weights_memory=16 * 2**30) as session:
+    ...     act = dev.malloc(2 * 2**30); dev.free(act)
+    >>> session.result.activation_peak == 2 * 2**30
+    True
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+
+from memacct.backend import DeviceBackend, allocator_settings, get_quirks, validate_backend
+from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
+from memacct.measure import (
+    ALLOCATED,
+    ALLOCATED_PEAK,
+    INACTIVE_SPLIT_PEAK,
+    RESERVED,
+    RESERVED_PEAK,
+    read_stat,
+    snapshot,
+)
+from memacct.models import ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
+from memacct.truth import PeakMeasurement, requested_truth_source, resolve_truth_source
+from memacct.units import format_gib
+
+__all__ = ["ProfilingSession", "memory_profiling"]
+
+_active_lock = threading.Lock()
+_active: set[Hashable] = set()
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    # torch.OutOfMemoryError, torch_npu's and the simulator's share the name; MindSpore
+    # raises RuntimeError whose text says "Out of memory".
+    name = type(exc).__name__
+    return name in {"OutOfMemoryError", "SimOutOfMemory"} or "out of memory" in str(exc).lower()
+
+
+class ProfilingSession:
+    """A running profiling session; see :func:`memory_profiling`.
+
+    After the ``with`` block ends without an exception, :attr:`result` holds
+    the :class:`ProfileResult`.
+    """
+
+    def __init__(
+        self,
+        backend: DeviceBackend,
+        baseline: MemorySnapshot,
+        device: int,
+        weights_memory: int | None,
+        truth_source: TruthSource,
+    ) -> None:
+        self.backend = backend
+        self.baseline = baseline
+        self.device = device
+        self.weights_memory = weights_memory
+        self.requested_truth_source = truth_source
+        self._result: ProfileResult | None = None
+        self._allocated_peak = 0
+        self._reserved_peak = 0
+        self._inactive_split_peak = 0
+        self._excluded: list[ExcludedRegion] = []
+        self._in_exclusion = False
+        self.before: MemorySnapshot | None = None
+        self._start = 0.0
+
+    @property
+    def result(self) -> ProfileResult:
+        """The profile; raises :class:`ProfilingError` before the session ended well."""
+        if self._result is None:
+            raise ProfilingError(
+                "no profile result: the session has not finished, or its block raised "
+                "(read session.result after the with-block completes)"
+            )
+        return self._result
+
+    def _fold_peaks(self) -> tuple[int, int]:
+        """Fold the allocator's current peaks into the session's; return current values."""
+        stats = self.backend.memory_stats(self.device)
+        self._allocated_peak = max(self._allocated_peak, read_stat(stats, ALLOCATED_PEAK))
+        self._reserved_peak = max(self._reserved_peak, read_stat(stats, RESERVED_PEAK))
+        self._inactive_split_peak = max(
+            self._inactive_split_peak, read_stat(stats, INACTIVE_SPLIT_PEAK)
+        )
+        return read_stat(stats, ALLOCATED), read_stat(stats, RESERVED)
+
+    @contextmanager
+    def exclude(self, label: str) -> Iterator[None]:
+        """Leave the memory spike of this region out of the activation peak.
+
+        Use it around compilation or graph capture: their transient peak is not
+        needed again while serving. A peak reached before the region survives
+        it; what the region leaves allocated afterwards still counts.
+
+        Note: this resets the allocator's peak statistics at the region's end.
+        """
+        if self._in_exclusion:
+            raise ProfilingError(f"exclude({label!r}) inside another excluded region is not allowed")
+        self._in_exclusion = True
+        start = time.perf_counter()
+        self.backend.synchronize(self.device)
+        alloc_start, res_start = self._fold_peaks()
+        self.backend.reset_peak_memory_stats(self.device)
+        try:
+            yield
+        finally:
+            self.backend.synchronize(self.device)
+            stats = self.backend.memory_stats(self.device)
+            self._excluded.append(
+                ExcludedRegion(
+                    label=label,
+                    allocated_spike=max(0, read_stat(stats, ALLOCATED_PEAK) - alloc_start),
+                    reserved_spike=max(0, read_stat(stats, RESERVED_PEAK) - res_start),
+                    duration_s=time.perf_counter() - start,
+                )
+            )
+            # Peaks restart from what the region left behind.
+            self.backend.reset_peak_memory_stats(self.device)
+            self._in_exclusion = False
+
+    def _enter(self) -> None:
+        gc.collect()
+        self.backend.synchronize(self.device)
+        self.backend.empty_cache()
+        self.backend.reset_peak_memory_stats(self.device)
+        self.before = snapshot(self.backend, self.device)
+        self._allocated_peak = self.before.allocated
+        self._reserved_peak = self.before.reserved
+        self._start = time.perf_counter()
+
+    def _finish(self) -> ProfileResult:
+        assert self.before is not None
+        gc.collect()
+        self.backend.synchronize(self.device)
+        self._fold_peaks()
+        quirks = get_quirks(self.backend)
+        pre_empty = snapshot(self.backend, self.device)
+        self.backend.empty_cache()
+        after = snapshot(self.backend, self.device)
+        non_allocator = after.non_allocator
+        if quirks.empty_cache_releases_runtime_memory:
+            # This device's empty_cache() can also free runtime memory, which the
+            # next forward pass takes again: the figure before emptying is the true one.
+            non_allocator = max(non_allocator, pre_empty.non_allocator)
+        before = self.before
+        peaks = PeakMeasurement(
+            allocated_peak_increase=max(0, self._allocated_peak - before.allocated),
+            reserved_peak_increase=max(0, self._reserved_peak - before.reserved),
+            inactive_split_peak=self._inactive_split_peak,
+        )
+        decision = resolve_truth_source(self.requested_truth_source, peaks, quirks)
+        weights = self.weights_memory
+        if weights is None:
+            if decision.truth_source is TruthSource.RESERVED:
+                weights = max(0, before.reserved - self.baseline.reserved)
+            else:
+                weights = max(0, before.allocated - self.baseline.allocated)
+        non_allocator_increase = non_allocator - self.baseline.non_allocator
+        fragmentation = (
+            (self._reserved_peak - self._allocated_peak) / self._reserved_peak
+            if self._reserved_peak > 0
+            else 0.0
+        )
+        return ProfileResult(
+            baseline=self.baseline,
+            before=before,
+            after=after,
+            weights_memory=weights,
+            activation_peak=decision.activation_peak,
+            allocated_peak_increase=peaks.allocated_peak_increase,
+            reserved_peak_increase=peaks.reserved_peak_increase,
+            non_allocator_increase=non_allocator_increase,
+            non_kv_cache_memory=max(0, weights + decision.activation_peak + non_allocator_increase),
+            truth_source=decision.truth_source,
+            requested_truth_source=self.requested_truth_source,
+            truth_source_reason=decision.reason,
+            fragmentation=min(1.0, max(0.0, fragmentation)),
+            duration_s=time.perf_counter() - self._start,
+            excluded_regions=tuple(self._excluded),
+            allocator_settings=allocator_settings(self.backend),
+            inactive_split_peak=peaks.inactive_split_peak,
+        )
+
+    def _oom_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:
+        free, total = self.backend.mem_get_info(self.device)
+        return ProfilingOutOfMemoryError(
+            f"the device ran out of memory during the profiled forward pass on "
+            f"{self.backend.name}:{self.device} (total {format_gib(total)}, "
+            f"free {format_gib(free)}, weights "
+            f"{format_gib(self.weights_memory or 0)}): {exc}. Profile with a smaller "
+            "max_num_batched_tokens (or fewer sequences), or free device memory"
+        )
+
+
+@contextmanager
+def memory_profiling(
+    backend: DeviceBackend,
+    baseline: MemorySnapshot,
+    weights_memory: int | None = None,
+    truth_source: TruthSource | str | None = None,
+    *,
+    device: int | None = None,
+) -> Iterator[ProfilingSession]:
+    """Profile the block: the memory it needs besides the KV cache.
+
+    On entry: gc, ``empty_cache``, reset peaks, snapshot ``before``. On exit:
+    gc, ``empty_cache``, snapshot ``after``, compute :class:`ProfileResult`
+    into ``session.result``. An exception inside the block propagates and
+    leaves no result; an out-of-memory error becomes
+    :class:`ProfilingOutOfMemoryError` with the numbers and the fix.
+
+    Args:
+        backend: the backend that measured ``baseline``.
+        baseline: snapshot taken before the model was created.
+        weights_memory: bytes of the weights; ``None`` measures it as the
+            growth of the allocator between ``baseline`` and the session start.
+        truth_source: ``"allocated_peak"``, ``"reserved"`` or ``"auto"``;
+            ``None`` takes ``MEMACCT_TRUTH_SOURCE``, else the backend's default.
+        device: device index; defaults to ``baseline.device``.
+
+    Raises:
+        InvalidInputError: the baseline belongs to another backend or device,
+            or ``weights_memory`` is negative.
+        ProfilingError: a session is already running on this device.
+    """
+    backend = validate_backend(backend)
+    dev = baseline.device if device is None else device
+    if baseline.backend != backend.name or baseline.device != dev:
+        raise InvalidInputError(
+            f"baseline was taken on {baseline.backend}:{baseline.device} but profiling runs on "
+            f"{backend.name}:{dev}: take the baseline with the same backend and device"
+        )
+    if weights_memory is not None and (
+        isinstance(weights_memory, bool) or not isinstance(weights_memory, int) or weights_memory < 0
+    ):
+        raise InvalidInputError(
+            f"weights_memory must be a non-negative int of bytes, got {weights_memory!r}"
+        )
+    requested = requested_truth_source(truth_source, TruthSource.parse(backend.default_truth_source))
+    # One session per physical device: real backends are keyed by name and index; a
+    # backend whose instances stand for different devices (the simulator) says so.
+    identity = getattr(backend, "device_identity", None)
+    key: Hashable = identity(dev) if callable(identity) else (backend.name, dev)
+    with _active_lock:
+        if key in _active:
+            raise ProfilingError(
+                f"a profiling session is already running on {backend.name}:{dev}: sessions on "
+                "one device cannot nest or overlap; finish the first one before starting another"
+            )
+        _active.add(key)
+    session = ProfilingSession(backend, baseline, dev, weights_memory, requested)
+    try:
+        session._enter()
+        try:
+            yield session
+        except BaseException as exc:
+            if _is_out_of_memory(exc) and not isinstance(exc, ProfilingError):
+                raise session._oom_error(exc) from exc
+            raise
+        session._result = session._finish()
+    finally:
+        with _active_lock:
+            _active.discard(key)

@@ -1,0 +1,67 @@
+"""The ``sim`` backend: the simulated device through the torch-like adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
+from memacct.models import TruthSource
+from memacct.sim.device import SimDevice
+
+__all__ = ["SimBackend"]
+
+# The truth source each simulated allocator's real counterpart uses by default.
+_DEFAULT_TRUTH = {"mindspore": TruthSource.RESERVED}
+
+
+class SimBackend(TorchLikeBackend):
+    """Backend over a :class:`~memacct.sim.SimDevice` (registered as ``sim``).
+
+    Args:
+        device: the simulated device; a new one is made from the other
+            arguments when omitted.
+        preset: device preset for a new device (``h100-80gb``, ...).
+        allocator: allocator preset for a new device (``torch-cuda``, ...).
+        total_bytes: capacity for a new device instead of a preset.
+    """
+
+    name = "sim"
+    # Never chosen over a real device; the fallback when there is none.
+    priority = 0
+
+    def __init__(
+        self,
+        device: SimDevice | None = None,
+        *,
+        preset: str = "h100-80gb",
+        allocator: str = "torch-cuda",
+        total_bytes: int | None = None,
+    ) -> None:
+        if device is None:
+            device = SimDevice(preset, allocator, total_bytes=total_bytes)
+        self.sim_device = device
+        alloc = device.allocator
+        super().__init__(
+            device.api,
+            name="sim",
+            default_truth_source=_DEFAULT_TRUTH.get(alloc.name, TruthSource.ALLOCATED_PEAK),
+            quirks=BackendQuirks(growth_granularity_bytes=int(alloc.growth_granularity_bytes)),
+        )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Always available: the simulated device needs no hardware."""
+        return Availability(True, "simulated device; needs no hardware")
+
+    def process_memory(self, device: int) -> int | None:
+        """This process's device memory: the allocator's reservation plus non-allocator memory."""
+        self._check(device)
+        return int(self.sim_device.process_memory)
+
+    def device_identity(self, device: int) -> Hashable:
+        """Each simulated device is its own physical device."""
+        return ("sim", id(self.sim_device), device)
+
+    def __repr__(self) -> str:
+        return f"SimBackend({self.sim_device!r})"
+
