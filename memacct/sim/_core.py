@@ -1,0 +1,744 @@
+"""The caching-allocator model shared by every preset (the ``torch-cuda`` rules).
+
+See ``memacct.sim.allocator`` for the public face and SIMULATOR.md for the facts
+modelled. Everything here is written for speed on the malloc/free hot path:
+``__slots__`` classes, plain attribute access, one int key per free block and
+incremental statistics; :meth:`CachingAllocator._recount_stats` recomputes the
+statistics from the blocks so tests can check the incremental bookkeeping.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import ClassVar, Protocol, runtime_checkable
+
+from memacct.errors import InvalidInputError, MemacctError
+from memacct.sim._freeset import FreeSet
+from memacct.units import GiB, KiB, MiB
+
+__all__ = [
+    "KEY_SHIFT",
+    "LARGE_BUFFER",
+    "MIN_BLOCK_SIZE",
+    "MIN_LARGE_ALLOC",
+    "ROUND_LARGE",
+    "SMALL_BUFFER",
+    "SMALL_SIZE",
+    "CachingAllocator",
+    "DeviceMemory",
+    "InvalidPointerError",
+    "SimOutOfMemory",
+    "SimpleDeviceMemory",
+    "format_size",
+]
+
+MIN_BLOCK_SIZE = 512
+"""Every request is rounded up to a multiple of this (and is at least this)."""
+SMALL_SIZE = 1 * MiB
+"""Rounded requests up to this size go to the small pool."""
+SMALL_BUFFER = 2 * MiB
+"""Segment size of the small pool."""
+LARGE_BUFFER = 20 * MiB
+"""Segment size for large requests below :data:`MIN_LARGE_ALLOC`."""
+MIN_LARGE_ALLOC = 10 * MiB
+"""Large requests from this size on get a segment of their own size (rounded)."""
+ROUND_LARGE = 2 * MiB
+"""Rounding of segments for requests of :data:`MIN_LARGE_ALLOC` and more."""
+
+KEY_SHIFT = 64
+"""Free blocks are keyed ``size << KEY_SHIFT | address``: best fit, then lowest address."""
+_ADDR_MASK = (1 << KEY_SHIFT) - 1
+_BASE_ADDRESS = 0x7F00_0000_0000
+"""First simulated device address (looks like a real device pointer, never 0)."""
+_ADDRESS_ALIGN = 2 * MiB
+"""New segments start on this boundary, as device virtual addresses do."""
+
+# Block states.
+FREE = 0
+ALLOCATED = 1
+UNMAPPED = 2
+"""Virtual address space without memory behind it (expandable segments only)."""
+
+
+def format_size(num_bytes: int) -> str:
+    """Human-readable size as in torch's messages: ``512 bytes``, ``2.00 MiB``, ``79.19 GiB``."""
+    if num_bytes < KiB:
+        return f"{num_bytes} bytes"
+    if num_bytes < MiB:
+        return f"{num_bytes / KiB:.2f} KiB"
+    if num_bytes < GiB:
+        return f"{num_bytes / MiB:.2f} MiB"
+    return f"{num_bytes / GiB:.2f} GiB"
+
+
+class SimOutOfMemory(MemacctError, RuntimeError):
+    """The simulated device has not enough free memory for a request.
+
+    Raised by an allocator after its own release-and-retry failed (like
+    ``torch.cuda.OutOfMemoryError``), and by :class:`memacct.sim.SimDevice`
+    for memory taken outside the allocator.
+
+    Attributes:
+        requested: bytes asked for by the caller.
+        attempted: bytes the allocator tried to get from the device (a whole
+            segment or pool block; equals ``requested`` outside the allocator).
+        total: device capacity in bytes.
+        free: device bytes free when the request failed.
+        reserved: bytes the allocator held from the device.
+        allocated: bytes of the allocator's blocks in use.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        requested: int = 0,
+        attempted: int = 0,
+        total: int = 0,
+        free: int = 0,
+        reserved: int = 0,
+        allocated: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.attempted = attempted
+        self.total = total
+        self.free = free
+        self.reserved = reserved
+        self.allocated = allocated
+
+    def __reduce__(self) -> tuple[type[SimOutOfMemory], tuple[str], dict[str, int]]:
+        # Keeps the numbers across pickling (multiprocessing, pytest-xdist).
+        return (type(self), (str(self.args[0]),), dict(self.__dict__))
+
+
+class InvalidPointerError(InvalidInputError):
+    """``free`` of a pointer or handle that is not live (never allocated, or freed twice)."""
+
+
+@runtime_checkable
+class DeviceMemory(Protocol):
+    """The physical memory an allocator maps its segments from.
+
+    :class:`memacct.sim.SimDevice` implements it for its allocator; an
+    allocator never sees anything else of the device.
+    """
+
+    @property
+    def total(self) -> int:
+        """Capacity of the device in bytes."""
+        ...
+
+    @property
+    def free(self) -> int:
+        """Bytes nobody holds (the allocator, the process outside it, other processes)."""
+        ...
+
+    def map(self, nbytes: int) -> bool:
+        """Take ``nbytes`` for the allocator; ``False`` (and nothing taken) if fewer are free."""
+        ...
+
+    def unmap(self, nbytes: int) -> None:
+        """Give back ``nbytes`` the allocator took."""
+        ...
+
+
+class SimpleDeviceMemory:
+    """A stand-alone :class:`DeviceMemory` of ``total`` bytes used by one allocator.
+
+    For tests and benchmarks of an allocator without a :class:`memacct.sim.SimDevice`.
+    """
+
+    __slots__ = ("_total", "mapped")
+
+    def __init__(self, total: int) -> None:
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise InvalidInputError(f"device memory total must be a positive int, got {total!r}")
+        self._total = total
+        self.mapped = 0
+
+    @property
+    def total(self) -> int:
+        """Capacity in bytes."""
+        return self._total
+
+    @property
+    def free(self) -> int:
+        """Bytes not mapped."""
+        return self._total - self.mapped
+
+    def map(self, nbytes: int) -> bool:
+        """Map ``nbytes`` if that many are free."""
+        if nbytes > self._total - self.mapped:
+            return False
+        self.mapped += nbytes
+        return True
+
+    def unmap(self, nbytes: int) -> None:
+        """Unmap ``nbytes``."""
+        self.mapped -= nbytes
+
+
+class _Block:
+    """A contiguous range of one segment: allocated, free (cached) or unmapped."""
+
+    __slots__ = ("addr", "next", "pool", "prev", "requested", "size", "state")
+
+    def __init__(self, addr: int, size: int, pool: _Pool, state: int = FREE) -> None:
+        self.addr = addr
+        self.size = size
+        self.pool = pool
+        self.state = state
+        self.requested = 0
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+
+
+class _Segment:
+    """One mapping from the device; ``head`` is its lowest block, which never changes."""
+
+    __slots__ = ("addr", "head", "size")
+
+    def __init__(self, addr: int, size: int, head: _Block) -> None:
+        self.addr = addr
+        self.size = size
+        self.head = head
+
+
+class _Stat:
+    """One statistic: current value, peak since the last reset, cumulative increase."""
+
+    __slots__ = ("cum", "cur", "peak")
+
+    def __init__(self) -> None:
+        self.cur = 0
+        self.peak = 0
+        self.cum = 0
+
+
+# torch's stat names -> the counter that backs them. Without streams a block
+# is active exactly while it is allocated, so ``active*`` share counters.
+_STAT_SOURCES: tuple[tuple[str, str], ...] = (
+    ("active", "allocation"),
+    ("active_bytes", "allocated_bytes"),
+    ("allocated_bytes", "allocated_bytes"),
+    ("allocation", "allocation"),
+    ("inactive_split", "inactive_split"),
+    ("inactive_split_bytes", "inactive_split_bytes"),
+    ("requested_bytes", "requested_bytes"),
+    ("reserved_bytes", "reserved_bytes"),
+    ("segment", "segment"),
+)
+_COUNTERS = (
+    "allocation",
+    "allocated_bytes",
+    "requested_bytes",
+    "segment",
+    "reserved_bytes",
+    "inactive_split",
+    "inactive_split_bytes",
+)
+
+
+class _Stats:
+    """The counters of one pool, or of all pools together."""
+
+    __slots__ = _COUNTERS
+
+    def __init__(self) -> None:
+        for counter in _COUNTERS:
+            setattr(self, counter, _Stat())
+
+    def get(self, counter: str) -> _Stat:
+        stat: _Stat = getattr(self, counter)
+        return stat
+
+
+class _Pool:
+    """A free list with its segments and statistics.
+
+    Attributes:
+        stat_name: the pool's name in statistics keys (``small_pool``, ``large_pool``).
+        free: keys of the pool's free (mapped) blocks.
+        split_min: a block is split when the remainder is at least this many bytes.
+        segments: the pool's segments by address.
+        page: mapping granularity (expandable segments only).
+    """
+
+    __slots__ = ("free", "page", "segments", "split_min", "stat_name", "stats")
+
+    def __init__(self, stat_name: str, split_min: int, page: int = 0) -> None:
+        self.stat_name = stat_name
+        self.split_min = split_min
+        self.page = page
+        self.free = FreeSet()
+        self.segments: dict[int, _Segment] = {}
+        self.stats = _Stats()
+
+
+def _inc(s: _Stat, a: _Stat, n: int) -> None:
+    """Increase a pool counter and its all-pools counter by ``n`` > 0."""
+    c = s.cur + n
+    s.cur = c
+    s.cum += n
+    if c > s.peak:
+        s.peak = c
+    c = a.cur + n
+    a.cur = c
+    a.cum += n
+    if c > a.peak:
+        a.peak = c
+
+
+def _check_size(size: object) -> int:
+    """Validate a malloc size that is not a plain positive int."""
+    if isinstance(size, bool):
+        raise InvalidInputError(f"malloc size must be an int number of bytes, got {size!r}")
+    try:
+        n = operator.index(size)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInputError(
+            f"malloc size must be an int number of bytes, got {size!r} ({type(size).__name__})"
+        ) from None
+    if n < 0:
+        raise InvalidInputError(f"malloc size must be >= 0 bytes, got {n}")
+    return n
+
+
+class CachingAllocator:
+    """PyTorch's CUDA caching allocator, modelled (preset ``torch-cuda``).
+
+    Requests are rounded up to a multiple of 512 bytes. Rounded requests up to
+    1 MiB are served from the small pool (2 MiB segments), larger ones from
+    the large pool (a 20 MiB segment below 10 MiB, else a segment of the
+    request rounded up to 2 MiB). A request takes the smallest free block of
+    its pool that is large enough (lowest address on ties); the block is split
+    when the remainder is at least 512 bytes (small pool) or more than 1 MiB
+    (large pool), otherwise the remainder stays inside the allocated block
+    (counted in ``allocated_bytes`` but not ``requested_bytes``). The
+    allocated piece keeps the low address. A freed block merges with free
+    neighbours of its own segment only. When no cached block fits, a new
+    segment is mapped; if the device is full, every wholly free segment is
+    released (``num_alloc_retries``) and the mapping retried once; then
+    :class:`SimOutOfMemory` (``num_ooms``).
+
+    The allocator is not thread safe; :class:`memacct.sim.SimDevice` locks
+    around it. A request of 0 bytes returns the null pointer ``0`` and
+    allocates nothing (as torch does for empty tensors); ``free(0)`` is a no-op.
+
+    Args:
+        device_memory: where segments are mapped from.
+    """
+
+    name: ClassVar[str] = "torch-cuda"
+    """Preset name."""
+    growth_granularity_bytes: ClassVar[int] = ROUND_LARGE
+    """Bytes by which the reservation grows for a large request."""
+    _pad: ClassVar[int] = 0
+    """Bytes added to every request before rounding."""
+    _track_inactive_split: ClassVar[bool] = True
+
+    def __init__(self, device_memory: DeviceMemory) -> None:
+        self._device = device_memory
+        self._small = _Pool("small_pool", split_min=MIN_BLOCK_SIZE)
+        # Large blocks split only when more than 1 MiB would remain.
+        self._large = _Pool("large_pool", split_min=SMALL_SIZE + 1)
+        self._pools: tuple[_Pool, ...] = (self._small, self._large)
+        self._all = _Stats()
+        self._live: dict[int, _Block] = {}
+        self._free_blocks: dict[int, _Block] = {}
+        self._next_addr = _BASE_ADDRESS
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} allocated={self.allocated} "
+            f"reserved={self.reserved} live_blocks={len(self._live)}>"
+        )
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of allocated blocks (``allocated_bytes.all.current``)."""
+        return self._all.allocated_bytes.cur
+
+    @property
+    def reserved(self) -> int:
+        """Bytes held from the device (``reserved_bytes.all.current``)."""
+        return self._all.reserved_bytes.cur
+
+    @property
+    def live_blocks(self) -> int:
+        """Number of allocated blocks."""
+        return len(self._live)
+
+    def round_size(self, size: int) -> int:
+        """The block size a request of ``size`` bytes (> 0) needs before any split rule."""
+        return (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+
+    def malloc(self, size: int, *, persistent: bool = False) -> int:
+        """Allocate ``size`` bytes and return the block's address.
+
+        Args:
+            size: bytes requested (``0`` returns the null pointer ``0``).
+            persistent: the block holds weights or constants; only the
+                ``mindspore`` preset uses the hint (its persistent pool).
+
+        Raises:
+            SimOutOfMemory: the device cannot hold the request even after the
+                allocator released its wholly free cached segments.
+            InvalidInputError: ``size`` is negative or not an int.
+        """
+        if size.__class__ is not int or size <= 0:
+            size = _check_size(size)
+            if size == 0:
+                return 0
+        rounded = (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+        pool = self._select_pool(rounded, persistent)
+        block = self._take_free(pool, rounded)
+        if block is None:
+            block = self._grow(pool, rounded, size)
+        return self._occupy(pool, block, rounded, size)
+
+    def free(self, ptr: int) -> None:
+        """Return a block to the cache, merging it with free neighbours of its segment.
+
+        Raises:
+            InvalidPointerError: ``ptr`` is not a live allocation (never
+                returned by :meth:`malloc`, or already freed).
+        """
+        block = self._live.pop(ptr, None)
+        if block is None:
+            if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
+                return
+            raise InvalidPointerError(
+                f"free({ptr!r}): no live allocation of the {self.name} allocator at that "
+                f"address (never returned by malloc, or already freed); "
+                f"free each pointer malloc returned exactly once"
+            )
+        pool = block.pool
+        size = block.size
+        requested = block.requested
+        free_set = pool.free
+        free_blocks = self._free_blocks
+        block.state = FREE
+        net_blocks = 0
+        net_bytes = 0
+        prev = block.prev
+        if prev is not None and prev.state == FREE:
+            free_set.remove((prev.size << KEY_SHIFT) | prev.addr)
+            del free_blocks[prev.addr]
+            net_blocks -= 1
+            net_bytes -= prev.size
+            prev.size += block.size
+            nxt = block.next
+            prev.next = nxt
+            if nxt is not None:
+                nxt.prev = prev
+            block = prev
+        nxt = block.next
+        if nxt is not None and nxt.state == FREE:
+            free_set.remove((nxt.size << KEY_SHIFT) | nxt.addr)
+            del free_blocks[nxt.addr]
+            net_blocks -= 1
+            net_bytes -= nxt.size
+            block.size += nxt.size
+            after = nxt.next
+            block.next = after
+            if after is not None:
+                after.prev = block
+        free_set.add((block.size << KEY_SHIFT) | block.addr)
+        free_blocks[block.addr] = block
+        ps = pool.stats
+        a = self._all
+        if self._track_inactive_split:
+            if block.prev is not None or block.next is not None:
+                net_blocks += 1
+                net_bytes += block.size
+            if net_blocks > 0:
+                _inc(ps.inactive_split, a.inactive_split, net_blocks)
+            elif net_blocks < 0:
+                ps.inactive_split.cur += net_blocks
+                a.inactive_split.cur += net_blocks
+            if net_bytes > 0:
+                _inc(ps.inactive_split_bytes, a.inactive_split_bytes, net_bytes)
+            elif net_bytes < 0:
+                ps.inactive_split_bytes.cur += net_bytes
+                a.inactive_split_bytes.cur += net_bytes
+        ps.allocation.cur -= 1
+        a.allocation.cur -= 1
+        ps.allocated_bytes.cur -= size
+        a.allocated_bytes.cur -= size
+        ps.requested_bytes.cur -= requested
+        a.requested_bytes.cur -= requested
+
+    def empty_cache(self) -> None:
+        """Release every wholly free segment to the device.
+
+        A free tail of a partly used segment is never returned: it stays
+        reserved and shows in ``inactive_split_bytes``.
+        """
+        self._release_cached()
+
+    def reset_peak_memory_stats(self) -> None:
+        """Set every peak to its current value; cumulative counters stay."""
+        for stats in (self._all, *(pool.stats for pool in self._pools)):
+            for counter in _COUNTERS:
+                stat = stats.get(counter)
+                stat.peak = stat.cur
+
+    def memory_stats(self) -> dict[str, int]:
+        """Statistics with torch's key names, sorted by key as torch returns them.
+
+        Keys are ``<stat>.<pool>.<metric>`` for stat in ``allocation``,
+        ``allocated_bytes``, ``segment``, ``reserved_bytes``, ``active``,
+        ``active_bytes``, ``inactive_split``, ``inactive_split_bytes``,
+        ``requested_bytes``; pool in ``all``, ``small_pool``, ``large_pool``;
+        metric in ``current``, ``peak``, ``allocated``, ``freed``; plus
+        ``num_alloc_retries`` and ``num_ooms``.
+        """
+        out: dict[str, int] = {}
+        groups = (("all", self._all), *((p.stat_name, p.stats) for p in self._pools))
+        for stat_name, counter in _STAT_SOURCES:
+            for pool_name, stats in groups:
+                stat = stats.get(counter)
+                prefix = f"{stat_name}.{pool_name}."
+                out[prefix + "allocated"] = stat.cum
+                out[prefix + "current"] = stat.cur
+                out[prefix + "freed"] = stat.cum - stat.cur
+                out[prefix + "peak"] = stat.peak
+        out["num_alloc_retries"] = self.num_alloc_retries
+        out["num_ooms"] = self.num_ooms
+        self._extra_stats(out)
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------- preset hooks
+
+    def _select_pool(self, rounded: int, persistent: bool) -> _Pool:
+        return self._small if rounded <= SMALL_SIZE else self._large
+
+    def _segment_size(self, pool: _Pool, rounded: int) -> int:
+        """Size of the segment mapped for a request that no cached block fits."""
+        if pool is self._small:
+            return SMALL_BUFFER
+        if rounded < MIN_LARGE_ALLOC:
+            return LARGE_BUFFER
+        return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+
+    def _take_free(self, pool: _Pool, rounded: int) -> _Block | None:
+        """Remove and return the best-fitting free block, or ``None``."""
+        key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
+        if key < 0:
+            return None
+        return self._free_blocks.pop(key & _ADDR_MASK)
+
+    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
+        """Map a new segment for the request; its one free block, or ``None`` if the device is full."""
+        size = self._segment_size(pool, rounded)
+        if not self._device.map(size):
+            return None
+        return self._add_segment(pool, size)
+
+    def _release_for_retry(self) -> None:
+        """What the allocator frees before its one retry."""
+        self._release_cached()
+
+    def _attempt_size(self, pool: _Pool, rounded: int) -> int:
+        """Bytes the allocator asks the device for, as named in the OOM message."""
+        return self._segment_size(pool, rounded)
+
+    def _oom_hint(self) -> str:
+        return (
+            "If reserved but unallocated memory is large, the torch-cuda-expandable "
+            "allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) avoids that "
+            "fragmentation."
+        )
+
+    def _extra_stats(self, out: dict[str, int]) -> None:
+        """Add preset-specific keys to :meth:`memory_stats`."""
+
+    # ------------------------------------------------------------ internals
+
+    def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
+        block = self._new_block(pool, rounded)
+        if block is None:
+            self._release_for_retry()
+            self.num_alloc_retries += 1
+            block = self._new_block(pool, rounded)
+            if block is None:
+                self.num_ooms += 1
+                raise self._out_of_memory(pool, rounded, size)
+        return block
+
+    def _occupy(self, pool: _Pool, block: _Block, rounded: int, size: int) -> int:
+        """Allocate ``block`` (already out of the free set) for a request."""
+        remaining = block.size - rounded
+        ps = pool.stats
+        a = self._all
+        if remaining >= pool.split_min:
+            was_split = block.prev is not None or block.next is not None
+            rest = _Block(block.addr + rounded, remaining, pool)
+            nxt = block.next
+            rest.prev = block
+            rest.next = nxt
+            if nxt is not None:
+                nxt.prev = rest
+            block.next = rest
+            block.size = rounded
+            pool.free.add((remaining << KEY_SHIFT) | rest.addr)
+            self._free_blocks[rest.addr] = rest
+            if self._track_inactive_split:
+                if was_split:
+                    ps.inactive_split_bytes.cur -= rounded
+                    a.inactive_split_bytes.cur -= rounded
+                else:
+                    _inc(ps.inactive_split, a.inactive_split, 1)
+                    _inc(ps.inactive_split_bytes, a.inactive_split_bytes, remaining)
+        elif self._track_inactive_split and (block.prev is not None or block.next is not None):
+            ps.inactive_split.cur -= 1
+            a.inactive_split.cur -= 1
+            ps.inactive_split_bytes.cur -= block.size
+            a.inactive_split_bytes.cur -= block.size
+        block.state = ALLOCATED
+        block.requested = size
+        addr = block.addr
+        self._live[addr] = block
+        _inc(ps.allocation, a.allocation, 1)
+        _inc(ps.allocated_bytes, a.allocated_bytes, block.size)
+        _inc(ps.requested_bytes, a.requested_bytes, size)
+        return addr
+
+    def _add_segment(self, pool: _Pool, size: int) -> _Block:
+        """Record a segment of ``size`` bytes just mapped; return its single free block."""
+        addr = self._next_addr
+        # Virtual addresses are never reused: a released segment's range stays
+        # unused, which keeps addresses (and so tie-breaks) deterministic.
+        self._next_addr = (addr + size + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
+        block = _Block(addr, size, pool)
+        pool.segments[addr] = _Segment(addr, size, block)
+        _inc(pool.stats.segment, self._all.segment, 1)
+        _inc(pool.stats.reserved_bytes, self._all.reserved_bytes, size)
+        return block
+
+    def _release_cached(self) -> None:
+        """Unmap every segment that is one free block (torch's ``release_cached_blocks``)."""
+        a = self._all
+        for pool in self._pools:
+            ps = pool.stats
+            for seg in list(pool.segments.values()):
+                head = seg.head
+                if head.state != FREE or head.size != seg.size:
+                    continue
+                pool.free.remove((head.size << KEY_SHIFT) | head.addr)
+                del self._free_blocks[head.addr]
+                del pool.segments[seg.addr]
+                self._device.unmap(seg.size)
+                ps.segment.cur -= 1
+                a.segment.cur -= 1
+                ps.reserved_bytes.cur -= seg.size
+                a.reserved_bytes.cur -= seg.size
+
+    def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
+        attempted = self._attempt_size(pool, rounded)
+        total = self._device.total
+        free = self._device.free
+        reserved = self.reserved
+        allocated = self.allocated
+        message = (
+            f"Simulated device out of memory ({self.name} allocator). Tried to allocate "
+            f"{format_size(attempted)} ({attempted} bytes) for a request of {size} bytes. "
+            f"The device has a total capacity of {format_size(total)} of which "
+            f"{format_size(free)} is free. Of the memory this allocator holds, "
+            f"{format_size(allocated)} is allocated and {format_size(reserved - allocated)} "
+            f"is reserved but unallocated. Free memory (fewer live tensors, a smaller batch, "
+            f"a lower gpu_memory_utilization or KV-cache size) and retry. {self._oom_hint()}"
+        )
+        return SimOutOfMemory(
+            message,
+            requested=size,
+            attempted=attempted,
+            total=total,
+            free=free,
+            reserved=reserved,
+            allocated=allocated,
+        )
+
+    # ------------------------------------------------------ for the tests
+
+    def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
+        """``(pool, address, size, [(block address, size, state)])`` for every segment."""
+        names = {FREE: "free", ALLOCATED: "allocated", UNMAPPED: "unmapped"}
+        out = []
+        for pool in self._pools:
+            for addr in sorted(pool.segments):
+                seg = pool.segments[addr]
+                blocks = []
+                b: _Block | None = seg.head
+                while b is not None:
+                    blocks.append((b.addr, b.size, names[b.state]))
+                    b = b.next
+                out.append((pool.stat_name, seg.addr, seg.size, blocks))
+        return out
+
+    def _recount_stats(self) -> dict[str, int]:
+        """Current values recomputed from the blocks, keyed like :meth:`memory_stats`.
+
+        Also checks the structure (blocks tile their segments, free blocks are
+        in the free sets, no two free neighbours) and raises
+        :class:`AssertionError` on any inconsistency.
+        """
+        totals: dict[str, dict[str, int]] = {}
+        free_seen = 0
+        live_seen = 0
+        for pool in self._pools:
+            counts = dict.fromkeys(_COUNTERS, 0)
+            for seg in pool.segments.values():
+                counts["segment"] += 1
+                counts["reserved_bytes"] += self._segment_reserved(seg)
+                b: _Block | None = seg.head
+                expect = seg.addr
+                prev: _Block | None = None
+                while b is not None:
+                    if b.addr != expect or b.prev is not prev or b.pool is not pool:
+                        raise AssertionError(f"broken block chain at {b.addr:#x}")
+                    if b.state == ALLOCATED:
+                        live_seen += 1
+                        if self._live.get(b.addr) is not b:
+                            raise AssertionError(f"allocated block {b.addr:#x} not live")
+                        counts["allocation"] += 1
+                        counts["allocated_bytes"] += b.size
+                        counts["requested_bytes"] += b.requested
+                    elif b.state == FREE:
+                        free_seen += 1
+                        if self._free_blocks.get(b.addr) is not b:
+                            raise AssertionError(f"free block {b.addr:#x} not indexed")
+                        if ((b.size << KEY_SHIFT) | b.addr) not in pool.free:
+                            raise AssertionError(f"free block {b.addr:#x} not in free set")
+                        if prev is not None and prev.state == FREE:
+                            raise AssertionError(f"free neighbours not merged at {b.addr:#x}")
+                        if self._track_inactive_split and (
+                            b.prev is not None or b.next is not None
+                        ):
+                            counts["inactive_split"] += 1
+                            counts["inactive_split_bytes"] += b.size
+                    expect = b.addr + b.size
+                    prev = b
+                    b = b.next
+                if expect != seg.addr + seg.size:
+                    raise AssertionError(f"blocks do not tile segment {seg.addr:#x}")
+            totals[pool.stat_name] = counts
+        if live_seen != len(self._live) or free_seen != len(self._free_blocks):
+            raise AssertionError("block indexes out of step with the segments")
+        if sum(len(p.free) for p in self._pools) != free_seen:
+            raise AssertionError("free sets hold stale keys")
+        totals["all"] = {c: sum(t[c] for t in totals.values()) for c in _COUNTERS}
+        out: dict[str, int] = {}
+        for stat_name, counter in _STAT_SOURCES:
+            for pool_name, counts in totals.items():
+                out[f"{stat_name}.{pool_name}.current"] = counts[counter]
+        return out
+
+    def _segment_reserved(self, seg: _Segment) -> int:
+        return seg.size

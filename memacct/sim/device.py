@@ -1,0 +1,404 @@
+"""The simulated device: capacity, a caching allocator, and memory outside it.
+
+A :class:`SimDevice` splits its memory the way memacct sees a real device:
+the allocator's reservation, this process's memory outside the allocator
+(driver context, NCCL buffers: :meth:`SimDevice.external_malloc`), and other
+processes' memory (:meth:`SimDevice.other_process_malloc`). Its ``.api`` is a
+``torch.cuda``-shaped memory module, so the core's ``TorchLikeBackend`` reads
+it like a real GPU.
+
+Example::
+
+    >>> dev = SimDevice("h100-80gb")
+    >>> ptr = dev.malloc(5 * 1024 * 1024)          # a 5 MiB tensor
+    >>> dev.api.memory_reserved()                   # in a 20 MiB segment
+    20971520
+    >>> dev.free(ptr)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from memacct.errors import InvalidInputError
+from memacct.sim._core import InvalidPointerError, SimOutOfMemory, _check_size, format_size
+from memacct.sim.allocator import ALLOCATOR_PRESETS, CachingAllocator, make_allocator
+
+__all__ = ["DEVICE_PRESETS", "SimDevice", "SimMemoryAPI"]
+
+# Visible capacity in bytes: what the runtime reports as the device total
+# (torch.cuda.mem_get_info()[1] / torch.npu.mem_get_info()[1]), which is below
+# the marketing size because the driver keeps part of the memory. These are
+# typical readings (they move by a few MiB between driver versions), rounded
+# to the figures torch prints in its OOM messages: "79.19 GiB" on an H100 SXM,
+# "39.59 GiB" on an A100 40GB. Ascend figures are typical torch_npu readings.
+DEVICE_PRESETS: dict[str, int] = {
+    "h100-80gb": 85_029_158_912,  # 79.19 GiB
+    "h200-141gb": 150_110_011_392,  # 139.80 GiB
+    "a100-80gb": 85_094_891_520,  # 79.25 GiB
+    "a100-40gb": 42_505_273_344,  # 39.59 GiB
+    "l4-24gb": 23_580_639_232,  # 21.96 GiB
+    "ascend-910b-64gb": 65_452_113_920,  # 60.96 GiB
+    "ascend-910b-32gb": 31_675_383_808,  # 29.50 GiB
+}
+"""Device presets: visible capacity in bytes by name."""
+
+
+def _choices(names: Any) -> str:
+    return ", ".join(sorted(names))
+
+
+class _AllocatorMemory:
+    """The device's memory as its allocator sees it (a :class:`DeviceMemory`)."""
+
+    __slots__ = ("_dev",)
+
+    def __init__(self, dev: SimDevice) -> None:
+        self._dev = dev
+
+    @property
+    def total(self) -> int:
+        return self._dev._total
+
+    @property
+    def free(self) -> int:
+        return self._dev._free_bytes()
+
+    def map(self, nbytes: int) -> bool:
+        dev = self._dev
+        if nbytes > dev._free_bytes():
+            return False
+        dev._allocator_mapped += nbytes
+        return True
+
+    def unmap(self, nbytes: int) -> None:
+        self._dev._allocator_mapped -= nbytes
+
+
+class SimDevice:
+    """A simulated accelerator with a faithful caching-allocator model.
+
+    Thread safe: one re-entrant lock (:attr:`lock`) guards every change and
+    every reading; hold it yourself to read several values consistently.
+    :attr:`allocator` is the bare allocator object, which is not locked.
+
+    Args:
+        preset: a name from :data:`DEVICE_PRESETS`, or ``None`` with ``total_bytes``.
+        allocator: a name from :data:`memacct.sim.allocator.ALLOCATOR_PRESETS`.
+        total_bytes: capacity in bytes; overrides the preset's.
+        name: device name in reports; defaults to the preset name (or
+            ``sim-<total_bytes>`` for a custom capacity).
+
+    Raises:
+        InvalidInputError: unknown preset or allocator, or a capacity that is
+            not a positive int; the message lists the choices.
+    """
+
+    def __init__(
+        self,
+        preset: str | None = "h100-80gb",
+        allocator: str = "torch-cuda",
+        *,
+        total_bytes: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if total_bytes is not None:
+            if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
+                raise InvalidInputError(
+                    f"total_bytes must be a positive int number of bytes, got {total_bytes!r}"
+                )
+            total = total_bytes
+        elif preset is None:
+            raise InvalidInputError(
+                f"give a device preset ({_choices(DEVICE_PRESETS)}) or total_bytes=N"
+            )
+        elif not isinstance(preset, str) or preset not in DEVICE_PRESETS:
+            raise InvalidInputError(
+                f"unknown device preset {preset!r}; choose one of: {_choices(DEVICE_PRESETS)} "
+                "(or pass total_bytes=N)"
+            )
+        else:
+            total = DEVICE_PRESETS[preset]
+        if not isinstance(allocator, str) or allocator not in ALLOCATOR_PRESETS:
+            raise InvalidInputError(
+                f"unknown allocator preset {allocator!r}; choose one of: "
+                f"{_choices(ALLOCATOR_PRESETS)}"
+            )
+        self._total = total
+        self._preset = preset if total_bytes is None else None
+        self._name = name if name is not None else (self._preset or f"sim-{total}")
+        self._lock = threading.RLock()
+        self._allocator_mapped = 0
+        self._external: dict[int, int] = {}
+        self._external_bytes = 0
+        self._others: dict[int, int] = {}
+        self._other_bytes = 0
+        self._next_handle = 1
+        self._allocator = make_allocator(allocator, _AllocatorMemory(self))
+        self._api = SimMemoryAPI(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<SimDevice {self._name!r} total={format_size(self._total)} "
+            f"allocator={self._allocator.name!r} free={format_size(self.free_bytes)}>"
+        )
+
+    # ------------------------------------------------------------ readings
+
+    @property
+    def name(self) -> str:
+        """Device name."""
+        return self._name
+
+    @property
+    def preset(self) -> str | None:
+        """The device preset, or ``None`` for a custom capacity."""
+        return self._preset
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The device's lock; hold it to read several values consistently."""
+        return self._lock
+
+    @property
+    def allocator(self) -> CachingAllocator:
+        """The caching allocator (not locked: go through the device from several threads)."""
+        return self._allocator
+
+    @property
+    def api(self) -> SimMemoryAPI:
+        """A ``torch.cuda``-shaped memory module over this device."""
+        return self._api
+
+    @property
+    def total(self) -> int:
+        """Capacity in bytes."""
+        return self._total
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes nobody holds: total - allocator - external - other processes.
+
+        (Named ``free_bytes`` because ``free`` is the method that frees a pointer.)
+        """
+        with self._lock:
+            return self._free_bytes()
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes, read together."""
+        with self._lock:
+            return self._free_bytes(), self._total
+
+    @property
+    def used(self) -> int:
+        """``total - free``."""
+        with self._lock:
+            return self._total - self._free_bytes()
+
+    @property
+    def process_memory(self) -> int:
+        """This process's device memory: what the allocator maps plus external memory.
+
+        The allocator's mapping is its reservation, plus any memory a preset
+        holds beside its pools (the ``npu`` preset's operator workspace).
+        """
+        with self._lock:
+            return self._allocator_mapped + self._external_bytes
+
+    @property
+    def external_memory(self) -> int:
+        """This process's memory outside the allocator (:meth:`external_malloc`)."""
+        with self._lock:
+            return self._external_bytes
+
+    @property
+    def other_process_memory(self) -> int:
+        """Memory held by other processes (:meth:`other_process_malloc`)."""
+        with self._lock:
+            return self._other_bytes
+
+    def memory_stats(self) -> dict[str, int]:
+        """The allocator's statistics with torch's key names."""
+        with self._lock:
+            return self._allocator.memory_stats()
+
+    # ------------------------------------------------------------ changes
+
+    def malloc(self, size: int, *, persistent: bool = False) -> int:
+        """Allocate ``size`` bytes through the allocator; see :meth:`CachingAllocator.malloc`."""
+        with self._lock:
+            return self._allocator.malloc(size, persistent=persistent)
+
+    def free(self, ptr: int) -> None:
+        """Free a pointer :meth:`malloc` returned; see :meth:`CachingAllocator.free`."""
+        with self._lock:
+            self._allocator.free(ptr)
+
+    def empty_cache(self) -> None:
+        """Return the allocator's releasable cached memory to the device."""
+        with self._lock:
+            self._allocator.empty_cache()
+
+    def reset_peak_memory_stats(self) -> None:
+        """Set every allocator peak to its current value."""
+        with self._lock:
+            self._allocator.reset_peak_memory_stats()
+
+    def external_malloc(self, nbytes: int) -> int:
+        """Take ``nbytes`` for this process outside the allocator; return a handle.
+
+        Raises:
+            SimOutOfMemory: fewer than ``nbytes`` are free (the allocator's
+                cache is not released for memory outside it).
+        """
+        with self._lock:
+            nbytes = _check_size(nbytes)
+            handle = self._take_raw(nbytes, "outside the allocator (this process)")
+            self._external[handle] = nbytes
+            self._external_bytes += nbytes
+            return handle
+
+    def external_free(self, handle: int) -> None:
+        """Give back memory taken by :meth:`external_malloc`."""
+        with self._lock:
+            nbytes = self._external.pop(handle, None)
+            if nbytes is None:
+                raise InvalidPointerError(
+                    f"external_free({handle!r}): no live external_malloc handle with that "
+                    "value (never returned, or already freed)"
+                )
+            self._external_bytes -= nbytes
+
+    def other_process_malloc(self, nbytes: int) -> int:
+        """Take ``nbytes`` as another process would; return a handle.
+
+        Raises:
+            SimOutOfMemory: fewer than ``nbytes`` are free.
+        """
+        with self._lock:
+            nbytes = _check_size(nbytes)
+            handle = self._take_raw(nbytes, "for another process")
+            self._others[handle] = nbytes
+            self._other_bytes += nbytes
+            return handle
+
+    def other_process_free(self, handle: int) -> None:
+        """Give back memory taken by :meth:`other_process_malloc`."""
+        with self._lock:
+            nbytes = self._others.pop(handle, None)
+            if nbytes is None:
+                raise InvalidPointerError(
+                    f"other_process_free({handle!r}): no live other_process_malloc handle "
+                    "with that value (never returned, or already freed)"
+                )
+            self._other_bytes -= nbytes
+
+    # ------------------------------------------------------------ internals
+
+    def _free_bytes(self) -> int:
+        return self._total - self._allocator_mapped - self._external_bytes - self._other_bytes
+
+    def _take_raw(self, nbytes: int, what: str) -> int:
+        free = self._free_bytes()
+        if nbytes > free:
+            alloc = self._allocator
+            raise SimOutOfMemory(
+                f"Simulated device {self._name!r} out of memory: tried to allocate "
+                f"{format_size(nbytes)} ({nbytes} bytes) {what}. The device has a total "
+                f"capacity of {format_size(self._total)} of which {format_size(free)} is free; "
+                f"this process's allocator holds {format_size(alloc.reserved)} "
+                f"({format_size(alloc.allocated)} allocated), other processes "
+                f"{format_size(self._other_bytes)}. Free memory or ask for less.",
+                requested=nbytes,
+                attempted=nbytes,
+                total=self._total,
+                free=free,
+                reserved=alloc.reserved,
+                allocated=alloc.allocated,
+            )
+        handle = self._next_handle
+        self._next_handle += 1
+        return handle
+
+
+class SimMemoryAPI:
+    """A ``torch.cuda``-shaped memory module over one :class:`SimDevice`.
+
+    It has one device, index ``0``; every ``device`` argument must be ``0``
+    or ``None``. Readings are taken under the device's lock.
+    """
+
+    OutOfMemoryError = SimOutOfMemory
+
+    def __init__(self, device: SimDevice) -> None:
+        self._dev = device
+
+    def _check(self, device: object) -> None:
+        if device is None or (device == 0 and type(device) is int):
+            return
+        raise InvalidInputError(
+            f"device {device!r} does not exist: the simulated device API has one device, "
+            "index 0 (or None for the current device)"
+        )
+
+    def is_available(self) -> bool:
+        """Always ``True``."""
+        return True
+
+    def device_count(self) -> int:
+        """Always ``1``."""
+        return 1
+
+    def current_device(self) -> int:
+        """Always ``0``."""
+        return 0
+
+    def get_device_name(self, device: int | None = None) -> str:
+        """The simulated device's name."""
+        self._check(device)
+        return self._dev.name
+
+    def mem_get_info(self, device: int | None = None) -> tuple[int, int]:
+        """``(free, total)`` bytes of the device, read together."""
+        self._check(device)
+        return self._dev.mem_get_info()
+
+    def memory_stats(self, device: int | None = None) -> dict[str, int]:
+        """The allocator's statistics with torch's key names."""
+        self._check(device)
+        return self._dev.memory_stats()
+
+    def _stat(self, device: int | None, key: str) -> int:
+        self._check(device)
+        with self._dev.lock:
+            return self._dev.allocator.memory_stats()[key]
+
+    def memory_allocated(self, device: int | None = None) -> int:
+        """``allocated_bytes.all.current``."""
+        return self._stat(device, "allocated_bytes.all.current")
+
+    def max_memory_allocated(self, device: int | None = None) -> int:
+        """``allocated_bytes.all.peak``."""
+        return self._stat(device, "allocated_bytes.all.peak")
+
+    def memory_reserved(self, device: int | None = None) -> int:
+        """``reserved_bytes.all.current``."""
+        return self._stat(device, "reserved_bytes.all.current")
+
+    def max_memory_reserved(self, device: int | None = None) -> int:
+        """``reserved_bytes.all.peak``."""
+        return self._stat(device, "reserved_bytes.all.peak")
+
+    def reset_peak_memory_stats(self, device: int | None = None) -> None:
+        """Set every peak to its current value."""
+        self._check(device)
+        self._dev.reset_peak_memory_stats()
+
+    def empty_cache(self) -> None:
+        """Release the allocator's releasable cached memory."""
+        self._dev.empty_cache()
+
+    def synchronize(self, device: int | None = None) -> None:
+        """Nothing to wait for: the simulated device runs no queued work."""
+        self._check(device)
