@@ -153,7 +153,9 @@ def get_quirks(backend: object) -> BackendQuirks:
 def allocator_settings(backend: object) -> dict[str, str]:
     """The allocator settings in effect: the backend's declared variables that are set."""
     return {
-        var: os.environ[var] for var in get_quirks(backend).allocator_settings_env if var in os.environ
+        var: os.environ[var]
+        for var in get_quirks(backend).allocator_settings_env
+        if var in os.environ
     }
 
 

@@ -44,7 +44,9 @@ def _echo_json(data: Any) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", "-V", prog_name="memacct", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__, "--version", "-V", prog_name="memacct", message="%(prog)s %(version)s"
+)
 def app() -> None:
     """How much accelerator memory can the KV cache safely take?
 
@@ -84,10 +86,15 @@ def _snapshot_table(snap: Any) -> Table:
     table.add_column("GiB", justify="right")
     table.add_column("bytes", justify="right")
     rows = [
-        ("total", snap.total), ("free", snap.free), ("used", snap.used),
-        ("reserved (allocator)", snap.reserved), ("allocated (tensors)", snap.allocated),
-        ("allocated peak", snap.allocated_peak), ("reserved peak", snap.reserved_peak),
-        ("non-allocator", snap.non_allocator), ("other processes", snap.other_processes),
+        ("total", snap.total),
+        ("free", snap.free),
+        ("used", snap.used),
+        ("reserved (allocator)", snap.reserved),
+        ("allocated (tensors)", snap.allocated),
+        ("allocated peak", snap.allocated_peak),
+        ("reserved peak", snap.reserved_peak),
+        ("non-allocator", snap.non_allocator),
+        ("other processes", snap.other_processes),
     ]
     for label, value in rows:
         if value is None:
@@ -98,11 +105,18 @@ def _snapshot_table(snap: Any) -> Table:
 
 
 @app.command("snapshot")
-@click.option("--backend", "backend_name", default=None, help="Backend name (default: best available).")
+@click.option(
+    "--backend", "backend_name", default=None, help="Backend name (default: best available)."
+)
 @click.option("--device", default=0, show_default=True, type=int, help="Device index.")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
-@click.option("--watch", type=float, default=None, metavar="SECONDS",
-              help="Refresh every SECONDS until interrupted.")
+@click.option(
+    "--watch",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Refresh every SECONDS until interrupted.",
+)
 def snapshot_cmd(backend_name: str | None, device: int, as_json: bool, watch: float | None) -> None:
     """Show the device's memory split into other processes, allocator and the rest."""
     from memacct.measure import snapshot
@@ -155,10 +169,19 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 
 
 @app.command("plan")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              help="A ProfileResult saved by an engine (JSON).")
-@click.option("--device", "device_preset", default=None,
-              help="Simulate the engine's start on this device preset (e.g. h100-80gb).")
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A ProfileResult saved by an engine (JSON).",
+)
+@click.option(
+    "--device",
+    "device_preset",
+    default=None,
+    help="Simulate the engine's start on this device preset (e.g. h100-80gb).",
+)
 @click.option("--allocator", default=None, help="Allocator preset of the simulated device.")
 @click.option("--model", required=True, help="config.json path, a preset name, or 'list'.")
 @click.option("--gpu-memory-utilization", "utilization", type=float, default=0.9, show_default=True)
@@ -171,13 +194,29 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
 @click.option("--truth-source", default=None, help="allocated_peak, reserved or auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Draw the device's memory as a stacked bar (PNG or SVG).")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Draw the device's memory as a stacked bar (PNG or SVG).",
+)
 def plan_cmd(
-    profile_path: str | None, device_preset: str | None, allocator: str | None, model: str,
-    utilization: float, block_size: int, max_model_len: int | None, max_num_batched_tokens: int,
-    max_num_seqs: int, tensor_parallel_size: int, pipeline_parallel_size: int,
-    kv_cache_dtype: str, truth_source: str | None, as_json: bool, plot_path: str | None,
+    profile_path: str | None,
+    device_preset: str | None,
+    allocator: str | None,
+    model: str,
+    utilization: float,
+    block_size: int,
+    max_model_len: int | None,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    kv_cache_dtype: str,
+    truth_source: str | None,
+    as_json: bool,
+    plot_path: str | None,
 ) -> None:
     """Plan the KV cache from a saved profile or a simulated device.
 
@@ -196,7 +235,9 @@ def plan_cmd(
         raise InvalidInputError("give either --profile or --device, not both")
     config, model_name = _model_config(model)
     spec = KVCacheSpec.from_hf_config(
-        config, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+        config,
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
     if profile_path is not None:
@@ -210,20 +251,31 @@ def plan_cmd(
         from memacct.sim.engine import simulate_engine_start
 
         start = simulate_engine_start(
-            config, device=device_preset or "h100-80gb", allocator=allocator or "torch-cuda",
-            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
-            truth_source=truth_source or "auto", progress=not as_json and sys.stderr.isatty(),
+            config,
+            device=device_preset or "h100-80gb",
+            allocator=allocator or "torch-cuda",
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel_size=tensor_parallel_size,
+            kv_cache_dtype=kv_cache_dtype,
+            truth_source=truth_source or "auto",
+            progress=not as_json and sys.stderr.isatty(),
         )
         result = start.result
     plan = plan_kv_cache(
-        result, spec, gpu_memory_utilization=utilization, block_size=block_size,
-        max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+        result,
+        spec,
+        gpu_memory_utilization=utilization,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
     if plot_path is not None:
         from memacct.plot import plot_plan
 
-        plot_plan(plan, result, plot_path, title=f"{model_name} on {result.backend}:{result.device}")
+        plot_plan(
+            plan, result, plot_path, title=f"{model_name} on {result.backend}:{result.device}"
+        )
     if as_json:
         click.echo(plan.model_dump_json(indent=2))
         return
@@ -254,24 +306,37 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
 
 
 @app.command("bench")
-@click.option("--scenarios", "scenarios_dir", type=click.Path(file_okay=False), default=None,
-              help="Directory of scenario JSON files (default: the shipped set).")
+@click.option(
+    "--scenarios",
+    "scenarios_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of scenario JSON files (default: the shipped set).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Also write the Markdown table to this file.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the Markdown table to this file.",
+)
 def bench_cmd(scenarios_dir: str | None, as_json: bool, output: str | None) -> None:
     """Run the truth-source accuracy benchmark on simulated serving scenarios."""
     from memacct.sim.bench import run_benchmark_cli
 
-    run_benchmark_cli(scenarios_dir, as_json=as_json, output=output,
-                      progress=not as_json and sys.stderr.isatty())
+    run_benchmark_cli(
+        scenarios_dir, as_json=as_json, output=output, progress=not as_json and sys.stderr.isatty()
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     try:
-        code = app.main(args=list(argv) if argv is not None else None, prog_name="memacct",
-                        standalone_mode=False)
+        code = app.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="memacct",
+            standalone_mode=False,
+        )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:

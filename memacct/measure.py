@@ -55,8 +55,7 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         if getattr(exc, "__module__", "").startswith("memacct"):
             raise
         raise BackendError(
-            f"backend {backend.name!r} failed to read device {device}: "
-            f"{type(exc).__name__}: {exc}"
+            f"backend {backend.name!r} failed to read device {device}: {type(exc).__name__}: {exc}"
         ) from exc
     allocated = read_stat(stats, ALLOCATED)
     reserved = read_stat(stats, RESERVED)

@@ -119,9 +119,7 @@ class MemorySnapshot(BaseModel):
                 f"used ({self.used}) must equal total - free ({self.total - self.free})"
             )
         if self.allocated > self.reserved:
-            raise ValueError(
-                f"allocated ({self.allocated}) exceeds reserved ({self.reserved})"
-            )
+            raise ValueError(f"allocated ({self.allocated}) exceeds reserved ({self.reserved})")
         if self.allocated_peak < self.allocated or self.reserved_peak < self.reserved:
             raise ValueError("a peak is below its current value")
         expected = self.used - self.reserved - (self.other_processes or 0)
@@ -313,6 +311,4 @@ def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> A
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
             for err in exc.errors()[:5]
         )
-        raise ConfigError(
-            f"{source} is not a valid {model.__name__}: {problems}"
-        ) from None
+        raise ConfigError(f"{source} is not a valid {model.__name__}: {problems}") from None

@@ -74,8 +74,9 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
         gib = value / 2**30
         ax.barh([0], [gib], left=left, color=COLORS[label], edgecolor="white", label=label)
         if value / total > 0.04:
-            ax.text(left + gib / 2, 0, f"{label}\n{gib:.2f} GiB", ha="center", va="center",
-                    fontsize=8)
+            ax.text(
+                left + gib / 2, 0, f"{label}\n{gib:.2f} GiB", ha="center", va="center", fontsize=8
+            )
         left += gib
     ax.set_xlim(0, total / 2**30)
     ax.set_yticks([])
@@ -83,7 +84,11 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
     ax.set_title(title or f"KV-cache plan on {result.backend}:{result.device}")
     ax.legend(
         [f"{label}: {value / 2**30:.2f} GiB" for label, value in parts],
-        loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=8, frameon=False,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        ncol=4,
+        fontsize=8,
+        frameon=False,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

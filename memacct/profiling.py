@@ -110,7 +110,9 @@ class ProfilingSession:
         Note: this resets the allocator's peak statistics at the region's end.
         """
         if self._in_exclusion:
-            raise ProfilingError(f"exclude({label!r}) inside another excluded region is not allowed")
+            raise ProfilingError(
+                f"exclude({label!r}) inside another excluded region is not allowed"
+            )
         self._in_exclusion = True
         start = time.perf_counter()
         self.backend.synchronize(self.device)
@@ -236,9 +238,16 @@ def memory_profiling(
     Raises:
         InvalidInputError: the baseline belongs to another backend or device,
             or ``weights_memory`` is negative.
-        ProfilingError: a session is already running on this device.
+        ProfilingError: a session is already running on this device, or the
+            backend has no allocator statistics (``nvml``).
     """
     backend = validate_backend(backend)
+    if not get_quirks(backend).has_allocator_stats:
+        raise ProfilingError(
+            f"backend {backend.name!r} has no allocator statistics, so it cannot measure the "
+            "activation peak: profile with the backend of the framework that allocates (cuda, "
+            f"npu, mindspore) and use {backend.name!r} for device-level snapshots only"
+        )
     dev = baseline.device if device is None else device
     if baseline.backend != backend.name or baseline.device != dev:
         raise InvalidInputError(
@@ -246,12 +255,16 @@ def memory_profiling(
             f"{backend.name}:{dev}: take the baseline with the same backend and device"
         )
     if weights_memory is not None and (
-        isinstance(weights_memory, bool) or not isinstance(weights_memory, int) or weights_memory < 0
+        isinstance(weights_memory, bool)
+        or not isinstance(weights_memory, int)
+        or weights_memory < 0
     ):
         raise InvalidInputError(
             f"weights_memory must be a non-negative int of bytes, got {weights_memory!r}"
         )
-    requested = requested_truth_source(truth_source, TruthSource.parse(backend.default_truth_source))
+    requested = requested_truth_source(
+        truth_source, TruthSource.parse(backend.default_truth_source)
+    )
     # One session per physical device: real backends are keyed by name and index; a
     # backend whose instances stand for different devices (the simulator) says so.
     identity = getattr(backend, "device_identity", None)

@@ -132,20 +132,29 @@ def _discover() -> dict[str, _Entry]:
             kept = entries[ep.name]
             logger.warning(
                 "memacct backend name %r is claimed twice: keeping %s, ignoring %s",
-                ep.name, kept.origin, origin.strip(),
+                ep.name,
+                kept.origin,
+                origin.strip(),
             )
             dup = _Entry(
-                name=f"{ep.name} ({dist})", origin=origin.strip(), distribution=dist,
-                version=version, loader=None, loaded=True,
-                error=f"name {ep.name!r} is also claimed by {kept.distribution}; this one is ignored"
-                " (uninstall one of the two distributions)",
+                name=f"{ep.name} ({dist})",
+                origin=origin.strip(),
+                distribution=dist,
+                version=version,
+                loader=None,
+                loaded=True,
+                error=f"name {ep.name!r} is also claimed by {kept.distribution}; this one is"
+                " ignored (uninstall one of the two distributions)",
             )
             entries[dup.name] = dup
             continue
         entries[ep.name] = _Entry(ep.name, origin.strip(), dist, version, ep.load)
     if "sim" not in entries:
         entries["sim"] = _Entry(
-            "sim", f"built-in {_BUILTIN_SIM}", CORE_DISTRIBUTION, _core_version(),
+            "sim",
+            f"built-in {_BUILTIN_SIM}",
+            CORE_DISTRIBUTION,
+            _core_version(),
             lambda: _load_object(_BUILTIN_SIM),
         )
     return entries
@@ -205,10 +214,16 @@ def register_backend(name: str, factory: BackendFactory) -> None:
     if not callable(factory):
         raise InvalidInputError(f"factory for backend {name!r} must be callable, got {factory!r}")
     module = getattr(factory, "__module__", "?")
+    qualname = getattr(factory, "__qualname__", type(factory).__name__)
     with _lock:
         _explicit[name] = _Entry(
-            name=name, origin=f"register_backend({name!r}, {module}.{getattr(factory, '__qualname__', factory)!s})",
-            distribution=None, version=None, loader=None, factory=factory, loaded=True,
+            name=name,
+            origin=f"register_backend({name!r}, {module}.{qualname})",
+            distribution=None,
+            version=None,
+            loader=None,
+            factory=factory,
+            loaded=True,
         )
 
 
@@ -247,7 +262,9 @@ def _availability(entry: _Entry) -> Availability:
 
 def _info(entry: _Entry, disabled: set[str]) -> BackendInfo:
     if _is_disabled(entry, disabled):
-        avail = Availability(False, f"disabled by {ENV_DISABLED}={os.environ.get(ENV_DISABLED, '')}")
+        avail = Availability(
+            False, f"disabled by {ENV_DISABLED}={os.environ.get(ENV_DISABLED, '')}"
+        )
         factory = None
     else:
         avail = _availability(entry)

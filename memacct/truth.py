@@ -16,8 +16,13 @@ from memacct.backend import BackendQuirks
 from memacct.models import TruthSource
 from memacct.units import format_gib
 
-__all__ = ["ENV_TRUTH_SOURCE", "PeakMeasurement", "TruthDecision", "requested_truth_source",
-           "resolve_truth_source"]
+__all__ = [
+    "ENV_TRUTH_SOURCE",
+    "PeakMeasurement",
+    "TruthDecision",
+    "requested_truth_source",
+    "resolve_truth_source",
+]
 
 ENV_TRUTH_SOURCE = "MEMACCT_TRUTH_SOURCE"
 
@@ -82,5 +87,7 @@ def resolve_truth_source(
             TruthSource.RESERVED, rpi, f"auto: fragmented pool, {measured}: using reserved"
         )
     return TruthDecision(
-        TruthSource.ALLOCATED_PEAK, api, f"auto: pool not fragmented, {measured}: using allocated peak"
+        TruthSource.ALLOCATED_PEAK,
+        api,
+        f"auto: pool not fragmented, {measured}: using allocated peak",
     )

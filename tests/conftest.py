@@ -47,9 +47,7 @@ def make_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginMaker:
         (root / f"{module}.py").write_text(textwrap.dedent(source))
         info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
-        )
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
         eps = "\n".join(f"{name} = {target}" for name, target in entry_points.items())
         (info / "entry_points.txt").write_text(f"[memacct.backends]\n{eps}\n")
         monkeypatch.syspath_prepend(str(root))

@@ -12,9 +12,18 @@ from memacct.units import GiB
 
 def snap(**overrides: object) -> MemorySnapshot:
     values: dict[str, object] = dict(
-        backend="sim", device=0, timestamp=100.0, total=80 * GiB, free=50 * GiB, used=30 * GiB,
-        allocated=10 * GiB, allocated_peak=12 * GiB, reserved=20 * GiB, reserved_peak=22 * GiB,
-        non_allocator=6 * GiB, other_processes=4 * GiB,
+        backend="sim",
+        device=0,
+        timestamp=100.0,
+        total=80 * GiB,
+        free=50 * GiB,
+        used=30 * GiB,
+        allocated=10 * GiB,
+        allocated_peak=12 * GiB,
+        reserved=20 * GiB,
+        reserved_peak=22 * GiB,
+        non_allocator=6 * GiB,
+        other_processes=4 * GiB,
     )
     values.update(overrides)
     return MemorySnapshot(**values)  # type: ignore[arg-type]
@@ -55,7 +64,10 @@ def test_snapshot_subtraction_is_field_wise() -> None:
     later = snap(free=40 * GiB, used=40 * GiB, non_allocator=16 * GiB, timestamp=101.5)
     delta = later - snap()
     assert (delta.free, delta.used, delta.non_allocator, delta.reserved) == (
-        -10 * GiB, 10 * GiB, 10 * GiB, 0,
+        -10 * GiB,
+        10 * GiB,
+        10 * GiB,
+        0,
     )
     assert delta.timestamp == pytest.approx(1.5)
 
@@ -78,10 +90,18 @@ def test_truth_source_parse_names_the_bad_value() -> None:
 
 def profile(**overrides: object) -> ProfileResult:
     values: dict[str, object] = dict(
-        baseline=snap(), before=snap(), after=snap(), weights_memory=15 * GiB,
-        activation_peak=2 * GiB, allocated_peak_increase=2 * GiB, reserved_peak_increase=3 * GiB,
-        non_allocator_increase=GiB, non_kv_cache_memory=18 * GiB,
-        truth_source=TruthSource.ALLOCATED_PEAK, fragmentation=0.1, duration_s=0.5,
+        baseline=snap(),
+        before=snap(),
+        after=snap(),
+        weights_memory=15 * GiB,
+        activation_peak=2 * GiB,
+        allocated_peak_increase=2 * GiB,
+        reserved_peak_increase=3 * GiB,
+        non_allocator_increase=GiB,
+        non_kv_cache_memory=18 * GiB,
+        truth_source=TruthSource.ALLOCATED_PEAK,
+        fragmentation=0.1,
+        duration_s=0.5,
     )
     values.update(overrides)
     return ProfileResult(**values)  # type: ignore[arg-type]

@@ -29,20 +29,21 @@ def load_weights(dev: SimDevice, layers: int = 10, layer_bytes: int = GiB) -> li
 def test_profile_numbers_are_exact_with_every_kind_of_memory(
     dev: SimDevice, backend: memacct.DeviceBackend
 ) -> None:
-    dev.other_process_malloc(3 * GiB)          # a co-tenant
-    dev.external_malloc(512 * MiB)             # this process's driver context
+    dev.other_process_malloc(3 * GiB)  # a co-tenant
+    dev.external_malloc(512 * MiB)  # this process's driver context
     baseline = memacct.snapshot(backend)
     assert baseline.other_processes == 3 * GiB
     assert baseline.non_allocator == 512 * MiB
-    load_weights(dev)                          # 10 GiB of weights
-    with memacct.memory_profiling(backend, baseline, weights_memory=10 * GiB,
-                                  truth_source="allocated_peak") as session:
-        act = dev.malloc(2 * GiB)              # the activation spike
+    load_weights(dev)  # 10 GiB of weights
+    with memacct.memory_profiling(
+        backend, baseline, weights_memory=10 * GiB, truth_source="allocated_peak"
+    ) as session:
+        act = dev.malloc(2 * GiB)  # the activation spike
         dev.free(act)
         with session.exclude("compile"):
-            spike = dev.malloc(5 * GiB)        # a compile spike, not an activation
+            spike = dev.malloc(5 * GiB)  # a compile spike, not an activation
             dev.free(spike)
-        dev.external_malloc(256 * MiB)         # NCCL buffers appear during profiling
+        dev.external_malloc(256 * MiB)  # NCCL buffers appear during profiling
     result = session.result
     assert result.activation_peak == 2 * GiB
     assert result.allocated_peak_increase == 2 * GiB
@@ -84,7 +85,7 @@ def test_memory_an_excluded_region_keeps_still_counts(
     with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
         with session.exclude("cuda-graph-capture"):
             dev.free(dev.malloc(4 * GiB))
-            dev.malloc(100 * MiB)              # the captured graph's pool stays
+            dev.malloc(100 * MiB)  # the captured graph's pool stays
         dev.free(dev.malloc(1 * GiB))
     assert session.result.activation_peak == 1 * GiB + 100 * MiB
 
@@ -137,8 +138,9 @@ def test_reserved_truth_source_charges_the_fragmentation(
     dev: SimDevice, backend: memacct.DeviceBackend
 ) -> None:
     baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0,
-                                  truth_source="reserved") as session:
+    with memacct.memory_profiling(
+        backend, baseline, weights_memory=0, truth_source="reserved"
+    ) as session:
         fragment(dev)
     assert session.result.activation_peak == 10 * 20 * MiB
     assert session.result.truth_source is TruthSource.RESERVED
@@ -148,8 +150,9 @@ def test_auto_picks_reserved_when_fragmentation_is_large_and_says_why(
     dev: SimDevice, backend: memacct.DeviceBackend
 ) -> None:
     baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0,
-                                  truth_source="auto") as session:
+    with memacct.memory_profiling(
+        backend, baseline, weights_memory=0, truth_source="auto"
+    ) as session:
         fragment(dev)
     result = session.result
     assert result.requested_truth_source is TruthSource.AUTO
@@ -161,8 +164,9 @@ def test_auto_picks_allocated_peak_when_pool_does_not_fragment(
     dev: SimDevice, backend: memacct.DeviceBackend
 ) -> None:
     baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0,
-                                  truth_source="auto") as session:
+    with memacct.memory_profiling(
+        backend, baseline, weights_memory=0, truth_source="auto"
+    ) as session:
         dev.free(dev.malloc(2 * GiB))
     assert session.result.truth_source is TruthSource.ALLOCATED_PEAK
     assert session.result.activation_peak == 2 * GiB

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,8 @@ from memacct import (
     TorchLikeBackend,
 )
 from memacct.sim import SimDevice
-from tests.conftest import PluginMaker
+
+PluginMaker = Callable[..., Path]
 
 GOOD = """
 from memacct import Availability, TorchLikeBackend
@@ -52,7 +55,10 @@ def test_installed_plugin_is_listed_with_its_distribution(make_plugin: PluginMak
     make_plugin("acme-memacct", "acme_backend", GOOD, {"acme": "acme_backend:Backend"}, "1.2")
     info = infos()["acme"]
     assert (info.available, info.reason, info.distribution, info.version) == (
-        True, "acme device present", "acme-memacct", "1.2",
+        True,
+        "acme device present",
+        "acme-memacct",
+        "1.2",
     )
 
 
@@ -66,43 +72,62 @@ def test_get_backend_without_name_falls_back_to_sim(monkeypatch: pytest.MonkeyPa
     assert memacct.get_backend().name == "sim"
 
 
-def test_memacct_backend_env_chooses(monkeypatch: pytest.MonkeyPatch, make_plugin: PluginMaker) -> None:
+def test_memacct_backend_env_chooses(
+    monkeypatch: pytest.MonkeyPatch, make_plugin: PluginMaker
+) -> None:
     make_plugin("acme-memacct", "acme_backend", GOOD, {"acme": "acme_backend:Backend"})
     monkeypatch.setenv("MEMACCT_BACKEND", "sim")
     assert memacct.get_backend().name == "sim"
 
 
 def test_plugin_that_fails_to_import_is_listed_with_the_error(make_plugin: PluginMaker) -> None:
-    make_plugin("broken", "broken_backend", "import no_such_framework_xyz\n",
-                {"broken": "broken_backend:Backend"})
+    make_plugin(
+        "broken",
+        "broken_backend",
+        "import no_such_framework_xyz\n",
+        {"broken": "broken_backend:Backend"},
+    )
     info = infos()["broken"]
     assert not info.available
     assert "failed to import" in info.reason and "no_such_framework_xyz" in info.reason
     assert infos()["sim"].available
 
 
-def test_plugin_whose_availability_raises_is_listed_with_the_error(make_plugin: PluginMaker) -> None:
-    make_plugin("raising", "raising_backend", """
+def test_plugin_whose_availability_raises_is_listed_with_the_error(
+    make_plugin: PluginMaker,
+) -> None:
+    make_plugin(
+        "raising",
+        "raising_backend",
+        """
         class Backend:
             @classmethod
             def availability(cls):
                 raise RuntimeError("driver exploded")
-    """, {"raising": "raising_backend:Backend"})
+    """,
+        {"raising": "raising_backend:Backend"},
+    )
     info = infos()["raising"]
     assert not info.available and "RuntimeError: driver exploded" in info.reason
 
 
 def test_plugin_whose_factory_raises_gives_a_backend_error(make_plugin: PluginMaker) -> None:
-    make_plugin("ctor", "ctor_backend", GOOD.replace(
-        "super().__init__(", "raise OSError('no device node'); super().__init__("),
-        {"ctor": "ctor_backend:Backend"})
+    make_plugin(
+        "ctor",
+        "ctor_backend",
+        GOOD.replace("super().__init__(", "raise OSError('no device node'); super().__init__("),
+        {"ctor": "ctor_backend:Backend"},
+    )
     with pytest.raises(BackendError, match="'ctor' failed to start.*OSError: no device node"):
         memacct.get_backend("ctor")
     assert memacct.get_backend("sim").name == "sim"
 
 
 def test_plugin_missing_a_protocol_method_is_rejected_at_load(make_plugin: PluginMaker) -> None:
-    make_plugin("partial", "partial_backend", """
+    make_plugin(
+        "partial",
+        "partial_backend",
+        """
         from memacct import Availability
         class Backend:
             name = "partial"
@@ -111,7 +136,9 @@ def test_plugin_missing_a_protocol_method_is_rejected_at_load(make_plugin: Plugi
             def mem_get_info(self, device): return (1, 2)
             @classmethod
             def availability(cls): return Availability(True, "fine")
-    """, {"partial": "partial_backend:Backend"})
+    """,
+        {"partial": "partial_backend:Backend"},
+    )
     info = infos()["partial"]
     assert not info.available
     assert "not a memacct backend" in info.reason
@@ -121,11 +148,16 @@ def test_plugin_missing_a_protocol_method_is_rejected_at_load(make_plugin: Plugi
 
 
 def test_plugin_returning_a_non_availability_is_unavailable(make_plugin: PluginMaker) -> None:
-    make_plugin("odd", "odd_backend", """
+    make_plugin(
+        "odd",
+        "odd_backend",
+        """
         class Backend:
             @classmethod
             def availability(cls): return "yes"
-    """, {"odd": "odd_backend:Backend"})
+    """,
+        {"odd": "odd_backend:Backend"},
+    )
     assert "not memacct.Availability" in infos()["odd"].reason
 
 
@@ -196,8 +228,9 @@ def test_registry_is_safe_from_threads(make_plugin: PluginMaker) -> None:
 
     make_plugin("acme-memacct", "acme_backend", GOOD, {"acme": "acme_backend:Backend"})
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: sorted(i.name for i in memacct.available_backends()),
-                                range(32)))
+        results = list(
+            pool.map(lambda _: sorted(i.name for i in memacct.available_backends()), range(32))
+        )
     assert all(r == results[0] for r in results) and "acme" in results[0]
 
 

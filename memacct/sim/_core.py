@@ -205,17 +205,18 @@ class _Segment:
         self.head = head
 
 
-class _Stat:
-    """One statistic: current value, peak since the last reset, cumulative increase."""
-
-    __slots__ = ("cum", "cur", "peak")
-
-    def __init__(self) -> None:
-        self.cur = 0
-        self.peak = 0
-        self.cum = 0
-
-
+# The counters behind the statistics. Each has a current value, a peak since
+# the last reset (``_peak``) and a cumulative increase (``_cum``); the
+# cumulative decrease ("freed") is ``cum - current``.
+_COUNTERS = (
+    "allocation",
+    "allocated_bytes",
+    "requested_bytes",
+    "segment",
+    "reserved_bytes",
+    "inactive_split",
+    "inactive_split_bytes",
+)
 # torch's stat names -> the counter that backs them. Without streams a block
 # is active exactly while it is allocated, so ``active*`` share counters.
 _STAT_SOURCES: tuple[tuple[str, str], ...] = (
@@ -229,29 +230,47 @@ _STAT_SOURCES: tuple[tuple[str, str], ...] = (
     ("reserved_bytes", "reserved_bytes"),
     ("segment", "segment"),
 )
-_COUNTERS = (
-    "allocation",
-    "allocated_bytes",
-    "requested_bytes",
-    "segment",
-    "reserved_bytes",
-    "inactive_split",
-    "inactive_split_bytes",
-)
 
 
 class _Stats:
-    """The counters of one pool, or of all pools together."""
+    """The counters of one pool, or of all pools together, as plain int attributes.
 
-    __slots__ = _COUNTERS
+    Plain attributes (not one object per counter) because the malloc/free hot
+    path updates six of them per call.
+    """
+
+    __slots__ = tuple(f"{c}{suffix}" for c in _COUNTERS for suffix in ("", "_peak", "_cum"))
 
     def __init__(self) -> None:
-        for counter in _COUNTERS:
-            setattr(self, counter, _Stat())
+        self.allocation = self.allocation_peak = self.allocation_cum = 0
+        self.allocated_bytes = self.allocated_bytes_peak = self.allocated_bytes_cum = 0
+        self.requested_bytes = self.requested_bytes_peak = self.requested_bytes_cum = 0
+        self.segment = self.segment_peak = self.segment_cum = 0
+        self.reserved_bytes = self.reserved_bytes_peak = self.reserved_bytes_cum = 0
+        self.inactive_split = self.inactive_split_peak = self.inactive_split_cum = 0
+        self.inactive_split_bytes = self.inactive_split_bytes_peak = 0
+        self.inactive_split_bytes_cum = 0
 
-    def get(self, counter: str) -> _Stat:
-        stat: _Stat = getattr(self, counter)
-        return stat
+    def read(self, counter: str) -> tuple[int, int, int]:
+        """``(current, peak, cumulative increase)`` of ``counter``."""
+        cur: int = getattr(self, counter)
+        peak: int = getattr(self, counter + "_peak")
+        cum: int = getattr(self, counter + "_cum")
+        return cur, peak, cum
+
+    def add(self, counter: str, n: int) -> None:
+        """Change ``counter`` by ``n`` (either sign), keeping peak and cumulative."""
+        cur: int = getattr(self, counter) + n
+        setattr(self, counter, cur)
+        if n > 0:
+            setattr(self, counter + "_cum", getattr(self, counter + "_cum") + n)
+            if cur > getattr(self, counter + "_peak"):
+                setattr(self, counter + "_peak", cur)
+
+    def reset_peaks(self) -> None:
+        """Set every peak to its current value."""
+        for counter in _COUNTERS:
+            setattr(self, counter + "_peak", getattr(self, counter))
 
 
 class _Pool:
@@ -276,18 +295,20 @@ class _Pool:
         self.stats = _Stats()
 
 
-def _inc(s: _Stat, a: _Stat, n: int) -> None:
-    """Increase a pool counter and its all-pools counter by ``n`` > 0."""
-    c = s.cur + n
-    s.cur = c
-    s.cum += n
-    if c > s.peak:
-        s.peak = c
-    c = a.cur + n
-    a.cur = c
-    a.cum += n
-    if c > a.peak:
-        a.peak = c
+def _more_inactive_split(st: _Stats, blocks: int, nbytes: int) -> None:
+    """Increase the ``inactive_split`` counters by ``blocks`` >= 0 and ``nbytes`` >= 0."""
+    if blocks:
+        c = st.inactive_split + blocks
+        st.inactive_split = c
+        st.inactive_split_cum += blocks
+        if c > st.inactive_split_peak:
+            st.inactive_split_peak = c
+    if nbytes:
+        c = st.inactive_split_bytes + nbytes
+        st.inactive_split_bytes = c
+        st.inactive_split_bytes_cum += nbytes
+        if c > st.inactive_split_bytes_peak:
+            st.inactive_split_bytes_peak = c
 
 
 def _check_size(size: object) -> int:
@@ -325,6 +346,8 @@ class CachingAllocator:
     The allocator is not thread safe; :class:`memacct.sim.SimDevice` locks
     around it. A request of 0 bytes returns the null pointer ``0`` and
     allocates nothing (as torch does for empty tensors); ``free(0)`` is a no-op.
+    Virtual addresses of released segments are never reused, so the same
+    trace always gives the same addresses and statistics.
 
     Args:
         device_memory: where segments are mapped from.
@@ -337,19 +360,29 @@ class CachingAllocator:
     _pad: ClassVar[int] = 0
     """Bytes added to every request before rounding."""
     _track_inactive_split: ClassVar[bool] = True
+    """Whether free split blocks count as ``inactive_split`` (not for expandable segments)."""
+    _refit: ClassVar[bool] = False
+    """Whether :meth:`_refit_block` may replace the best-fit block (expandable segments)."""
 
     def __init__(self, device_memory: DeviceMemory) -> None:
         self._device = device_memory
         self._small = _Pool("small_pool", split_min=MIN_BLOCK_SIZE)
         # Large blocks split only when more than 1 MiB would remain.
         self._large = _Pool("large_pool", split_min=SMALL_SIZE + 1)
-        self._pools: tuple[_Pool, ...] = (self._small, self._large)
+        self._small_max = SMALL_SIZE
+        """Rounded requests up to this size use the small pool."""
+        self._persistent_pool: _Pool | None = None
+        """Pool for ``persistent=True`` requests, if the preset has one."""
         self._all = _Stats()
         self._live: dict[int, _Block] = {}
         self._free_blocks: dict[int, _Block] = {}
         self._next_addr = _BASE_ADDRESS
         self.num_alloc_retries = 0
         self.num_ooms = 0
+
+    @property
+    def _pools(self) -> tuple[_Pool, _Pool]:
+        return (self._small, self._large)
 
     def __repr__(self) -> str:
         return (
@@ -362,12 +395,12 @@ class CachingAllocator:
     @property
     def allocated(self) -> int:
         """Bytes of allocated blocks (``allocated_bytes.all.current``)."""
-        return self._all.allocated_bytes.cur
+        return self._all.allocated_bytes
 
     @property
     def reserved(self) -> int:
-        """Bytes held from the device (``reserved_bytes.all.current``)."""
-        return self._all.reserved_bytes.cur
+        """Bytes held from the device for blocks (``reserved_bytes.all.current``)."""
+        return self._all.reserved_bytes
 
     @property
     def live_blocks(self) -> int:
@@ -391,16 +424,89 @@ class CachingAllocator:
                 allocator released its wholly free cached segments.
             InvalidInputError: ``size`` is negative or not an int.
         """
+        # Hot path: everything inline, statistics included.
         if size.__class__ is not int or size <= 0:
             size = _check_size(size)
             if size == 0:
                 return 0
         rounded = (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
-        pool = self._select_pool(rounded, persistent)
-        block = self._take_free(pool, rounded)
-        if block is None:
+        if persistent and self._persistent_pool is not None:
+            pool = self._persistent_pool
+        elif rounded <= self._small_max:
+            pool = self._small
+        else:
+            pool = self._large
+        key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
+        if key >= 0:
+            block = self._free_blocks.pop(key & _ADDR_MASK)
+            if self._refit:
+                block = self._refit_block(pool, block)
+        else:
             block = self._grow(pool, rounded, size)
-        return self._occupy(pool, block, rounded, size)
+        ps = pool.stats
+        a = self._all
+        nxt = block.next
+        remaining = block.size - rounded
+        if remaining >= pool.split_min:
+            addr = block.addr
+            rest = _Block(addr + rounded, remaining, pool)
+            rest.prev = block
+            rest.next = nxt
+            if nxt is not None:
+                nxt.prev = rest
+            block.next = rest
+            block.size = rounded
+            pool.free.add((remaining << KEY_SHIFT) | (addr + rounded))
+            self._free_blocks[addr + rounded] = rest
+            if self._track_inactive_split:
+                if block.prev is not None or nxt is not None:
+                    # The free remainder replaces the split block it came from.
+                    ps.inactive_split_bytes -= rounded
+                    a.inactive_split_bytes -= rounded
+                else:
+                    _more_inactive_split(ps, 1, remaining)
+                    _more_inactive_split(a, 1, remaining)
+        elif self._track_inactive_split and (block.prev is not None or nxt is not None):
+            ps.inactive_split -= 1
+            a.inactive_split -= 1
+            ps.inactive_split_bytes -= block.size
+            a.inactive_split_bytes -= block.size
+        block.state = ALLOCATED
+        block.requested = size
+        addr = block.addr
+        self._live[addr] = block
+        n = block.size
+        c = ps.allocation + 1
+        ps.allocation = c
+        ps.allocation_cum += 1
+        if c > ps.allocation_peak:
+            ps.allocation_peak = c
+        c = a.allocation + 1
+        a.allocation = c
+        a.allocation_cum += 1
+        if c > a.allocation_peak:
+            a.allocation_peak = c
+        c = ps.allocated_bytes + n
+        ps.allocated_bytes = c
+        ps.allocated_bytes_cum += n
+        if c > ps.allocated_bytes_peak:
+            ps.allocated_bytes_peak = c
+        c = a.allocated_bytes + n
+        a.allocated_bytes = c
+        a.allocated_bytes_cum += n
+        if c > a.allocated_bytes_peak:
+            a.allocated_bytes_peak = c
+        c = ps.requested_bytes + size
+        ps.requested_bytes = c
+        ps.requested_bytes_cum += size
+        if c > ps.requested_bytes_peak:
+            ps.requested_bytes_peak = c
+        c = a.requested_bytes + size
+        a.requested_bytes = c
+        a.requested_bytes_cum += size
+        if c > a.requested_bytes_peak:
+            a.requested_bytes_peak = c
+        return addr
 
     def free(self, ptr: int) -> None:
         """Return a block to the cache, merging it with free neighbours of its segment.
@@ -428,11 +534,12 @@ class CachingAllocator:
         net_bytes = 0
         prev = block.prev
         if prev is not None and prev.state == FREE:
-            free_set.remove((prev.size << KEY_SHIFT) | prev.addr)
+            psize = prev.size
+            free_set.remove((psize << KEY_SHIFT) | prev.addr)
             del free_blocks[prev.addr]
-            net_blocks -= 1
-            net_bytes -= prev.size
-            prev.size += block.size
+            net_blocks = -1
+            net_bytes = -psize
+            prev.size = psize + size
             nxt = block.next
             prev.next = nxt
             if nxt is not None:
@@ -440,11 +547,12 @@ class CachingAllocator:
             block = prev
         nxt = block.next
         if nxt is not None and nxt.state == FREE:
-            free_set.remove((nxt.size << KEY_SHIFT) | nxt.addr)
+            nsize = nxt.size
+            free_set.remove((nsize << KEY_SHIFT) | nxt.addr)
             del free_blocks[nxt.addr]
             net_blocks -= 1
-            net_bytes -= nxt.size
-            block.size += nxt.size
+            net_bytes -= nsize
+            block.size += nsize
             after = nxt.next
             block.next = after
             if after is not None:
@@ -457,22 +565,23 @@ class CachingAllocator:
             if block.prev is not None or block.next is not None:
                 net_blocks += 1
                 net_bytes += block.size
-            if net_blocks > 0:
-                _inc(ps.inactive_split, a.inactive_split, net_blocks)
-            elif net_blocks < 0:
-                ps.inactive_split.cur += net_blocks
-                a.inactive_split.cur += net_blocks
-            if net_bytes > 0:
-                _inc(ps.inactive_split_bytes, a.inactive_split_bytes, net_bytes)
-            elif net_bytes < 0:
-                ps.inactive_split_bytes.cur += net_bytes
-                a.inactive_split_bytes.cur += net_bytes
-        ps.allocation.cur -= 1
-        a.allocation.cur -= 1
-        ps.allocated_bytes.cur -= size
-        a.allocated_bytes.cur -= size
-        ps.requested_bytes.cur -= requested
-        a.requested_bytes.cur -= requested
+            if net_blocks < 0:
+                ps.inactive_split += net_blocks
+                a.inactive_split += net_blocks
+                net_blocks = 0
+            if net_bytes < 0:
+                ps.inactive_split_bytes += net_bytes
+                a.inactive_split_bytes += net_bytes
+                net_bytes = 0
+            if net_blocks or net_bytes:
+                _more_inactive_split(ps, net_blocks, net_bytes)
+                _more_inactive_split(a, net_blocks, net_bytes)
+        ps.allocation -= 1
+        a.allocation -= 1
+        ps.allocated_bytes -= size
+        a.allocated_bytes -= size
+        ps.requested_bytes -= requested
+        a.requested_bytes -= requested
 
     def empty_cache(self) -> None:
         """Release every wholly free segment to the device.
@@ -484,10 +593,9 @@ class CachingAllocator:
 
     def reset_peak_memory_stats(self) -> None:
         """Set every peak to its current value; cumulative counters stay."""
-        for stats in (self._all, *(pool.stats for pool in self._pools)):
-            for counter in _COUNTERS:
-                stat = stats.get(counter)
-                stat.peak = stat.cur
+        self._all.reset_peaks()
+        for pool in self._pools:
+            pool.stats.reset_peaks()
 
     def memory_stats(self) -> dict[str, int]:
         """Statistics with torch's key names, sorted by key as torch returns them.
@@ -496,28 +604,25 @@ class CachingAllocator:
         ``allocated_bytes``, ``segment``, ``reserved_bytes``, ``active``,
         ``active_bytes``, ``inactive_split``, ``inactive_split_bytes``,
         ``requested_bytes``; pool in ``all``, ``small_pool``, ``large_pool``;
-        metric in ``current``, ``peak``, ``allocated``, ``freed``; plus
-        ``num_alloc_retries`` and ``num_ooms``.
+        metric in ``current``, ``peak``, ``allocated`` (cumulative increase),
+        ``freed`` (cumulative decrease); plus ``num_alloc_retries`` and ``num_ooms``.
         """
         out: dict[str, int] = {}
         groups = (("all", self._all), *((p.stat_name, p.stats) for p in self._pools))
         for stat_name, counter in _STAT_SOURCES:
             for pool_name, stats in groups:
-                stat = stats.get(counter)
+                cur, peak, cum = stats.read(counter)
                 prefix = f"{stat_name}.{pool_name}."
-                out[prefix + "allocated"] = stat.cum
-                out[prefix + "current"] = stat.cur
-                out[prefix + "freed"] = stat.cum - stat.cur
-                out[prefix + "peak"] = stat.peak
+                out[prefix + "allocated"] = cum
+                out[prefix + "current"] = cur
+                out[prefix + "freed"] = cum - cur
+                out[prefix + "peak"] = peak
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
         self._extra_stats(out)
         return dict(sorted(out.items()))
 
     # ------------------------------------------------------- preset hooks
-
-    def _select_pool(self, rounded: int, persistent: bool) -> _Pool:
-        return self._small if rounded <= SMALL_SIZE else self._large
 
     def _segment_size(self, pool: _Pool, rounded: int) -> int:
         """Size of the segment mapped for a request that no cached block fits."""
@@ -527,15 +632,13 @@ class CachingAllocator:
             return LARGE_BUFFER
         return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
 
-    def _take_free(self, pool: _Pool, rounded: int) -> _Block | None:
-        """Remove and return the best-fitting free block, or ``None``."""
-        key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
-        if key < 0:
-            return None
-        return self._free_blocks.pop(key & _ADDR_MASK)
+    def _refit_block(self, pool: _Pool, block: _Block) -> _Block:
+        """Replace the best-fit ``block`` (out of the free set) by another; see ``_refit``."""
+        return block
 
     def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
-        """Map a new segment for the request; its one free block, or ``None`` if the device is full."""
+        """Map memory for the request: a free block of at least ``rounded`` bytes
+        (not in the free set), or ``None`` if the device has not enough free."""
         size = self._segment_size(pool, rounded)
         if not self._device.map(size):
             return None
@@ -572,44 +675,6 @@ class CachingAllocator:
                 raise self._out_of_memory(pool, rounded, size)
         return block
 
-    def _occupy(self, pool: _Pool, block: _Block, rounded: int, size: int) -> int:
-        """Allocate ``block`` (already out of the free set) for a request."""
-        remaining = block.size - rounded
-        ps = pool.stats
-        a = self._all
-        if remaining >= pool.split_min:
-            was_split = block.prev is not None or block.next is not None
-            rest = _Block(block.addr + rounded, remaining, pool)
-            nxt = block.next
-            rest.prev = block
-            rest.next = nxt
-            if nxt is not None:
-                nxt.prev = rest
-            block.next = rest
-            block.size = rounded
-            pool.free.add((remaining << KEY_SHIFT) | rest.addr)
-            self._free_blocks[rest.addr] = rest
-            if self._track_inactive_split:
-                if was_split:
-                    ps.inactive_split_bytes.cur -= rounded
-                    a.inactive_split_bytes.cur -= rounded
-                else:
-                    _inc(ps.inactive_split, a.inactive_split, 1)
-                    _inc(ps.inactive_split_bytes, a.inactive_split_bytes, remaining)
-        elif self._track_inactive_split and (block.prev is not None or block.next is not None):
-            ps.inactive_split.cur -= 1
-            a.inactive_split.cur -= 1
-            ps.inactive_split_bytes.cur -= block.size
-            a.inactive_split_bytes.cur -= block.size
-        block.state = ALLOCATED
-        block.requested = size
-        addr = block.addr
-        self._live[addr] = block
-        _inc(ps.allocation, a.allocation, 1)
-        _inc(ps.allocated_bytes, a.allocated_bytes, block.size)
-        _inc(ps.requested_bytes, a.requested_bytes, size)
-        return addr
-
     def _add_segment(self, pool: _Pool, size: int) -> _Block:
         """Record a segment of ``size`` bytes just mapped; return its single free block."""
         addr = self._next_addr
@@ -618,15 +683,14 @@ class CachingAllocator:
         self._next_addr = (addr + size + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
         block = _Block(addr, size, pool)
         pool.segments[addr] = _Segment(addr, size, block)
-        _inc(pool.stats.segment, self._all.segment, 1)
-        _inc(pool.stats.reserved_bytes, self._all.reserved_bytes, size)
+        for stats in (pool.stats, self._all):
+            stats.add("segment", 1)
+            stats.add("reserved_bytes", size)
         return block
 
     def _release_cached(self) -> None:
         """Unmap every segment that is one free block (torch's ``release_cached_blocks``)."""
-        a = self._all
         for pool in self._pools:
-            ps = pool.stats
             for seg in list(pool.segments.values()):
                 head = seg.head
                 if head.state != FREE or head.size != seg.size:
@@ -635,10 +699,9 @@ class CachingAllocator:
                 del self._free_blocks[head.addr]
                 del pool.segments[seg.addr]
                 self._device.unmap(seg.size)
-                ps.segment.cur -= 1
-                a.segment.cur -= 1
-                ps.reserved_bytes.cur -= seg.size
-                a.reserved_bytes.cur -= seg.size
+                for stats in (pool.stats, self._all):
+                    stats.add("segment", -1)
+                    stats.add("reserved_bytes", -seg.size)
 
     def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
         attempted = self._attempt_size(pool, rounded)
@@ -695,14 +758,15 @@ class CachingAllocator:
         for pool in self._pools:
             counts = dict.fromkeys(_COUNTERS, 0)
             for seg in pool.segments.values():
-                counts["segment"] += 1
-                counts["reserved_bytes"] += self._segment_reserved(seg)
+                counts["segment"] += self._segment_count(seg)
                 b: _Block | None = seg.head
                 expect = seg.addr
                 prev: _Block | None = None
                 while b is not None:
                     if b.addr != expect or b.prev is not prev or b.pool is not pool:
                         raise AssertionError(f"broken block chain at {b.addr:#x}")
+                    if b.state != UNMAPPED:
+                        counts["reserved_bytes"] += b.size
                     if b.state == ALLOCATED:
                         live_seen += 1
                         if self._live.get(b.addr) is not b:
@@ -723,6 +787,8 @@ class CachingAllocator:
                         ):
                             counts["inactive_split"] += 1
                             counts["inactive_split_bytes"] += b.size
+                    elif prev is not None and prev.state == UNMAPPED:
+                        raise AssertionError(f"unmapped neighbours not merged at {b.addr:#x}")
                     expect = b.addr + b.size
                     prev = b
                     b = b.next
@@ -740,5 +806,6 @@ class CachingAllocator:
                 out[f"{stat_name}.{pool_name}.current"] = counts[counter]
         return out
 
-    def _segment_reserved(self, seg: _Segment) -> int:
-        return seg.size
+    def _segment_count(self, seg: _Segment) -> int:
+        """How many ``segment`` counts ``seg`` contributes (expandable: none)."""
+        return 1

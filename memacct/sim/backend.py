@@ -64,4 +64,3 @@ class SimBackend(TorchLikeBackend):
 
     def __repr__(self) -> str:
         return f"SimBackend({self.sim_device!r})"
-

@@ -1,0 +1,920 @@
+"""What one token of KV cache costs on one rank, read from a model's ``config.json``.
+
+:meth:`KVCacheSpec.from_hf_config` reads a Hugging Face ``config.json`` (a
+path, a model directory, or the parsed dict) and works out the bytes of KV
+cache one token needs on one rank, for:
+
+* standard multi-head, grouped-query and multi-query attention:
+  ``2 x kv_heads_per_rank x head_dim x kv_dtype_bytes`` per layer;
+* multi-head latent attention (DeepSeek-V2/V3): one latent of
+  ``kv_lora_rank + qk_rope_head_dim`` elements per layer, replicated on every
+  tensor-parallel rank;
+* sliding-window and hybrid models (``sliding_window``, ``use_sliding_window``,
+  ``layer_types``, Gemma's interleaved patterns): window layers cost the same
+  per token but a request never needs more than its window of them;
+* tensor parallelism (KV heads split across ranks, replicated when there are
+  fewer KV heads than ranks) and pipeline parallelism (layers split across
+  stages as vLLM splits them; the stage with the most cache decides).
+
+Example::
+
+    >>> from memacct.planner import KVCacheSpec, load_model_preset
+    >>> spec = KVCacheSpec.from_hf_config(load_model_preset("llama-3.1-8b"))
+    >>> spec.bytes_per_token == 2 * 32 * 8 * 128 * 2
+    True
+    >>> KVCacheSpec.from_preset("deepseek-v3", tensor_parallel_size=8).bytes_per_token
+    70272
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.units import MiB
+
+__all__ = [
+    "MAX_JSON_FILE_BYTES",
+    "KVCacheSpec",
+    "LayerGroup",
+    "kv_dtype_bytes",
+    "pipeline_partition",
+    "read_config_file",
+    "read_text_file",
+]
+
+MAX_JSON_FILE_BYTES = 16 * MiB
+"""Largest JSON file (config, profile, plan) memacct reads; real ones are a few KiB."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+# The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
+_KV_DTYPES: dict[str, int] = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "int8": 1,
+}
+_DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+# Checkpoint dtypes a config.json may name in torch_dtype / dtype.
+_MODEL_DTYPES = ("bfloat16", "float16", "float32")
+
+# Keys transformers fills from the model class's defaults when a published config.json leaves
+# them out: Gemma 3's files, for one, carry no head_dim (256, not hidden_size // heads = 240).
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "head_dim": 256,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "vocab_size": 262208,
+    "max_position_embeddings": 131072,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+}
+_QWEN2_DEFAULTS: dict[str, Any] = {"use_sliding_window": False}
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": _GEMMA3_TEXT_DEFAULTS,
+    "gemma3_text": _GEMMA3_TEXT_DEFAULTS,
+    # Gemma 2 alternates: even layers slide, odd layers see everything.
+    "gemma2": {"head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 2},
+    "qwen2": _QWEN2_DEFAULTS,
+    "qwen2_moe": _QWEN2_DEFAULTS,
+    "qwen2_vl": _QWEN2_DEFAULTS,
+    "qwen2_5_vl": _QWEN2_DEFAULTS,
+    "qwen3": _QWEN2_DEFAULTS,
+    "qwen3_moe": _QWEN2_DEFAULTS,
+}
+
+# Plausibility bounds: a value past these is a broken or hostile config, not a model.
+_MAX_LAYERS = 10_000
+_MAX_HEADS = 1 << 17
+_MAX_DIM = 1 << 20
+_MAX_INTERMEDIATE = 1 << 24
+_MAX_VOCAB = 1 << 24
+_MAX_POSITIONS = 1 << 40
+_MAX_PARALLEL = 1 << 16
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+_KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+_DTYPE_KEYS = ("torch_dtype", "dtype")
+
+
+def kv_dtype_bytes(kv_cache_dtype: str) -> tuple[str, int]:
+    """Normalise a KV-cache dtype name and return ``(name, bytes per element)``.
+
+    Accepts ``bfloat16``/``bf16``, ``float16``/``fp16``/``half``,
+    ``float32``/``fp32``/``float``, ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``,
+    ``fp8_inc`` and ``int8`` (case-insensitive, an optional ``torch.``
+    prefix). ``auto`` is resolved by :meth:`KVCacheSpec.from_hf_config`, not here.
+
+    Raises:
+        InvalidInputError: the name is not a KV-cache dtype.
+    """
+    if not isinstance(kv_cache_dtype, str):
+        raise InvalidInputError(
+            f"kv_cache_dtype must be a string such as 'auto', 'bfloat16' or 'fp8', "
+            f"got {kv_cache_dtype!r}"
+        )
+    name = kv_cache_dtype.strip().lower().removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in _KV_DTYPES:
+        choices = ", ".join(["auto", *_KV_DTYPES, *_DTYPE_ALIASES])
+        raise InvalidInputError(f"unknown kv_cache_dtype {kv_cache_dtype!r}: use one of {choices}")
+    return name, _KV_DTYPES[name]
+
+
+def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> tuple[int, ...]:
+    """Layers per pipeline stage, split as vLLM splits them.
+
+    Every stage gets ``num_layers // pp`` layers; the remainder goes one layer
+    each to the stages just before the last (the last stage also holds the
+    LM head), e.g. 61 layers on 4 stages -> ``(15, 15, 16, 15)``.
+
+    Raises:
+        InvalidInputError: more stages than layers.
+    """
+    if pipeline_parallel_size > num_layers:
+        raise InvalidInputError(
+            f"pipeline_parallel_size {pipeline_parallel_size} exceeds the model's {num_layers} "
+            f"layers: every stage needs at least one layer; use at most {num_layers} stages"
+        )
+    parts = [num_layers // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, num_layers % pipeline_parallel_size + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def read_text_file(path: str | os.PathLike[str], what: str) -> str:
+    """Read a UTF-8 text file of at most :data:`MAX_JSON_FILE_BYTES`.
+
+    Args:
+        path: the file.
+        what: what the file should be ("config.json", "profile"), for messages.
+
+    Raises:
+        ConfigError: missing, not a regular file, too large, unreadable, or not UTF-8.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{what} {str(p)!r} does not exist: check the path")
+    if not p.is_file():
+        kind = "a directory" if p.is_dir() else "not a regular file"
+        raise ConfigError(f"{what} {str(p)!r} is {kind}: give the path of a JSON file")
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(MAX_JSON_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
+    if len(data) > MAX_JSON_FILE_BYTES:
+        raise ConfigError(
+            f"{what} {str(p)!r} is larger than {MAX_JSON_FILE_BYTES} bytes (16 MiB), far more "
+            f"than any real one: check that it is the right file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {str(p)!r} is not UTF-8 text (bad byte at offset {exc.start}): "
+            f"is it a JSON file?"
+        ) from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_json_object(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"{source} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source} nests too deeply to be a model config") from None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{source} must hold a JSON object (a model's config.json), "
+            f"got a JSON {type(value).__name__}"
+        )
+    return value
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a Hugging Face ``config.json`` (or a model directory holding one).
+
+    A ModelOpt ``hf_quant_config.json`` beside it is merged in as
+    ``quantization_config`` when the config has none, as engines do, so a
+    checkpoint's declared FP8 KV cache is seen.
+
+    Raises:
+        ConfigError: the file is missing, too large, not UTF-8, not JSON or
+            not a JSON object.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ConfigError(
+                f"model directory {str(p)!r} has no config.json: give the path of the "
+                f"model's config.json"
+            )
+        p = p / "config.json"
+    config = _parse_json_object(read_text_file(p, "config.json"), str(p))
+    sidecar = p.parent / "hf_quant_config.json"
+    if "quantization_config" not in config and sidecar.is_file():
+        config["quantization_config"] = _parse_json_object(
+            read_text_file(sidecar, "hf_quant_config.json"), str(sidecar)
+        )
+    return config
+
+
+class LayerGroup(BaseModel):
+    """Layers of one rank that cost the same per token and see the same window.
+
+    Attributes:
+        num_layers: how many layers of this rank are in the group.
+        bytes_per_token_per_layer: KV-cache bytes one token needs in one of them.
+        sliding_window: the attention window in tokens, or ``None`` for
+            layers that attend to the whole sequence.
+    """
+
+    model_config = _FROZEN
+
+    num_layers: int = Field(gt=0)
+    bytes_per_token_per_layer: int = Field(gt=0)
+    sliding_window: int | None = Field(default=None, gt=0)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV-cache bytes one token needs in all layers of the group."""
+        return self.num_layers * self.bytes_per_token_per_layer
+
+
+class KVCacheSpec(BaseModel):
+    """The KV-cache geometry of a model on one rank (contract).
+
+    Build it with :meth:`from_hf_config` or :meth:`from_preset`. Sizes are
+    for one rank: with pipeline parallelism, for the stage that needs the most
+    cache per token.
+
+    Attributes:
+        model_name: a name for messages and provenance.
+        model_type: the config's ``model_type`` (of ``text_config`` when nested).
+        attention: ``"mha"`` (multi-head, grouped-query or multi-query) or
+            ``"mla"`` (multi-head latent attention).
+        kv_dtype: the resolved KV-cache dtype (``auto`` never appears).
+        kv_dtype_bytes: bytes per KV-cache element.
+        dtype: the checkpoint's dtype from ``torch_dtype``/``dtype``, or
+            ``None`` when the config does not say.
+        dtype_bytes: bytes per element of ``dtype``, or ``None``.
+        tensor_parallel_size: ranks a layer's heads are split across.
+        pipeline_parallel_size: stages the layers are split across.
+        pipeline_stage: the stage this spec describes (the one needing the most cache).
+        pipeline_layers: layers per stage, in stage order.
+        total_num_layers: the model's layers.
+        num_layers: layers on this rank (``pipeline_layers[pipeline_stage]``).
+        hidden_size: the model's hidden size.
+        num_attention_heads: the model's query heads (all ranks together).
+        total_num_kv_heads: the model's KV heads (1 for MLA: one latent).
+        num_kv_heads: KV heads on one rank (at least 1: replicated when
+            ``tensor_parallel_size`` exceeds the KV heads).
+        head_dim: elements per KV head (for MLA, ``kv_lora_rank + qk_rope_head_dim``).
+        kv_lora_rank: MLA latent rank, else ``None``.
+        qk_rope_head_dim: MLA rotary part of the key, else ``None``.
+        intermediate_size: the dense MLP's hidden size, when the config gives it.
+        vocab_size: the vocabulary size, when given.
+        max_position_embeddings: the longest sequence the config supports, when given.
+        num_experts: routed experts of a mixture-of-experts model, else ``None``.
+        experts_per_token: experts each token is routed to, else ``None``.
+        moe_intermediate_size: one expert's MLP hidden size, else ``None``.
+        num_shared_experts: always-active experts (DeepSeek), else ``None``.
+        layer_groups: this rank's layers grouped by per-token cost and window.
+        bytes_per_token: KV-cache bytes one token needs on this rank, all
+            its layers together.
+        notes: assumptions made while reading the config, one sentence each.
+    """
+
+    model_config = _FROZEN
+
+    model_name: str
+    model_type: str | None = None
+    attention: Literal["mha", "mla"]
+    kv_dtype: str
+    kv_dtype_bytes: int = Field(gt=0)
+    dtype: str | None = None
+    dtype_bytes: int | None = Field(default=None, gt=0)
+    tensor_parallel_size: int = Field(ge=1)
+    pipeline_parallel_size: int = Field(ge=1)
+    pipeline_stage: int = Field(ge=0)
+    pipeline_layers: tuple[int, ...]
+    total_num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    total_num_kv_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    intermediate_size: int | None = Field(default=None, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0)
+    max_position_embeddings: int | None = Field(default=None, gt=0)
+    num_experts: int | None = Field(default=None, gt=0)
+    experts_per_token: int | None = Field(default=None, gt=0)
+    moe_intermediate_size: int | None = Field(default=None, gt=0)
+    num_shared_experts: int | None = Field(default=None, ge=0)
+    layer_groups: tuple[LayerGroup, ...] = Field(min_length=1)
+    bytes_per_token: int = Field(gt=0)
+    notes: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KVCacheSpec:
+        layers = sum(g.num_layers for g in self.layer_groups)
+        if layers != self.num_layers:
+            raise ValueError(f"layer_groups hold {layers} layers, num_layers is {self.num_layers}")
+        per_token = sum(g.bytes_per_token for g in self.layer_groups)
+        if per_token != self.bytes_per_token:
+            raise ValueError(
+                f"bytes_per_token ({self.bytes_per_token}) must equal the sum over "
+                f"layer_groups ({per_token})"
+            )
+        if len(self.pipeline_layers) != self.pipeline_parallel_size:
+            raise ValueError("pipeline_layers must have one entry per pipeline stage")
+        if sum(self.pipeline_layers) != self.total_num_layers:
+            raise ValueError("pipeline_layers must add up to total_num_layers")
+        if self.pipeline_stage >= self.pipeline_parallel_size:
+            raise ValueError("pipeline_stage must be below pipeline_parallel_size")
+        if self.pipeline_layers[self.pipeline_stage] != self.num_layers:
+            raise ValueError("num_layers must equal pipeline_layers[pipeline_stage]")
+        return self
+
+    @property
+    def has_sliding_window(self) -> bool:
+        """Whether some layers of this rank attend through a sliding window."""
+        return any(g.sliding_window is not None for g in self.layer_groups)
+
+    def bytes_per_block(self, block_size: int) -> int:
+        """KV-cache bytes of one block of ``block_size`` tokens on this rank."""
+        return _positive_int("block_size", block_size) * self.bytes_per_token
+
+    def request_bytes(
+        self, num_tokens: int, block_size: int = 16, max_num_batched_tokens: int | None = None
+    ) -> int:
+        """Exact KV-cache bytes one request of ``num_tokens`` tokens needs on this rank.
+
+        Full-attention layers hold every token, in whole blocks:
+        ``ceil(num_tokens / block_size)`` blocks. Sliding-window layers hold,
+        as vLLM counts them, the window before the newest chunk plus the chunk:
+        ``ceil((window - 1 + max_num_batched_tokens) / block_size) + 1`` blocks
+        (the window seldom starts on a block boundary), never more than the
+        full-attention count.
+
+        Args:
+            num_tokens: prompt plus output tokens of the request.
+            block_size: tokens per cache block.
+            max_num_batched_tokens: the engine's prefill chunk. ``None`` means
+                no chunked prefill: a whole prompt is prefilled at once, so
+                window layers must hold all of it.
+
+        Raises:
+            InvalidInputError: a non-positive or non-integer argument.
+        """
+        tokens = _positive_int("num_tokens", num_tokens)
+        block = _positive_int("block_size", block_size)
+        chunk = (
+            tokens
+            if max_num_batched_tokens is None
+            else _positive_int("max_num_batched_tokens", max_num_batched_tokens)
+        )
+        full_blocks = -(-tokens // block)
+        total = 0
+        for group in self.layer_groups:
+            blocks = full_blocks
+            if group.sliding_window is not None:
+                held = min(tokens, group.sliding_window - 1 + chunk)
+                blocks = min(full_blocks, -(-held // block) + 1)
+            total += blocks * block * group.bytes_per_token
+        return total
+
+    def __str__(self) -> str:
+        parallel = f"tp={self.tensor_parallel_size} pp={self.pipeline_parallel_size}"
+        return (
+            f"{self.model_name}: {self.bytes_per_token} bytes/token/rank "
+            f"({self.num_layers} layers, {self.attention}, {self.num_kv_heads} KV heads x "
+            f"{self.head_dim}, {self.kv_dtype}, {parallel})"
+        )
+
+    @classmethod
+    def from_preset(
+        cls,
+        name: str,
+        kv_cache_dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+    ) -> KVCacheSpec:
+        """Build the spec of a shipped model preset (see :func:`model_presets`)."""
+        from memacct.planner.presets import load_model_preset
+
+        return cls.from_hf_config(
+            load_model_preset(name),
+            kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            model_name=name.strip().lower(),
+        )
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        path_or_dict: str | os.PathLike[str] | Mapping[str, Any],
+        kv_cache_dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        *,
+        model_name: str | None = None,
+    ) -> KVCacheSpec:
+        """Read a Hugging Face ``config.json`` (contract).
+
+        Args:
+            path_or_dict: a ``config.json`` path, a model directory holding
+                one, or the parsed config. Multimodal configs are read from
+                their ``text_config``. Nothing is executed or unpickled.
+            kv_cache_dtype: ``"auto"`` (the checkpoint's declared FP8 KV cache
+                if its ModelOpt quantization config declares one, as vLLM
+                does; else the checkpoint's ``torch_dtype``/``dtype`` as
+                written), or an explicit dtype, see :func:`kv_dtype_bytes`.
+                Engines that run a ``float32`` checkpoint in 16 bits need the
+                16-bit dtype named here.
+            tensor_parallel_size: ranks each layer's heads are split across.
+            pipeline_parallel_size: stages the layers are split across.
+            model_name: name for messages; defaults to ``_name_or_path``, the
+                directory's name, the architecture or the model type.
+
+        Raises:
+            ConfigError: the config is missing, unreadable, or has a missing,
+                mistyped, non-positive or implausible value; the message names
+                the key and what to change.
+            InvalidInputError: a bad ``kv_cache_dtype`` or parallel size, or
+                one that does not divide the model's heads.
+        """
+        tp = _parallel_size("tensor_parallel_size", tensor_parallel_size)
+        pp = _parallel_size("pipeline_parallel_size", pipeline_parallel_size)
+        kv_choice = kv_cache_dtype
+        if not (isinstance(kv_choice, str) and kv_choice.strip().lower() == "auto"):
+            kv_dtype_bytes(kv_choice)  # fail on a bad name before reading anything
+        if isinstance(path_or_dict, Mapping):
+            config = dict(path_or_dict)
+            source = f"config of {model_name}" if model_name else "the model config"
+            default_name = None
+        elif isinstance(path_or_dict, (str, os.PathLike)):
+            path = Path(path_or_dict)
+            if not path.exists():
+                _raise_missing_config(path)
+            config = read_config_file(path)
+            source = str(path / "config.json" if path.is_dir() else path)
+            default_name = (path if path.is_dir() else path.parent).name or None
+        else:
+            raise InvalidInputError(
+                f"from_hf_config takes a config.json path or a dict, "
+                f"got {type(path_or_dict).__name__}"
+            )
+        return _build_spec(
+            _Config(config, source), kv_choice, tp, pp,
+            model_name=model_name, default_name=default_name,
+        )
+
+
+def _raise_missing_config(path: Path) -> None:
+    from memacct.planner.presets import model_presets
+
+    hint = ""
+    if str(path).strip().lower() in model_presets():
+        hint = f" ({str(path)!r} is a model preset: use KVCacheSpec.from_preset)"
+    raise ConfigError(f"config.json {str(path)!r} does not exist: check the path{hint}")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _parallel_size(name: str, value: object) -> int:
+    size = _positive_int(name, value)
+    if size > _MAX_PARALLEL:
+        raise InvalidInputError(f"{name} {size} is implausible: at most {_MAX_PARALLEL}")
+    return size
+
+
+class _Config:
+    """Typed look-ups in a config dict, with the key and the fix in every error."""
+
+    def __init__(self, root: dict[str, Any], source: str) -> None:
+        self.source = source
+        self.root = root
+        text = root.get("text_config")
+        if text is not None and not isinstance(text, Mapping):
+            raise ConfigError(
+                f"{source}: text_config must be a JSON object, got {type(text).__name__}"
+            )
+        self.text: Mapping[str, Any] = text or {}
+        model_type = self.text.get("model_type", root.get("model_type"))
+        self.model_type = model_type if isinstance(model_type, str) else None
+        self.defaults = _MODEL_TYPE_DEFAULTS.get(self.model_type or "", {})
+        self.notes: list[str] = []
+
+    def find(self, keys: Sequence[str], *, use_defaults: bool = True) -> tuple[str, Any] | None:
+        """``(key as written, value)`` of the first key present; ``null`` counts as absent."""
+        for key in keys:
+            if self.text.get(key) is not None:
+                return f"text_config.{key}", self.text[key]
+        for key in keys:
+            if self.root.get(key) is not None:
+                return key, self.root[key]
+        if use_defaults:
+            for key in keys:
+                if key in self.defaults:
+                    value = self.defaults[key]
+                    self.notes.append(
+                        f"{key}={value!r} is not in the config: transformers' default for "
+                        f"{self.model_type}"
+                    )
+                    return key, value
+        return None
+
+    def get(self, key: str) -> Any:
+        found = self.find((key,))
+        return None if found is None else found[1]
+
+    def integer(self, keys: Sequence[str], high: int, *, low: int = 1) -> int | None:
+        found = self.find(keys)
+        return None if found is None else self.check_int(*found, high=high, low=low)
+
+    def check_int(self, key: str, value: Any, *, high: int, low: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(
+                f"{self.source}: {key} must be an integer, got {value!r} "
+                f"({type(value).__name__}): fix the value in the config"
+            )
+        if isinstance(value, float):
+            if not (math.isfinite(value) and value.is_integer()):
+                raise ConfigError(f"{self.source}: {key} must be an integer, got {value!r}")
+            value = int(value)
+        if value < low:
+            raise ConfigError(
+                f"{self.source}: {key} = {value} must be at least {low}: "
+                f"fix the value in the config"
+            )
+        if value > high:
+            raise ConfigError(
+                f"{self.source}: {key} = {value} is not plausible (at most {high}): "
+                f"fix the value in the config"
+            )
+        return int(value)
+
+    def required(self, keys: Sequence[str], high: int) -> int:
+        value = self.integer(keys, high)
+        if value is None:
+            where = " in text_config or at the top level" if self.text else ""
+            raise ConfigError(
+                f"{self.source} has no {keys[0]} (looked for {', '.join(keys)}{where}): "
+                f"is it a model's config.json? Add {keys[0]}"
+            )
+        return value
+
+
+def _model_dtype(cfg: _Config) -> tuple[str | None, int | None]:
+    found = cfg.find(_DTYPE_KEYS)
+    if found is None:
+        return None, None
+    key, value = found
+    name = ""
+    if isinstance(value, str):
+        name = value.strip().lower().removeprefix("torch.")
+        name = _DTYPE_ALIASES.get(name, name)
+    if name not in _MODEL_DTYPES:
+        raise ConfigError(
+            f"{cfg.source}: {key} = {value!r} is not a dtype memacct knows: use one of "
+            f"{', '.join(_MODEL_DTYPES)}"
+        )
+    return name, _KV_DTYPES[name]
+
+
+def _checkpoint_kv_dtype(cfg: _Config) -> str | None:
+    """The KV dtype a ModelOpt checkpoint declares, as vLLM resolves ``auto`` from it."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return None
+    producer = quant.get("producer")
+    method = str(quant.get("quant_method", ""))
+    is_modelopt = method.startswith("modelopt") or (
+        isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    )
+    if not is_modelopt:
+        return None
+    inner = quant.get("quantization")
+    inner = inner if isinstance(inner, Mapping) else quant
+    scheme = (
+        inner.get("kv_cache_scheme")
+        or quant.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or quant.get("kv_cache_quant_algo")
+    )
+    if scheme is None:
+        return None
+    fp8 = (
+        isinstance(scheme, Mapping)
+        and scheme.get("dynamic") is False
+        and scheme.get("num_bits") == 8
+        and scheme.get("type") == "float"
+    ) or (isinstance(scheme, str) and scheme.lower() == "fp8")
+    if fp8:
+        return "fp8_e4m3"
+    cfg.notes.append(
+        f"the checkpoint's KV-cache scheme {scheme!r} is not one memacct sizes: "
+        f"using the model dtype, as vLLM does"
+    )
+    return None
+
+
+def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None) -> str:
+    if kv_cache_dtype.strip().lower() != "auto":
+        return kv_dtype_bytes(kv_cache_dtype)[0]
+    declared = _checkpoint_kv_dtype(cfg)
+    if declared is not None:
+        cfg.notes.append(
+            "kv_cache_dtype auto: the checkpoint's ModelOpt quantization_config declares "
+            "an FP8 KV cache"
+        )
+        return declared
+    if model_dtype is None:
+        raise ConfigError(
+            f"{cfg.source} has no torch_dtype or dtype, so kv_cache_dtype='auto' has nothing "
+            f"to follow: pass the dtype the engine runs, e.g. kv_cache_dtype='bfloat16'"
+        )
+    return model_dtype
+
+
+def _layer_windows(cfg: _Config, num_layers: int) -> list[int | None]:
+    """Each layer's sliding window (``None``: full attention)."""
+    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            count = len(layer_types) if isinstance(layer_types, list) else type(layer_types)
+            raise ConfigError(
+                f"{cfg.source}: layer_types must list one type per layer ({num_layers}), "
+                f"got {count}: fix layer_types or num_hidden_layers"
+            )
+        windows: list[int | None] = []
+        for i, kind in enumerate(layer_types):
+            if kind == "sliding_attention":
+                if window is None:
+                    raise ConfigError(
+                        f"{cfg.source}: layer_types[{i}] is 'sliding_attention' but "
+                        f"sliding_window is not set: add sliding_window"
+                    )
+                windows.append(window)
+            elif kind in ("full_attention", "chunked_attention"):
+                windows.append(None)
+            else:
+                raise ConfigError(
+                    f"{cfg.source}: layer_types[{i}] = {kind!r}: memacct sizes "
+                    f"'full_attention', 'sliding_attention' and 'chunked_attention' layers; "
+                    f"other kinds (linear attention, state-space layers) keep a per-request "
+                    f"state it does not model"
+                )
+        if "chunked_attention" in layer_types:
+            cfg.notes.append(_CHUNKED_NOTE)
+        return windows
+    if window is None:
+        return [None] * num_layers
+    if cfg.get("use_sliding_window") is False:
+        cfg.notes.append(f"sliding_window {window} ignored: use_sliding_window is false")
+        return [None] * num_layers
+    pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), _MAX_LAYERS)
+    if pattern is not None:
+        # Every pattern-th layer (1-based) attends globally; the rest slide.
+        return [None if (i + 1) % pattern == 0 else window for i in range(num_layers)]
+    window_layers = cfg.integer(("max_window_layers",), _MAX_LAYERS, low=0)
+    if window_layers is not None and cfg.get("use_sliding_window") is True:
+        # Qwen2's rule: the first max_window_layers layers attend globally.
+        return [window if i >= window_layers else None for i in range(num_layers)]
+    return [window] * num_layers
+
+
+_CHUNKED_NOTE = (
+    "chunked local attention layers are counted as full attention, as vLLM counts "
+    "them unless its hybrid KV-cache manager is enabled"
+)
+
+
+def _kv_heads(cfg: _Config, num_heads: int) -> int:
+    found = cfg.find(_KV_HEAD_KEYS)
+    # ChatGLM names a group count that only applies when multi-query attention is on.
+    if (
+        found is not None
+        and found[0].endswith("multi_query_group_num")
+        and cfg.get("multi_query_attention") is False
+    ):
+        found = None
+    if found is None:
+        return 1 if cfg.get("multi_query") is True else num_heads
+    kv = cfg.check_int(*found, high=_MAX_HEADS)
+    if kv > num_heads:
+        raise ConfigError(
+            f"{cfg.source}: {found[0]} = {kv} exceeds num_attention_heads = {num_heads}: "
+            f"fix one of them"
+        )
+    return kv
+
+
+def _head_dim(cfg: _Config, hidden: int, num_heads: int) -> int:
+    head_dim = cfg.integer(("head_dim",), _MAX_DIM)
+    if head_dim is not None:
+        return head_dim
+    if hidden % num_heads:
+        raise ConfigError(
+            f"{cfg.source} has no head_dim and hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {num_heads}: add head_dim"
+        )
+    return hidden // num_heads
+
+
+def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int:
+    if num_heads % tp:
+        raise InvalidInputError(
+            f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads of "
+            f"{cfg.source}: use a tensor_parallel_size that divides {num_heads}"
+        )
+    if total >= tp:
+        if total % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {total} KV heads of "
+                f"{cfg.source}: use a divisor of {total}, or a multiple of it"
+            )
+        return total // tp
+    if tp % total:
+        raise InvalidInputError(
+            f"tensor_parallel_size {tp} exceeds the {total} KV heads of {cfg.source} but is "
+            f"not a multiple of it, so the heads cannot be replicated evenly: use a multiple "
+            f"of {total}"
+        )
+    cfg.notes.append(f"{total} KV heads replicated: one per rank across {tp} ranks")
+    return 1
+
+
+def _group_stage(windows: Sequence[int | None], per_layer: int) -> tuple[LayerGroup, ...]:
+    counts: dict[int | None, int] = {}
+    for window in windows:
+        counts[window] = counts.get(window, 0) + 1
+    order = sorted(counts, key=lambda w: -1 if w is None else w)
+    return tuple(
+        LayerGroup(num_layers=counts[w], bytes_per_token_per_layer=per_layer, sliding_window=w)
+        for w in order
+    )
+
+
+def _build_spec(
+    cfg: _Config,
+    kv_cache_dtype: str,
+    tp: int,
+    pp: int,
+    *,
+    model_name: str | None,
+    default_name: str | None,
+) -> KVCacheSpec:
+    num_layers = cfg.required(_LAYER_KEYS, _MAX_LAYERS)
+    num_heads = cfg.required(_HEAD_KEYS, _MAX_HEADS)
+    hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
+    dtype, dtype_bytes = _model_dtype(cfg)
+    kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
+    kv_bytes = _KV_DTYPES[kv_dtype]
+
+    lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
+    rope_dim: int | None = None
+    if lora_rank is not None:
+        rope_dim = cfg.required(("qk_rope_head_dim",), _MAX_DIM)
+        if num_heads % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads "
+                f"of {cfg.source}: use a tensor_parallel_size that divides {num_heads}"
+            )
+        attention: Literal["mha", "mla"] = "mla"
+        head_dim = lora_rank + rope_dim
+        total_kv_heads = kv_heads = 1
+        # One latent serves both keys and values, and every TP rank keeps all of it.
+        per_layer = head_dim * kv_bytes
+    else:
+        attention = "mha"
+        head_dim = _head_dim(cfg, hidden, num_heads)
+        total_kv_heads = _kv_heads(cfg, num_heads)
+        kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
+        per_layer = 2 * kv_heads * head_dim * kv_bytes
+
+    if cfg.get("attention_chunk_size") is not None and _CHUNKED_NOTE not in cfg.notes:
+        cfg.notes.append(_CHUNKED_NOTE)
+    mtp_layers = cfg.integer(("num_nextn_predict_layers",), _MAX_LAYERS, low=0)
+    if mtp_layers:
+        cfg.notes.append(
+            f"the {mtp_layers} multi-token-prediction layer(s) are not counted: they hold "
+            f"cache only when the engine runs them for speculative decoding"
+        )
+
+    windows = _layer_windows(cfg, num_layers)
+    stages = pipeline_partition(num_layers, pp)
+    starts = [sum(stages[:i]) for i in range(pp)]
+
+    def stage_key(stage: int) -> tuple[int, int]:
+        layer_windows = windows[starts[stage] : starts[stage] + stages[stage]]
+        return len(layer_windows), sum(w is None for w in layer_windows)
+
+    # Every layer costs the same per token, so the stage with the most layers needs the most
+    # cache; among equals, the one with more full-attention layers needs more for long requests.
+    stage = max(range(pp), key=stage_key)
+    groups = _group_stage(windows[starts[stage] : starts[stage] + stages[stage]], per_layer)
+
+    num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), _MAX_HEADS)
+    experts_per_token = cfg.integer(
+        ("num_experts_per_tok", "experts_per_token", "moe_topk"), _MAX_HEADS
+    )
+    if num_experts and experts_per_token and experts_per_token > num_experts:
+        raise ConfigError(
+            f"{cfg.source}: {experts_per_token} experts per token exceeds the {num_experts} "
+            f"experts: fix num_experts_per_tok"
+        )
+    intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
+    moe_intermediate = cfg.integer(("moe_intermediate_size",), _MAX_INTERMEDIATE)
+    if moe_intermediate is None and num_experts is not None:
+        moe_intermediate = intermediate
+    name = model_name or _default_model_name(cfg, default_name)
+    return KVCacheSpec(
+        model_name=name,
+        model_type=cfg.model_type,
+        attention=attention,
+        kv_dtype=kv_dtype,
+        kv_dtype_bytes=kv_bytes,
+        dtype=dtype,
+        dtype_bytes=dtype_bytes,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        pipeline_stage=stage,
+        pipeline_layers=stages,
+        total_num_layers=num_layers,
+        num_layers=stages[stage],
+        hidden_size=hidden,
+        num_attention_heads=num_heads,
+        total_num_kv_heads=total_kv_heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_lora_rank=lora_rank,
+        qk_rope_head_dim=rope_dim,
+        intermediate_size=intermediate,
+        vocab_size=cfg.integer(("vocab_size", "padded_vocab_size"), _MAX_VOCAB),
+        max_position_embeddings=cfg.integer(
+            ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
+            _MAX_POSITIONS,
+        ),
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+        moe_intermediate_size=moe_intermediate,
+        num_shared_experts=cfg.integer(
+            ("n_shared_experts", "num_shared_experts"), _MAX_HEADS, low=0
+        ),
+        layer_groups=groups,
+        bytes_per_token=sum(g.bytes_per_token for g in groups),
+        notes=tuple(dict.fromkeys(cfg.notes)),
+    )
+
+
+def _default_model_name(cfg: _Config, default_name: str | None) -> str:
+    for candidate in (cfg.root.get("_name_or_path"), default_name):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    architectures = cfg.root.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return cfg.model_type or "model"
