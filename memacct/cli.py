@@ -27,7 +27,9 @@ EXIT_USER_ERROR = 2
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    # A pipe gets wide lines rather than a table folded into 80 columns.
+    width = None if sys.stdout.isatty() else 160
+    return Console(highlight=False, width=width)
 
 
 def _fail(message: str) -> NoReturn:

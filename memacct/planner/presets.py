@@ -41,9 +41,8 @@ _FOLDER = "configs"
 def model_presets() -> list[str]:
     """Names of the shipped model presets, sorted."""
     folder = resources.files(_PACKAGE).joinpath(_FOLDER)
-    return sorted(
-        entry.name.removesuffix(".json") for entry in folder.iterdir() if entry.name.endswith(".json")
-    )
+    names = (entry.name for entry in folder.iterdir())
+    return sorted(name.removesuffix(".json") for name in names if name.endswith(".json"))
 
 
 def load_model_preset(name: str) -> dict[str, Any]:
@@ -62,6 +61,7 @@ def load_model_preset(name: str) -> dict[str, Any]:
             f"unknown model preset {name!r}: use one of {', '.join(names)}, "
             f"or give the path of the model's config.json"
         )
-    text = resources.files(_PACKAGE).joinpath(_FOLDER, f"{key}.json").read_text(encoding="utf-8")
+    entry = resources.files(_PACKAGE).joinpath(_FOLDER).joinpath(f"{key}.json")
+    text = entry.read_text(encoding="utf-8")
     config: dict[str, Any] = json.loads(text)
     return config

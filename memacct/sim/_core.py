@@ -7,6 +7,10 @@ incremental statistics; :meth:`CachingAllocator._recount_stats` recomputes the
 statistics from the blocks so tests can check the incremental bookkeeping.
 """
 
+# Peaks are kept with ``if c > peak: peak = c``, not ``max()``: a call costs
+# more on the hot path, which runs millions of times per benchmark.
+# ruff: noqa: PLR1730
+
 from __future__ import annotations
 
 import operator
@@ -232,16 +236,39 @@ _STAT_SOURCES: tuple[tuple[str, str], ...] = (
 )
 
 
-class _Stats:
-    """The counters of one pool, or of all pools together, as plain int attributes.
+class _Peaks:
+    """Peaks of the all-pools counters.
 
-    Plain attributes (not one object per counter) because the malloc/free hot
-    path updates six of them per call.
+    The all-pools current and cumulative values are the sums of the two
+    pools'; only the peak of the sum needs its own record.
     """
 
-    __slots__ = tuple(f"{c}{suffix}" for c in _COUNTERS for suffix in ("", "_peak", "_cum"))
+    __slots__ = _COUNTERS
 
     def __init__(self) -> None:
+        self.allocation = self.allocated_bytes = self.requested_bytes = 0
+        self.segment = self.reserved_bytes = 0
+        self.inactive_split = self.inactive_split_bytes = 0
+
+
+class _Stats:
+    """The counters of one pool as plain int attributes.
+
+    Each counter has its current value, its peak since the last reset
+    (``<counter>_peak``) and its cumulative increase (``<counter>_cum``); the
+    cumulative decrease ("freed") is ``cum - current``. Plain attributes, not
+    an object per counter, because the malloc/free hot path updates several
+    per call. ``other`` is the other pool's counters and ``peaks`` the
+    all-pools peaks, both needed to keep the all-pools peak on an increase.
+    """
+
+    __slots__ = (
+        *(f"{c}{suffix}" for c in _COUNTERS for suffix in ("", "_peak", "_cum")),
+        "other",
+        "peaks",
+    )
+
+    def __init__(self, peaks: _Peaks) -> None:
         self.allocation = self.allocation_peak = self.allocation_cum = 0
         self.allocated_bytes = self.allocated_bytes_peak = self.allocated_bytes_cum = 0
         self.requested_bytes = self.requested_bytes_peak = self.requested_bytes_cum = 0
@@ -250,6 +277,8 @@ class _Stats:
         self.inactive_split = self.inactive_split_peak = self.inactive_split_cum = 0
         self.inactive_split_bytes = self.inactive_split_bytes_peak = 0
         self.inactive_split_bytes_cum = 0
+        self.other = self
+        self.peaks = peaks
 
     def read(self, counter: str) -> tuple[int, int, int]:
         """``(current, peak, cumulative increase)`` of ``counter``."""
@@ -259,18 +288,16 @@ class _Stats:
         return cur, peak, cum
 
     def add(self, counter: str, n: int) -> None:
-        """Change ``counter`` by ``n`` (either sign), keeping peak and cumulative."""
+        """Change ``counter`` by ``n`` (either sign), keeping peaks and the cumulative."""
         cur: int = getattr(self, counter) + n
         setattr(self, counter, cur)
         if n > 0:
             setattr(self, counter + "_cum", getattr(self, counter + "_cum") + n)
             if cur > getattr(self, counter + "_peak"):
                 setattr(self, counter + "_peak", cur)
-
-    def reset_peaks(self) -> None:
-        """Set every peak to its current value."""
-        for counter in _COUNTERS:
-            setattr(self, counter + "_peak", getattr(self, counter))
+            total = cur + getattr(self.other, counter)
+            if total > getattr(self.peaks, counter):
+                setattr(self.peaks, counter, total)
 
 
 class _Pool:
@@ -282,33 +309,46 @@ class _Pool:
         split_min: a block is split when the remainder is at least this many bytes.
         segments: the pool's segments by address.
         page: mapping granularity (expandable segments only).
+        stats: the pool's counters.
     """
 
     __slots__ = ("free", "page", "segments", "split_min", "stat_name", "stats")
 
-    def __init__(self, stat_name: str, split_min: int, page: int = 0) -> None:
+    def __init__(self, stat_name: str, split_min: int, peaks: _Peaks, page: int = 0) -> None:
         self.stat_name = stat_name
         self.split_min = split_min
         self.page = page
         self.free = FreeSet()
         self.segments: dict[int, _Segment] = {}
-        self.stats = _Stats()
+        self.stats = _Stats(peaks)
+
+
+def _pair_pools(first: _Pool, second: _Pool) -> None:
+    """Let each pool's counters see the other's, for the all-pools peaks."""
+    first.stats.other = second.stats
+    second.stats.other = first.stats
 
 
 def _more_inactive_split(st: _Stats, blocks: int, nbytes: int) -> None:
-    """Increase the ``inactive_split`` counters by ``blocks`` >= 0 and ``nbytes`` >= 0."""
+    """Increase a pool's ``inactive_split`` counters by ``blocks`` >= 0 and ``nbytes`` >= 0."""
     if blocks:
         c = st.inactive_split + blocks
         st.inactive_split = c
         st.inactive_split_cum += blocks
         if c > st.inactive_split_peak:
             st.inactive_split_peak = c
+        c += st.other.inactive_split
+        if c > st.peaks.inactive_split:
+            st.peaks.inactive_split = c
     if nbytes:
         c = st.inactive_split_bytes + nbytes
         st.inactive_split_bytes = c
         st.inactive_split_bytes_cum += nbytes
         if c > st.inactive_split_bytes_peak:
             st.inactive_split_bytes_peak = c
+        c += st.other.inactive_split_bytes
+        if c > st.peaks.inactive_split_bytes:
+            st.peaks.inactive_split_bytes = c
 
 
 def _check_size(size: object) -> int:
@@ -316,7 +356,7 @@ def _check_size(size: object) -> int:
     if isinstance(size, bool):
         raise InvalidInputError(f"malloc size must be an int number of bytes, got {size!r}")
     try:
-        n = operator.index(size)  # type: ignore[call-overload]
+        n = operator.index(size)  # type: ignore[arg-type]
     except TypeError:
         raise InvalidInputError(
             f"malloc size must be an int number of bytes, got {size!r} ({type(size).__name__})"
@@ -366,14 +406,15 @@ class CachingAllocator:
 
     def __init__(self, device_memory: DeviceMemory) -> None:
         self._device = device_memory
-        self._small = _Pool("small_pool", split_min=MIN_BLOCK_SIZE)
+        self._peaks = _Peaks()
+        self._small = _Pool("small_pool", MIN_BLOCK_SIZE, self._peaks)
         # Large blocks split only when more than 1 MiB would remain.
-        self._large = _Pool("large_pool", split_min=SMALL_SIZE + 1)
+        self._large = _Pool("large_pool", SMALL_SIZE + 1, self._peaks)
+        _pair_pools(self._small, self._large)
         self._small_max = SMALL_SIZE
         """Rounded requests up to this size use the small pool."""
         self._persistent_pool: _Pool | None = None
         """Pool for ``persistent=True`` requests, if the preset has one."""
-        self._all = _Stats()
         self._live: dict[int, _Block] = {}
         self._free_blocks: dict[int, _Block] = {}
         self._next_addr = _BASE_ADDRESS
@@ -395,12 +436,12 @@ class CachingAllocator:
     @property
     def allocated(self) -> int:
         """Bytes of allocated blocks (``allocated_bytes.all.current``)."""
-        return self._all.allocated_bytes
+        return self._small.stats.allocated_bytes + self._large.stats.allocated_bytes
 
     @property
     def reserved(self) -> int:
         """Bytes held from the device for blocks (``reserved_bytes.all.current``)."""
-        return self._all.reserved_bytes
+        return self._small.stats.reserved_bytes + self._large.stats.reserved_bytes
 
     @property
     def live_blocks(self) -> int:
@@ -444,7 +485,6 @@ class CachingAllocator:
         else:
             block = self._grow(pool, rounded, size)
         ps = pool.stats
-        a = self._all
         nxt = block.next
         remaining = block.size - rounded
         if remaining >= pool.split_min:
@@ -462,50 +502,42 @@ class CachingAllocator:
                 if block.prev is not None or nxt is not None:
                     # The free remainder replaces the split block it came from.
                     ps.inactive_split_bytes -= rounded
-                    a.inactive_split_bytes -= rounded
                 else:
                     _more_inactive_split(ps, 1, remaining)
-                    _more_inactive_split(a, 1, remaining)
         elif self._track_inactive_split and (block.prev is not None or nxt is not None):
             ps.inactive_split -= 1
-            a.inactive_split -= 1
             ps.inactive_split_bytes -= block.size
-            a.inactive_split_bytes -= block.size
         block.state = ALLOCATED
         block.requested = size
         addr = block.addr
         self._live[addr] = block
         n = block.size
+        o = ps.other
+        ap = ps.peaks
         c = ps.allocation + 1
         ps.allocation = c
         ps.allocation_cum += 1
         if c > ps.allocation_peak:
             ps.allocation_peak = c
-        c = a.allocation + 1
-        a.allocation = c
-        a.allocation_cum += 1
-        if c > a.allocation_peak:
-            a.allocation_peak = c
+        c += o.allocation
+        if c > ap.allocation:
+            ap.allocation = c
         c = ps.allocated_bytes + n
         ps.allocated_bytes = c
         ps.allocated_bytes_cum += n
         if c > ps.allocated_bytes_peak:
             ps.allocated_bytes_peak = c
-        c = a.allocated_bytes + n
-        a.allocated_bytes = c
-        a.allocated_bytes_cum += n
-        if c > a.allocated_bytes_peak:
-            a.allocated_bytes_peak = c
+        c += o.allocated_bytes
+        if c > ap.allocated_bytes:
+            ap.allocated_bytes = c
         c = ps.requested_bytes + size
         ps.requested_bytes = c
         ps.requested_bytes_cum += size
         if c > ps.requested_bytes_peak:
             ps.requested_bytes_peak = c
-        c = a.requested_bytes + size
-        a.requested_bytes = c
-        a.requested_bytes_cum += size
-        if c > a.requested_bytes_peak:
-            a.requested_bytes_peak = c
+        c += o.requested_bytes
+        if c > ap.requested_bytes:
+            ap.requested_bytes = c
         return addr
 
     def free(self, ptr: int) -> None:
@@ -560,28 +592,21 @@ class CachingAllocator:
         free_set.add((block.size << KEY_SHIFT) | block.addr)
         free_blocks[block.addr] = block
         ps = pool.stats
-        a = self._all
         if self._track_inactive_split:
             if block.prev is not None or block.next is not None:
                 net_blocks += 1
                 net_bytes += block.size
             if net_blocks < 0:
                 ps.inactive_split += net_blocks
-                a.inactive_split += net_blocks
                 net_blocks = 0
             if net_bytes < 0:
                 ps.inactive_split_bytes += net_bytes
-                a.inactive_split_bytes += net_bytes
                 net_bytes = 0
             if net_blocks or net_bytes:
                 _more_inactive_split(ps, net_blocks, net_bytes)
-                _more_inactive_split(a, net_blocks, net_bytes)
         ps.allocation -= 1
-        a.allocation -= 1
         ps.allocated_bytes -= size
-        a.allocated_bytes -= size
         ps.requested_bytes -= requested
-        a.requested_bytes -= requested
 
     def empty_cache(self) -> None:
         """Release every wholly free segment to the device.
@@ -593,9 +618,11 @@ class CachingAllocator:
 
     def reset_peak_memory_stats(self) -> None:
         """Set every peak to its current value; cumulative counters stay."""
-        self._all.reset_peaks()
-        for pool in self._pools:
-            pool.stats.reset_peaks()
+        small, large = self._small.stats, self._large.stats
+        for counter in _COUNTERS:
+            for st in (small, large):
+                setattr(st, counter + "_peak", getattr(st, counter))
+            setattr(self._peaks, counter, getattr(small, counter) + getattr(large, counter))
 
     def memory_stats(self) -> dict[str, int]:
         """Statistics with torch's key names, sorted by key as torch returns them.
@@ -608,10 +635,16 @@ class CachingAllocator:
         ``freed`` (cumulative decrease); plus ``num_alloc_retries`` and ``num_ooms``.
         """
         out: dict[str, int] = {}
-        groups = (("all", self._all), *((p.stat_name, p.stats) for p in self._pools))
+        small, large = self._small.stats, self._large.stats
         for stat_name, counter in _STAT_SOURCES:
-            for pool_name, stats in groups:
-                cur, peak, cum = stats.read(counter)
+            s_cur, s_peak, s_cum = small.read(counter)
+            l_cur, l_peak, l_cum = large.read(counter)
+            groups = (
+                ("all", s_cur + l_cur, getattr(self._peaks, counter), s_cum + l_cum),
+                (self._small.stat_name, s_cur, s_peak, s_cum),
+                (self._large.stat_name, l_cur, l_peak, l_cum),
+            )
+            for pool_name, cur, peak, cum in groups:
                 prefix = f"{stat_name}.{pool_name}."
                 out[prefix + "allocated"] = cum
                 out[prefix + "current"] = cur
@@ -683,9 +716,8 @@ class CachingAllocator:
         self._next_addr = (addr + size + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
         block = _Block(addr, size, pool)
         pool.segments[addr] = _Segment(addr, size, block)
-        for stats in (pool.stats, self._all):
-            stats.add("segment", 1)
-            stats.add("reserved_bytes", size)
+        pool.stats.add("segment", 1)
+        pool.stats.add("reserved_bytes", size)
         return block
 
     def _release_cached(self) -> None:
@@ -699,9 +731,8 @@ class CachingAllocator:
                 del self._free_blocks[head.addr]
                 del pool.segments[seg.addr]
                 self._device.unmap(seg.size)
-                for stats in (pool.stats, self._all):
-                    stats.add("segment", -1)
-                    stats.add("reserved_bytes", -seg.size)
+                pool.stats.add("segment", -1)
+                pool.stats.add("reserved_bytes", -seg.size)
 
     def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
         attempted = self._attempt_size(pool, rounded)

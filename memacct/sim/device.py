@@ -104,7 +104,11 @@ class SimDevice:
         name: str | None = None,
     ) -> None:
         if total_bytes is not None:
-            if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
+            if (
+                isinstance(total_bytes, bool)
+                or not isinstance(total_bytes, int)
+                or total_bytes <= 0
+            ):
                 raise InvalidInputError(
                     f"total_bytes must be a positive int number of bytes, got {total_bytes!r}"
                 )

@@ -1,0 +1,113 @@
+"""memacct-ascend: Huawei Ascend NPUs through ``torch_npu`` (backend name ``npu``).
+
+``torch.npu`` has the shape of ``torch.cuda``, so the readings come from the
+core's torch-like adapter; this plugin declares what is particular to Ascend:
+
+* ``empty_cache()`` can also release runtime (non-torch) memory, which the
+  next forward pass takes again (vllm-ascend #6625): the profiler reads
+  non-allocator memory before emptying the cache;
+* the allocator settings to record: ``PYTORCH_NPU_ALLOC_CONF``.
+
+``torch_npu`` is imported when the backend is built or asked for its
+availability, never when the plugin is listed. Its import is guarded: without
+CANN's libraries it fails, and the failure becomes the availability reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from typing import Any
+
+from memacct import Availability, BackendQuirks, TorchLikeBackend, TruthSource
+
+__version__ = "0.1.0"
+
+__all__ = ["NPU_QUIRKS", "AscendBackend", "import_torch_npu", "npu_availability"]
+
+NPU_QUIRKS = BackendQuirks(
+    empty_cache_releases_runtime_memory=True,
+    allocator_settings_env=("PYTORCH_NPU_ALLOC_CONF",),
+)
+"""What is particular to Ascend's caching allocator, as memacct declares it."""
+
+TORCH_NPU_HINT = "pip install torch-npu; it needs Huawei's CANN toolkit"
+CANN_HINT = (
+    "source CANN's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh) so that its "
+    "libraries (libhccl.so, libascendcl.so, ...) are found"
+)
+
+
+def import_torch_npu() -> Any:
+    """Import ``torch_npu`` and return ``torch.npu``, the memory module it adds to torch."""
+    importlib.import_module("torch_npu")
+    return importlib.import_module("torch").npu
+
+
+def npu_availability(
+    find_spec: Callable[[str], object | None] = importlib.util.find_spec,
+    import_module: Callable[[str], Any] = importlib.import_module,
+) -> Availability:
+    """Whether ``torch_npu`` works here and sees an NPU, and if not, the specific reason.
+
+    Args:
+        find_spec: how to tell whether a package is installed without importing it.
+        import_module: how to import one.
+    """
+    if find_spec("torch") is None:
+        return Availability(
+            False,
+            "torch is not installed (pip install 'memacct-ascend[torch-npu]'; torch_npu needs "
+            "Huawei's CANN toolkit)",
+        )
+    if find_spec("torch_npu") is None:
+        return Availability(False, f"torch_npu is not installed ({TORCH_NPU_HINT})")
+    try:
+        torch_npu = import_module("torch_npu")
+        npu = import_module("torch").npu
+    except Exception as exc:  # a missing CANN library surfaces as ImportError or OSError
+        return Availability(
+            False,
+            f"torch_npu is installed but failed to import: {type(exc).__name__}: {exc} ({CANN_HINT})",
+        )
+    version = getattr(torch_npu, "__version__", "(unknown version)")
+    usable = bool(npu.is_available())
+    count = int(npu.device_count()) if usable else 0
+    if usable and count > 0:
+        return Availability(True, f"torch_npu {version}: {count} NPU(s) visible")
+    visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    hides = f"; ASCEND_RT_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+    return Availability(
+        False,
+        f"torch_npu {version} imported but torch.npu.is_available() is False: no Ascend NPU is "
+        f"visible (is the Ascend driver loaded? `npu-smi info` shows the NPUs{hides})",
+    )
+
+
+class AscendBackend(TorchLikeBackend):
+    """Huawei Ascend NPUs through ``torch_npu`` (registered as ``npu``).
+
+    Devices are numbered as ``torch.npu`` numbers them (after
+    ``ASCEND_RT_VISIBLE_DEVICES``). There is no per-process attribution:
+    torch_npu exposes no per-process device memory, so snapshots report
+    ``other_processes=None``.
+
+    Args:
+        module: a ``torch.npu``-shaped module; ``torch.npu`` (after importing
+            ``torch_npu``) when omitted. Tests pass the simulated device's ``.api``.
+    """
+
+    name = "npu"
+    default_truth_source = TruthSource.ALLOCATED_PEAK
+    quirks = NPU_QUIRKS
+    priority = 100
+
+    def __init__(self, module: Any | None = None) -> None:
+        super().__init__(module if module is not None else import_torch_npu())
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Available when torch_npu imports and sees an NPU; otherwise the specific reason."""
+        return npu_availability()

@@ -1,0 +1,263 @@
+"""memacct-mindspore: MindSpore on Ascend and GPU, through ``mindspore.runtime``.
+
+MindSpore's memory pool reports its own statistics (``total_reserved_memory``,
+``max_allocated_memory``, ...); this backend maps them onto torch's key names,
+so the core reads every device alike, and keeps the native ones beside them
+under ``mindspore.<key>``. Declared quirks: the pool grows in coarse blocks
+(1 GiB by default) and fragments, so the default truth source is reserved
+memory, as vllm-mindspore chose; ``MS_ALLOC_CONF`` is recorded as the
+allocator setting.
+
+What MindSpore cannot tell, and where memacct reads it instead:
+
+* free device memory on Ascend comes from ``mindspore.hal.get_device_properties``
+  (``total_memory``, ``free_memory``; zero until the device is initialised);
+* on GPU MindSpore gives only ``total_memory``: free memory is read through
+  NVML (``pip install 'memacct-mindspore[gpu]'``);
+* MindSpore reads the memory of the current device only, so this backend sees
+  one device, index 0: the one the process runs on (``mindspore.set_device``);
+* there is no per-process figure: snapshots report ``other_processes=None``.
+
+mindspore is imported when the backend is built or asked for its
+availability, never when the plugin is listed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memacct import Availability, BackendError, BackendQuirks, InvalidInputError, TruthSource
+from memacct.units import GiB
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KEY_MAP",
+    "MINDSPORE_QUIRKS",
+    "NATIVE_PREFIX",
+    "MindSporeBackend",
+    "map_memory_stats",
+    "mindspore_availability",
+]
+
+KEY_MAP = {
+    "total_allocated_memory": "allocated_bytes.all.current",
+    "max_allocated_memory": "allocated_bytes.all.peak",
+    "total_reserved_memory": "reserved_bytes.all.current",
+    "max_reserved_memory": "reserved_bytes.all.peak",
+}
+"""MindSpore's native statistic -> the torch key memacct reads."""
+
+NATIVE_PREFIX = "mindspore."
+
+MINDSPORE_QUIRKS = BackendQuirks(
+    allocator_settings_env=("MS_ALLOC_CONF",),
+    growth_granularity_bytes=GiB,
+)
+"""What is particular to MindSpore's memory pool, as memacct declares it."""
+
+MINDSPORE_HINT = (
+    "pip install 'memacct-mindspore[mindspore]', or the MindSpore build for your device "
+    "from https://www.mindspore.cn/install"
+)
+DEVICE_TARGETS = ("Ascend", "GPU")
+
+MemoryInfoReader = Callable[[int], tuple[int, int]]
+
+
+def map_memory_stats(native: Mapping[str, Any]) -> dict[str, int]:
+    """Torch-style statistics from ``mindspore.runtime.memory_stats()``.
+
+    The four keys memacct reads are mapped (see :data:`KEY_MAP`); every
+    numeric native value is kept under ``mindspore.<key>`` (per-pool values as
+    ``mindspore.<pool>.<key>``).
+
+    Raises:
+        BackendError: a key memacct needs is missing (MindSpore renamed it):
+            reading zeros instead would hide every allocation.
+    """
+    missing = [key for key in KEY_MAP if key not in native]
+    if missing:
+        raise BackendError(
+            f"mindspore.runtime.memory_stats() lacks {', '.join(missing)} (it has "
+            f"{', '.join(sorted(native)) or 'nothing'}): this MindSpore reports other statistics "
+            "than memacct-mindspore maps; upgrade memacct-mindspore"
+        )
+    stats: dict[str, int] = {}
+    for key, value in native.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            stats[NATIVE_PREFIX + key] = value
+            if key in KEY_MAP:
+                stats[KEY_MAP[key]] = value
+        elif isinstance(value, Mapping):
+            for sub, subvalue in value.items():
+                if isinstance(subvalue, int) and not isinstance(subvalue, bool):
+                    stats[f"{NATIVE_PREFIX}{key}.{sub}"] = subvalue
+    return stats
+
+
+def _plugin_error(ms: Any) -> str:
+    # MindSpore keeps why its Ascend/GPU plugin did not load; its public check
+    # (hal.is_available) only logs it, so read it where MindSpore stores it.
+    try:
+        context = importlib.import_module(f"{getattr(ms, '__name__', 'mindspore')}._c_expression")
+        text = str(context.MSContext.get_instance().load_plugin_error()).strip()
+    except Exception:
+        return ""
+    return f" (its device plugin did not load: {text.splitlines()[0]})" if text else ""
+
+
+def mindspore_availability(ms: Any) -> Availability:
+    """Whether ``ms`` (the imported mindspore) runs on an Ascend or GPU device, and if not, why."""
+    version = getattr(ms, "__version__", "(unknown version)")
+    target = str(ms.get_context("device_target"))
+    if target not in DEVICE_TARGETS:
+        return Availability(
+            False,
+            f"mindspore {version} runs on device target {target}: it finds no Ascend or GPU "
+            f"device{_plugin_error(ms)}; memacct-mindspore needs MindSpore on Ascend or GPU",
+        )
+    try:
+        count = int(ms.hal.device_count(target))
+    except Exception as exc:
+        return Availability(
+            False, f"mindspore {version} targets {target} but cannot count its devices: "
+            f"{type(exc).__name__}: {exc}",
+        )
+    if count < 1:
+        return Availability(False, f"mindspore {version} targets {target} but sees no {target} device")
+    return Availability(True, f"mindspore {version} on {target}: {count} device(s)")
+
+
+class MindSporeBackend:
+    """MindSpore's memory pool on Ascend or GPU (registered as ``mindspore``).
+
+    Args:
+        mindspore: the ``mindspore`` package (or one shaped like it: ``runtime``,
+            ``hal``, ``get_context``); imported when omitted.
+        memory_info: ``memory_info(device) -> (free, total)`` bytes, replacing
+            MindSpore's own reading: for a device MindSpore cannot read, such
+            as the CPU target in tests.
+        nvml: the NVML session for free memory on GPU (a ``memacct_nvml.Nvml``);
+            the process-wide one when omitted.
+    """
+
+    name = "mindspore"
+    default_truth_source = TruthSource.RESERVED
+    quirks = MINDSPORE_QUIRKS
+    priority = 90
+
+    def __init__(
+        self,
+        mindspore: Any | None = None,
+        *,
+        memory_info: MemoryInfoReader | None = None,
+        nvml: Any | None = None,
+    ) -> None:
+        self.ms = mindspore if mindspore is not None else importlib.import_module("mindspore")
+        self._memory_info = memory_info
+        self._nvml = nvml
+        self._nvml_handle: Any = None
+
+    def __repr__(self) -> str:
+        return f"MindSporeBackend(device_target={self.device_target!r})"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Available when MindSpore runs on an Ascend or GPU device; otherwise the specific reason."""
+        if importlib.util.find_spec("mindspore") is None:
+            return Availability(False, f"mindspore is not installed ({MINDSPORE_HINT})")
+        try:
+            ms = importlib.import_module("mindspore")
+        except Exception as exc:
+            return Availability(False, f"import mindspore failed: {type(exc).__name__}: {exc}")
+        return mindspore_availability(ms)
+
+    @property
+    def device_target(self) -> str:
+        """MindSpore's device target: ``Ascend``, ``GPU`` or ``CPU``."""
+        return str(self.ms.get_context("device_target"))
+
+    @property
+    def device_id(self) -> int:
+        """The physical id of the device this process runs on."""
+        return int(self.ms.get_context("device_id"))
+
+    def _check(self, device: int) -> int:
+        if isinstance(device, bool) or not isinstance(device, int) or device != 0:
+            raise InvalidInputError(
+                f"device {device!r} is out of range for backend 'mindspore': MindSpore reads only "
+                f"the device this process runs on, which memacct numbers 0 ({self.device_target} "
+                f"device {self.device_id}; choose it with mindspore.set_device)"
+            )
+        return device
+
+    def device_count(self) -> int:
+        return 1
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of the device, from MindSpore on Ascend and NVML on GPU."""
+        self._check(device)
+        if self._memory_info is not None:
+            free, total = self._memory_info(device)
+            return int(free), int(total)
+        target = self.device_target
+        if target == "Ascend":
+            return self._ascend_memory()
+        if target == "GPU":
+            return self._gpu_memory()
+        raise BackendError(
+            f"MindSpore runs on device target {target}: it has no device memory to read "
+            "(memacct-mindspore reads Ascend and GPU devices)"
+        )
+
+    def _ascend_memory(self) -> tuple[int, int]:
+        device_id = self.device_id
+        properties = self.ms.hal.get_device_properties(device_id, "Ascend")
+        total = int(getattr(properties, "total_memory", 0) or 0)
+        free = int(getattr(properties, "free_memory", 0) or 0)
+        if total <= 0:
+            raise BackendError(
+                f"MindSpore reports 0 bytes of memory on Ascend device {device_id}: the device is "
+                f"not initialised yet; call mindspore.set_device('Ascend', {device_id}) and run one "
+                "operation before measuring"
+            )
+        return free, total
+
+    def _gpu_memory(self) -> tuple[int, int]:
+        try:
+            from memacct_nvml import cuda_device_handle, default_session
+        except ImportError:
+            raise BackendError(
+                "MindSpore reports no free memory on GPU (mindspore.hal.get_device_properties "
+                "gives total_memory only): install memacct-nvml (pip install "
+                "'memacct-mindspore[gpu]') so memacct reads it through NVML"
+            ) from None
+        session = self._nvml if self._nvml is not None else default_session()
+        if self._nvml_handle is None:
+            self._nvml_handle = cuda_device_handle(
+                session, self.device_id, visible=os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+        info = session.memory_info(self._nvml_handle)
+        return info.free, info.total
+
+    def memory_stats(self, device: int) -> Mapping[str, int]:
+        self._check(device)
+        return map_memory_stats(self.ms.runtime.memory_stats())
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        self._check(device)
+        self.ms.runtime.reset_peak_memory_stats()
+
+    def empty_cache(self) -> None:
+        self.ms.runtime.empty_cache()
+
+    def synchronize(self, device: int) -> None:
+        self._check(device)
+        # The CPU target has no device stream; MindSpore logs an error if asked to wait on it.
+        if self.device_target != "CPU":
+            self.ms.runtime.synchronize()
