@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memacct.sim.allocator import ALLOCATOR_PRESETS, SimpleDeviceMemory, make_allocator  # noqa: E402
-from memacct.units import GiB, MiB  # noqa: E402
+from memacct.sim.allocator import ALLOCATOR_PRESETS, SimpleDeviceMemory, make_allocator
+from memacct.units import GiB, MiB
 
 
 def make_sizes(n: int, seed: int) -> list[int]:
@@ -73,10 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=200_000, help="malloc+free pairs timed")
     parser.add_argument("--live", type=int, default=10_000, help="live blocks in steady state")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="timed runs per preset; the best is printed (less noise)")
-    parser.add_argument("--preset", action="append", choices=sorted(ALLOCATOR_PRESETS),
-                        help="preset to run (repeatable; default: all)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed runs per preset; the best is printed (less noise)",
+    )
+    parser.add_argument(
+        "--preset",
+        action="append",
+        choices=sorted(ALLOCATOR_PRESETS),
+        help="preset to run (repeatable; default: all)",
+    )
     args = parser.parse_args(argv)
     for preset in args.preset or list(ALLOCATOR_PRESETS):
         rate = max(bench(preset, args.pairs, args.live, args.seed) for _ in range(args.repeat))

@@ -77,9 +77,11 @@ class DeviceBackend(Protocol):
     """Primitive readings of one kind of device (contract).
 
     Devices are numbered ``0 .. device_count() - 1``. Optional members, read
-    with ``getattr``: ``quirks`` (:class:`BackendQuirks`) and
+    with ``getattr``: ``quirks`` (:class:`BackendQuirks`),
     ``process_memory(device) -> int | None`` (this process's device memory,
-    for per-process attribution of the rest to other processes).
+    for per-process attribution of the rest to other processes), and
+    ``consistent_reading(device)``, a context manager during which the device's
+    readings cannot change (the simulated device's lock; a snapshot holds it).
     """
 
     name: str

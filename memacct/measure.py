@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 
 from memacct.backend import DeviceBackend, get_quirks
-from memacct.errors import BackendError
-from memacct.models import MemorySnapshot
+from memacct.errors import BackendError, InvalidInputError
+from memacct.models import MAX_BYTES, MemorySnapshot
 
 __all__ = ["read_stat", "snapshot"]
 
@@ -25,6 +26,68 @@ def read_stat(stats: Mapping[str, int], key: str) -> int:
     return int(stats.get(key, 0))
 
 
+# Allocator counters that identify its state: the current values memacct reads and the
+# cumulative ones, which only grow, so a change that was undone between two readings shows.
+_STATE_KEYS = (
+    ALLOCATED,
+    ALLOCATED_PEAK,
+    RESERVED,
+    RESERVED_PEAK,
+    "allocated_bytes.all.allocated",
+    "reserved_bytes.all.allocated",
+    "reserved_bytes.all.freed",
+)
+READ_ATTEMPTS = 8
+"""Reading rounds :func:`snapshot` takes at most while the device keeps changing."""
+
+_Reading = tuple[Mapping[str, int], int, int, "int | None"]
+
+
+def _read_consistently(backend: DeviceBackend, device: int, allocator_stats: bool) -> _Reading:
+    """Read stats, ``(free, total)`` and this process's memory as one state of the device.
+
+    The three readings are separate calls, so a thread that allocates (or another
+    process) between them would make a snapshot whose parts disagree. A backend
+    that can stop its device from changing offers ``consistent_reading(device)``,
+    a context manager held around the readings (the simulated device's lock).
+    Otherwise rounds are read until two in a row agree; the last round is used
+    even if none did (and checked like any other).
+    """
+    process_memory = getattr(backend, "process_memory", None)
+    hold = getattr(backend, "consistent_reading", None)
+    held: AbstractContextManager[object] = hold(device) if callable(hold) else nullcontext()
+    with held:
+        reading = _read_rounds(backend, device, allocator_stats, process_memory)
+    return reading
+
+
+def _read_rounds(
+    backend: DeviceBackend, device: int, allocator_stats: bool, process_memory: object
+) -> _Reading:
+    previous: tuple[object, ...] | None = None
+    for _ in range(READ_ATTEMPTS):
+        stats = backend.memory_stats(device) if allocator_stats else {}
+        free, total = backend.mem_get_info(device)
+        own = process_memory(device) if callable(process_memory) else None
+        state = (tuple(stats.get(k) for k in _STATE_KEYS), free, total, own)
+        if state == previous:
+            break
+        previous = state
+    return stats, free, total, own
+
+
+def _as_bytes(where: str, what: str, value: object) -> int:
+    """A reading as int bytes; anything else is the backend's fault, named with the value."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BackendError(
+            f"{where} reported {what} = {value!r}: not a non-negative number of bytes "
+            "(a broken backend or driver)"
+        )
+    return value
+
+
 def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
     """Read one device's memory and split it into the three kinds.
 
@@ -40,15 +103,26 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         ``other_processes`` is ``None`` and ``non_allocator`` includes them.
 
     Raises:
+        InvalidInputError: ``device`` is not an index the backend has.
         BackendError: the readings contradict each other or the backend failed.
     """
     quirks = get_quirks(backend)
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise InvalidInputError(
+            f"device must be a device index, an int from 0, got {device!r} "
+            f"(backend {backend.name!r})"
+        )
     try:
+        count = backend.device_count()
+        if device >= count:
+            seen = f"{count} device(s), numbered 0..{count - 1}" if count > 0 else "no device"
+            raise InvalidInputError(
+                f"device {device} is out of range for backend {backend.name!r}: it sees "
+                f"{seen} (on a real machine CUDA_VISIBLE_DEVICES or ASCEND_RT_VISIBLE_DEVICES "
+                "decides which devices a process sees)"
+            )
         backend.synchronize(device)
-        stats = backend.memory_stats(device) if quirks.has_allocator_stats else {}
-        free, total = backend.mem_get_info(device)
-        process_memory = getattr(backend, "process_memory", None)
-        own = process_memory(device) if callable(process_memory) else None
+        stats, free, total, own = _read_consistently(backend, device, quirks.has_allocator_stats)
     except BackendError:
         raise
     except Exception as exc:
@@ -57,13 +131,24 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         raise BackendError(
             f"backend {backend.name!r} failed to read device {device}: {type(exc).__name__}: {exc}"
         ) from exc
-    allocated = read_stat(stats, ALLOCATED)
-    reserved = read_stat(stats, RESERVED)
+    where = f"backend {backend.name!r} on device {device}"
+    free = _as_bytes(where, "free memory (mem_get_info)", free)
+    total = _as_bytes(where, "total memory (mem_get_info)", total)
+    allocated = _as_bytes(where, ALLOCATED, stats.get(ALLOCATED, 0))
+    reserved = _as_bytes(where, RESERVED, stats.get(RESERVED, 0))
+    allocated_peak = _as_bytes(where, ALLOCATED_PEAK, stats.get(ALLOCATED_PEAK, 0))
+    reserved_peak = _as_bytes(where, RESERVED_PEAK, stats.get(RESERVED_PEAK, 0))
     used = total - free
-    if total <= 0 or free < 0 or free > total:
+    if total <= 0 or free < 0 or free > total or total > MAX_BYTES:
         raise BackendError(
             f"backend {backend.name!r} reported free={free} and total={total} bytes for "
             f"device {device}: these cannot be right (check the driver)"
+        )
+    if allocated > reserved:
+        raise BackendError(
+            f"{where} reports {allocated} bytes allocated but only {reserved} reserved: "
+            "an allocator never hands out more than it holds (is the backend mapping the "
+            "right statistics?)"
         )
     if reserved > used:
         raise BackendError(
@@ -76,7 +161,8 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
     if own is not None:
         # Attribution can only move memory out of non_allocator, never below zero: a
         # process reading that lags the device reading must not make numbers negative.
-        other = min(max(0, used - int(own)), used - reserved)
+        own = _as_bytes(where, "this process's memory (process_memory)", own)
+        other = min(max(0, used - own), used - reserved)
     return MemorySnapshot(
         backend=backend.name,
         device=device,
@@ -85,9 +171,9 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         free=free,
         used=used,
         allocated=allocated,
-        allocated_peak=max(read_stat(stats, ALLOCATED_PEAK), allocated),
+        allocated_peak=max(allocated_peak, allocated),
         reserved=reserved,
-        reserved_peak=max(read_stat(stats, RESERVED_PEAK), reserved),
+        reserved_peak=max(reserved_peak, reserved),
         non_allocator=used - reserved - (other or 0),
         other_processes=other,
     )

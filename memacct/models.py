@@ -38,6 +38,10 @@ __all__ = [
 
 PROFILE_FORMAT_VERSION = 1
 
+MAX_BYTES = 2**60
+"""The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
+number is a corrupt or hand-edited file, refused before any arithmetic overflows on it."""
+
 
 class TruthSource(str, enum.Enum):
     """Which measurement decides the activation peak of a profile.
@@ -98,15 +102,15 @@ class MemorySnapshot(BaseModel):
     backend: str
     device: int = Field(ge=0)
     timestamp: float
-    total: int = Field(gt=0)
-    free: int = Field(ge=0)
-    used: int = Field(ge=0)
-    allocated: int = Field(ge=0)
-    allocated_peak: int = Field(ge=0)
-    reserved: int = Field(ge=0)
-    reserved_peak: int = Field(ge=0)
-    non_allocator: int = Field(ge=0)
-    other_processes: int | None = Field(default=None, ge=0)
+    total: int = Field(gt=0, le=MAX_BYTES)
+    free: int = Field(ge=0, le=MAX_BYTES)
+    used: int = Field(ge=0, le=MAX_BYTES)
+    allocated: int = Field(ge=0, le=MAX_BYTES)
+    allocated_peak: int = Field(ge=0, le=MAX_BYTES)
+    reserved: int = Field(ge=0, le=MAX_BYTES)
+    reserved_peak: int = Field(ge=0, le=MAX_BYTES)
+    non_allocator: int = Field(ge=0, le=MAX_BYTES)
+    other_processes: int | None = Field(default=None, ge=0, le=MAX_BYTES)
 
     @model_validator(mode="after")
     def _consistent(self) -> MemorySnapshot:
@@ -203,8 +207,12 @@ class ExcludedRegion(BaseModel):
     model_config = _FROZEN
 
     label: str
-    allocated_spike: int = Field(ge=0, description="peak allocated above the region's start, bytes")
-    reserved_spike: int = Field(ge=0, description="peak reserved above the region's start, bytes")
+    allocated_spike: int = Field(
+        ge=0, le=MAX_BYTES, description="peak allocated above the region's start, bytes"
+    )
+    reserved_spike: int = Field(
+        ge=0, le=MAX_BYTES, description="peak reserved above the region's start, bytes"
+    )
     duration_s: float = Field(ge=0)
 
 
@@ -221,11 +229,15 @@ class ProfileResult(BaseModel):
             allocated at its start.
         reserved_peak_increase: peak reserved during the session minus
             reserved at its start.
-        non_allocator_increase: ``after.non_allocator - baseline.non_allocator``.
+        non_allocator_increase: ``after.non_allocator - baseline.non_allocator``;
+            :func:`memacct.memory_profiling` records a fall as 0 (see ``warnings``).
         non_kv_cache_memory: ``weights_memory + activation_peak + non_allocator_increase``.
         truth_source: the resolved truth source (never ``auto``).
         fragmentation: ``(reserved - allocated) / reserved`` at the session's peak.
         duration_s: wall time of the session.
+        warnings: what made the measurement doubtful, one sentence each (another
+            process allocating or freeing device memory during profiling, a fall
+            of non-allocator memory that was not credited); empty when none.
     """
 
     model_config = _FROZEN
@@ -234,12 +246,12 @@ class ProfileResult(BaseModel):
     baseline: MemorySnapshot
     before: MemorySnapshot
     after: MemorySnapshot
-    weights_memory: int = Field(ge=0)
-    activation_peak: int = Field(ge=0)
-    allocated_peak_increase: int = Field(ge=0)
-    reserved_peak_increase: int = Field(ge=0)
-    non_allocator_increase: int
-    non_kv_cache_memory: int = Field(ge=0)
+    weights_memory: int = Field(ge=0, le=MAX_BYTES)
+    activation_peak: int = Field(ge=0, le=MAX_BYTES)
+    allocated_peak_increase: int = Field(ge=0, le=MAX_BYTES)
+    reserved_peak_increase: int = Field(ge=0, le=MAX_BYTES)
+    non_allocator_increase: int = Field(ge=-MAX_BYTES, le=MAX_BYTES)
+    non_kv_cache_memory: int = Field(ge=0, le=MAX_BYTES)
     truth_source: TruthSource
     requested_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
     truth_source_reason: str = ""
@@ -247,7 +259,8 @@ class ProfileResult(BaseModel):
     duration_s: float = Field(ge=0.0)
     excluded_regions: tuple[ExcludedRegion, ...] = ()
     allocator_settings: dict[str, str] = Field(default_factory=dict)
-    inactive_split_peak: int = Field(default=0, ge=0)
+    inactive_split_peak: int = Field(default=0, ge=0, le=MAX_BYTES)
+    warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ProfileResult:
@@ -299,6 +312,15 @@ class ProfileResult(BaseModel):
         )
 
 
+def _got(err: Any) -> str:
+    # Name the offending value when it is a scalar; a whole object would drown the message.
+    value = err.get("input")
+    if isinstance(value, (dict, list)) or err.get("type") == "missing":
+        return ""
+    text = repr(value)
+    return f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
+
+
 def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> Any:
     """Validate JSON text as ``model``; any problem becomes a :class:`ConfigError`.
 
@@ -308,7 +330,7 @@ def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> A
         return model.model_validate_json(text)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_got(err)}"
             for err in exc.errors()[:5]
         )
         raise ConfigError(f"{source} is not a valid {model.__name__}: {problems}") from None

@@ -17,6 +17,7 @@ Example (on the simulated device, runnable as is)::
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from collections.abc import Hashable, Iterator
@@ -35,9 +36,19 @@ from memacct.measure import (
 )
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
 from memacct.truth import PeakMeasurement, requested_truth_source, resolve_truth_source
-from memacct.units import format_gib
+from memacct.units import MiB, format_gib
 
-__all__ = ["ProfilingSession", "memory_profiling"]
+__all__ = ["INTERFERENCE_TOLERANCE_BYTES", "ProfilingSession", "memory_profiling"]
+
+logger = logging.getLogger("memacct")
+
+INTERFERENCE_TOLERANCE_BYTES = 64 * MiB
+"""Changes of memory outside this process's allocator up to this size are not reported.
+
+Per-process readings lag device readings a little (NVML), and a runtime's own
+bookkeeping moves by a few MiB; a co-tenant or an unexplained fall of more
+than this is named in :attr:`ProfileResult.warnings`.
+"""
 
 _active_lock = threading.Lock()
 _active: set[Hashable] = set()
@@ -172,7 +183,30 @@ class ProfilingSession:
                 weights = max(0, before.reserved - self.baseline.reserved)
             else:
                 weights = max(0, before.allocated - self.baseline.allocated)
+        warnings = self._interference(after)
         non_allocator_increase = non_allocator - self.baseline.non_allocator
+        if non_allocator_increase < 0:
+            # A fall below the baseline is never credited: without attribution it is most
+            # likely another process freeing memory it may take again; with attribution
+            # it is memory that was there before the model, which serving may need again.
+            # Charging 0 errs on the side of a smaller KV cache, never an OOM.
+            if -non_allocator_increase > INTERFERENCE_TOLERANCE_BYTES:
+                warnings.append(
+                    f"non-allocator memory on {self._where} ended "
+                    f"{format_gib(-non_allocator_increase)} below the baseline "
+                    f"({format_gib(self.baseline.non_allocator)} -> "
+                    f"{format_gib(non_allocator)}); "
+                    + (
+                        "this process gave back memory it held before the model"
+                        if after.other_processes is not None
+                        else "another process probably freed device memory, which memacct "
+                        "cannot tell from this process's without per-process attribution"
+                    )
+                    + ": the fall is not credited (non_allocator_increase charged as 0)"
+                )
+            non_allocator_increase = 0
+        for warning in warnings:
+            logger.warning("memacct: %s", warning)
         fragmentation = (
             (self._reserved_peak - self._allocated_peak) / self._reserved_peak
             if self._reserved_peak > 0
@@ -196,14 +230,58 @@ class ProfilingSession:
             excluded_regions=tuple(self._excluded),
             allocator_settings=allocator_settings(self.backend),
             inactive_split_peak=peaks.inactive_split_peak,
+            warnings=tuple(warnings),
         )
 
+    @property
+    def _where(self) -> str:
+        return f"{self.backend.name}:{self.device}"
+
+    def _interference(self, after: MemorySnapshot) -> list[str]:
+        """Name memory changes during the session that this process did not make."""
+        before = self.before
+        assert before is not None
+        found: list[str] = []
+        if before.other_processes is not None and after.other_processes is not None:
+            change = after.other_processes - before.other_processes
+            if abs(change) > INTERFERENCE_TOLERANCE_BYTES:
+                found.append(
+                    f"another process {'allocated' if change > 0 else 'freed'} "
+                    f"{format_gib(abs(change))} on {self._where} during profiling (other "
+                    f"processes held {format_gib(before.other_processes)} at the start, "
+                    f"{format_gib(after.other_processes)} at the end); per-process attribution "
+                    "kept it out of this profile, but the device now has "
+                    f"{'less' if change > 0 else 'more'} free memory than when profiling began"
+                )
+            return found
+        # Without attribution every change of used memory that the allocator does not
+        # explain lands in non_allocator: this process's (NCCL, cuBLAS workspaces) or not.
+        change = after.non_allocator - before.non_allocator
+        if change < -INTERFERENCE_TOLERANCE_BYTES:
+            found.append(
+                f"used memory on {self._where} fell by {format_gib(-change)} during profiling "
+                "more than the allocator's reservation did: another process probably freed "
+                "device memory (without per-process attribution memacct cannot tell); profile "
+                "on an idle device, or with a backend that attributes memory per process"
+            )
+        elif change > INTERFERENCE_TOLERANCE_BYTES:
+            found.append(
+                f"used memory on {self._where} grew by {format_gib(change)} during profiling "
+                "beyond the allocator's reservation: this process's memory outside the "
+                "allocator (NCCL, cuBLAS workspaces) or another process's; without "
+                "per-process attribution it is charged to this instance (the safe side)"
+            )
+        return found
+
     def _oom_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:
-        free, total = self.backend.mem_get_info(self.device)
+        try:
+            free, total = self.backend.mem_get_info(self.device)
+            device = f"total {format_gib(total)}, free {format_gib(free)}"
+        except Exception as reading:  # the message must not hide the OOM behind a 2nd error
+            device = f"device unreadable after the OOM: {type(reading).__name__}: {reading}"
         return ProfilingOutOfMemoryError(
             f"the device ran out of memory during the profiled forward pass on "
-            f"{self.backend.name}:{self.device} (total {format_gib(total)}, "
-            f"free {format_gib(free)}, weights "
+            f"{self._where} ({device}, weights "
             f"{format_gib(self.weights_memory or 0)}): {exc}. Profile with a smaller "
             "max_num_batched_tokens (or fewer sequences), or free device memory"
         )
@@ -224,7 +302,19 @@ def memory_profiling(
     gc, ``empty_cache``, snapshot ``after``, compute :class:`ProfileResult`
     into ``session.result``. An exception inside the block propagates and
     leaves no result; an out-of-memory error becomes
-    :class:`ProfilingOutOfMemoryError` with the numbers and the fix.
+    :class:`ProfilingOutOfMemoryError` with the numbers and the fix. After a
+    failed block the allocator's peak statistics are left as the block drove
+    them (reset on entry, never restored), and the device is free for the next
+    session.
+
+    Memory that changes outside this process's allocator during the session is
+    checked: where the backend attributes memory per process, another process
+    allocating or freeing more than :data:`INTERFERENCE_TOLERANCE_BYTES` is
+    named; without attribution, a fall of used memory that the allocator does
+    not explain (or a growth it does not explain) is. Each finding is logged as
+    a warning on logger ``memacct`` and recorded in
+    :attr:`ProfileResult.warnings`. A fall of non-allocator memory below the
+    baseline is never credited: ``non_allocator_increase`` is at least 0.
 
     Args:
         backend: the backend that measured ``baseline``.

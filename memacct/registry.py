@@ -88,23 +88,40 @@ class _Entry:
     loaded: bool = False
 
     def load(self) -> Any:
-        if not self.loaded:
-            self.loaded = True
-            assert self.loader is not None
-            start = time.perf_counter()
-            try:
-                self.factory = self.loader()
-            except Exception as exc:  # a broken plugin must not break the others
-                self.error = f"failed to import ({self.origin}): {type(exc).__name__}: {exc}"
-                logger.warning("memacct backend %r %s", self.name, self.error)
-            elapsed = time.perf_counter() - start
-            if elapsed > SLOW_IMPORT_S:
-                logger.warning(
-                    "memacct backend %r took %.1f s to import (%s)", self.name, elapsed, self.origin
+        # Under the registry's lock: a second thread must wait for the first one's import,
+        # not see a half-loaded entry (it would report the backend as not loadable).
+        with _lock:
+            if not self.loaded:
+                self._import()
+            return None if self.error is not None else self.factory
+
+    def _import(self) -> None:
+        assert self.loader is not None
+        start = time.perf_counter()
+        try:
+            factory = self.loader()
+        # A broken plugin must not break the others; SystemExit too (a plugin that
+        # exits when its driver is missing), but never KeyboardInterrupt.
+        except (Exception, SystemExit) as exc:
+            self.error = f"failed to import ({self.origin}): {type(exc).__name__}: {exc}"
+            logger.warning("memacct backend %r %s", self.name, self.error)
+        else:
+            if callable(factory):
+                self.factory = factory
+            else:
+                self.error = (
+                    f"{self.origin} is not a memacct backend: it names a "
+                    f"{type(factory).__name__}, not a backend class or factory"
                 )
-        if self.error is not None:
-            return None
-        return self.factory
+                logger.warning("memacct backend %r: %s", self.name, self.error)
+        self.loaded = True
+        elapsed = time.perf_counter() - start
+        if elapsed > SLOW_IMPORT_S:
+            logger.warning(
+                "memacct backend %r took %.1f s to import (%s): every start that lists "
+                "backends pays this; disable it with %s if unused",
+                self.name, elapsed, self.origin, ENV_DISABLED,
+            )
 
 
 _lock = threading.RLock()
@@ -247,7 +264,7 @@ def _availability(entry: _Entry) -> Availability:
         return Availability(True, "registered without an availability check")
     try:
         result = check()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         return Availability(False, f"availability() raised {type(exc).__name__}: {exc}")
     if not isinstance(getattr(result, "available", None), bool) or not isinstance(
         getattr(result, "reason", None), str
@@ -285,8 +302,14 @@ def _info(entry: _Entry, disabled: set[str]) -> BackendInfo:
         distribution=entry.distribution,
         version=entry.version,
         default_truth_source=str(getattr(truth, "value", truth)) if truth is not None else None,
-        priority=int(getattr(factory, "priority", 0) or 0),
+        priority=_priority(factory),
     )
+
+
+def _priority(factory: Any) -> int:
+    # A plugin's priority decides automatic choice only; a malformed one must not break listing.
+    value = getattr(factory, "priority", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def available_backends() -> list[BackendInfo]:
@@ -334,7 +357,7 @@ def get_backend(name: str | None = None, **options: Any) -> DeviceBackend:
         backend = entry.factory(**options)
     except (BackendError, InvalidInputError):
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise BackendError(
             f"backend {name!r} failed to start ({entry.origin}): {type(exc).__name__}: {exc}"
         ) from exc

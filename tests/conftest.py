@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memacct import registry
+import _hypothesis_profiles  # noqa: F401  (registers and loads the hypothesis profile)
 
 
 @pytest.fixture(autouse=True)

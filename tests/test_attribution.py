@@ -19,17 +19,20 @@ from memacct.units import GiB, MiB
 
 WEIGHTS = 8 * GiB
 ACTIVATIONS = 2 * GiB
-OWN_RUNTIME = 512 * MiB      # this process's memory outside the allocator (NCCL, workspaces)
-NEIGHBOUR = 6 * GiB          # another process allocates while this one profiles
+OWN_RUNTIME = 512 * MiB  # this process's memory outside the allocator (NCCL, workspaces)
+NEIGHBOUR = 6 * GiB  # another process allocates while this one profiles
 
 
-def profile_with_a_busy_neighbour(make_backend: Callable[[SimDevice], DeviceBackend]) -> ProfileResult:
+def profile_with_a_busy_neighbour(
+    make_backend: Callable[[SimDevice], DeviceBackend],
+) -> ProfileResult:
     dev = SimDevice("h100-80gb", "torch-cuda")
     backend = make_backend(dev)
     baseline = memacct.snapshot(backend)
     dev.malloc(WEIGHTS)
-    with memacct.memory_profiling(backend, baseline, weights_memory=WEIGHTS,
-                                  truth_source="allocated_peak") as session:
+    with memacct.memory_profiling(
+        backend, baseline, weights_memory=WEIGHTS, truth_source="allocated_peak"
+    ) as session:
         dev.free(dev.malloc(ACTIVATIONS))
         dev.external_malloc(OWN_RUNTIME)
         dev.other_process_malloc(NEIGHBOUR)

@@ -25,11 +25,13 @@ class Backend(TorchLikeBackend):
 
 def run_suite(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
     pytester.makepyfile(test_acme=HEADER + body)
-    return pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    return pytester.runpytest("-p", "no:cacheprovider", "-rfs")
 
 
 def test_backend_missing_a_protocol_method_fails_the_suite(pytester: pytest.Pytester) -> None:
-    result = run_suite(pytester, """
+    result = run_suite(
+        pytester,
+        """
 class NoStats:
     name = "acme"
     default_truth_source = "allocated_peak"
@@ -40,23 +42,34 @@ class TestAcme(BackendConformance):
     @pytest.fixture
     def backend(self):
         return NoStats()
-""")
+""",
+    )
     result.stdout.fnmatch_lines(
-        ["*test_backend_implements_the_protocol*", "*missing memory_stats, reset_peak_memory_stats*"]
+        [
+            "*test_backend_implements_the_protocol*",
+            "*missing memory_stats, reset_peak_memory_stats*",
+        ]
     )
     assert result.parseoutcomes()["failed"] >= 1
 
 
 def test_subclass_without_backend_fixture_is_told_to_add_one(pytester: pytest.Pytester) -> None:
-    result = run_suite(pytester, """
+    result = run_suite(
+        pytester,
+        """
 class TestAcme(BackendConformance):
     pass
-""")
-    result.stdout.fnmatch_lines(["*TestAcme subclasses BackendConformance but defines no `backend`*"])
+""",
+    )
+    result.stdout.fnmatch_lines(
+        ["*TestAcme subclasses BackendConformance but defines no `backend`*"]
+    )
 
 
 def test_peaks_that_do_not_reset_fail_the_suite(pytester: pytest.Pytester) -> None:
-    result = run_suite(pytester, """
+    result = run_suite(
+        pytester,
+        """
 class StickyPeaks(Backend):
     def reset_peak_memory_stats(self, device):
         pass
@@ -69,7 +82,8 @@ class TestAcme(BackendConformance):
     @pytest.fixture
     def allocator(self):
         return Allocator(dev.malloc, dev.free)
-""")
+""",
+    )
     outcomes = result.parseoutcomes()
     result.stdout.fnmatch_lines(["FAILED *test_peaks_equal_current_after_reset*"])
     assert outcomes["failed"] >= 1
@@ -78,12 +92,15 @@ class TestAcme(BackendConformance):
 def test_checks_that_allocate_are_skipped_with_a_reason_without_allocator(
     pytester: pytest.Pytester,
 ) -> None:
-    result = run_suite(pytester, """
+    result = run_suite(
+        pytester,
+        """
 class TestAcme(BackendConformance):
     @pytest.fixture
     def backend(self):
         return Backend(dev.api)
-""")
+""",
+    )
     assert "failed" not in result.parseoutcomes()
     result.stdout.fnmatch_lines(
         ["*SKIPPED*provides no `allocator` fixture, so the suite cannot put memory on the device*"]
@@ -91,7 +108,9 @@ class TestAcme(BackendConformance):
 
 
 def test_allocation_larger_than_the_slack_fails_the_suite(pytester: pytest.Pytester) -> None:
-    result = run_suite(pytester, """
+    result = run_suite(
+        pytester,
+        """
 class TestAcme(BackendConformance):
     @pytest.fixture
     def backend(self):
@@ -101,5 +120,8 @@ class TestAcme(BackendConformance):
     def allocator(self):
         # Allocates 2 MiB more than asked, as a careless adapter might.
         return Allocator(lambda n: dev.malloc(n + 2**21), dev.free)
-""")
-    result.stdout.fnmatch_lines(["*allocated grew by 69206016 bytes for a 67108864-byte allocation*"])
+""",
+    )
+    result.stdout.fnmatch_lines(
+        ["*allocated grew by 69206016 bytes for a 67108864-byte allocation*"]
+    )

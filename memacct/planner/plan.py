@@ -66,6 +66,8 @@ class Provenance(BaseModel):
         created_at: ``time.time()`` when the plan was made.
         overrides: overrides that replaced ``gpu_memory_utilization``, one
             ``name=value`` each.
+        profile_warnings: the profile's warnings (another process moving
+            memory during profiling, ...), repeated so they travel with the plan.
     """
 
     model_config = _FROZEN
@@ -82,6 +84,7 @@ class Provenance(BaseModel):
     memacct_version: str
     created_at: float
     overrides: tuple[str, ...] = ()
+    profile_warnings: tuple[str, ...] = ()
 
 
 class Agreement(BaseModel):
@@ -217,7 +220,8 @@ class KVCachePlan(BaseModel):
         (``baseline_memory`` = weights + non-allocator increase,
         ``max_inference_spike`` = activation peak, ``kv_cache_size`` =
         target - baseline - spike); the lines after them add the truth source,
-        fragmentation, blocks, tokens and concurrency.
+        fragmentation, blocks, tokens and concurrency, and one ``profile_warning``
+        line for each warning of the profile.
         """
         utilization = f"{self.gpu_memory_utilization}"
         if self.provenance.overrides:
@@ -241,6 +245,7 @@ class KVCachePlan(BaseModel):
             ("max_concurrency",
              f"{self.max_concurrency:.2f}x for {self.max_model_len} tokens per request"),
         ]
+        rows += [("profile_warning", warning) for warning in self.provenance.profile_warnings]
         if self.agreement is not None and self.agreement.world_size > 1:
             rows.append((
                 "agreed_num_gpu_blocks",
@@ -481,8 +486,11 @@ def plan_kv_cache(
             memacct_version=__version__,
             created_at=time.time(),
             overrides=overrides,
+            profile_warnings=result.warnings,
         ),
     )
+    for warning in result.warnings:
+        logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
     logger.info("%s", plan.report())
     return plan
 
@@ -530,10 +538,15 @@ def _co_tenants(result: ProfileResult) -> str:
     baseline = result.baseline
     if baseline.other_processes is not None:
         held = baseline.other_processes
-        return f"other processes hold {format_gib(held)} ({held} bytes)"
+        own = baseline.reserved + baseline.non_allocator
+        return (
+            f"other processes hold {format_gib(held)} ({held} bytes) and this process "
+            f"held {format_gib(own)} ({own} bytes) at start"
+        )
     return (
-        f"{format_gib(baseline.used)} was in use at start; the {result.backend} backend cannot "
-        f"attribute it to processes, so other processes' share could not be determined"
+        f"{format_gib(baseline.used)} ({baseline.used} bytes) was in use at start; the "
+        f"{result.backend} backend cannot attribute it to processes, so other processes' "
+        f"share could not be determined"
     )
 
 

@@ -438,8 +438,9 @@ class KVCacheSpec(BaseModel):
         """Build the spec of a shipped model preset (see :func:`model_presets`)."""
         from memacct.planner.presets import load_model_preset
 
+        config = load_model_preset(name)
         return cls.from_hf_config(
-            load_model_preset(name),
+            config,
             kv_cache_dtype=kv_cache_dtype,
             tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size,
@@ -546,7 +547,7 @@ class _Config:
         self.defaults = _MODEL_TYPE_DEFAULTS.get(self.model_type or "", {})
         self.notes: list[str] = []
 
-    def find(self, keys: Sequence[str], *, use_defaults: bool = True) -> tuple[str, Any] | None:
+    def find(self, keys: Sequence[str]) -> tuple[str, Any] | None:
         """``(key as written, value)`` of the first key present; ``null`` counts as absent."""
         for key in keys:
             if self.text.get(key) is not None:
@@ -554,15 +555,14 @@ class _Config:
         for key in keys:
             if self.root.get(key) is not None:
                 return key, self.root[key]
-        if use_defaults:
-            for key in keys:
-                if key in self.defaults:
-                    value = self.defaults[key]
-                    self.notes.append(
-                        f"{key}={value!r} is not in the config: transformers' default for "
-                        f"{self.model_type}"
-                    )
-                    return key, value
+        for key in keys:
+            if key in self.defaults:
+                value = self.defaults[key]
+                self.notes.append(
+                    f"{key}={value!r} is not in the config: transformers' default for "
+                    f"{self.model_type}"
+                )
+                return key, value
         return None
 
     def get(self, key: str) -> Any:
@@ -579,18 +579,16 @@ class _Config:
                 f"{self.source}: {key} must be an integer, got {value!r} "
                 f"({type(value).__name__}): fix the value in the config"
             )
-        if isinstance(value, float):
-            if not (math.isfinite(value) and value.is_integer()):
-                raise ConfigError(f"{self.source}: {key} must be an integer, got {value!r}")
-            value = int(value)
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise ConfigError(f"{self.source}: {key} must be an integer, got {value!r}")
         if value < low:
             raise ConfigError(
-                f"{self.source}: {key} = {value} must be at least {low}: "
+                f"{self.source}: {key} = {value!r} must be at least {low}: "
                 f"fix the value in the config"
             )
         if value > high:
             raise ConfigError(
-                f"{self.source}: {key} = {value} is not plausible (at most {high}): "
+                f"{self.source}: {key} = {value!r} is not plausible (at most {high}): "
                 f"fix the value in the config"
             )
         return int(value)

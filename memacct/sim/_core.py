@@ -309,16 +309,18 @@ class _Pool:
         split_min: a block is split when the remainder is at least this many bytes.
         segments: the pool's segments by address.
         page: mapping granularity (expandable segments only).
+        unmapped: addresses of the pool's unmapped blocks (expandable segments only).
         stats: the pool's counters.
     """
 
-    __slots__ = ("free", "page", "segments", "split_min", "stat_name", "stats")
+    __slots__ = ("free", "page", "segments", "split_min", "stat_name", "stats", "unmapped")
 
     def __init__(self, stat_name: str, split_min: int, peaks: _Peaks, page: int = 0) -> None:
         self.stat_name = stat_name
         self.split_min = split_min
         self.page = page
         self.free = FreeSet()
+        self.unmapped = FreeSet()
         self.segments: dict[int, _Segment] = {}
         self.stats = _Stats(peaks)
 
@@ -395,8 +397,9 @@ class CachingAllocator:
 
     name: ClassVar[str] = "torch-cuda"
     """Preset name."""
-    growth_granularity_bytes: ClassVar[int] = ROUND_LARGE
-    """Bytes by which the reservation grows for a large request."""
+    growth_granularity_bytes: int = ROUND_LARGE
+    """Bytes by which the reservation grows for a large request (a class
+    attribute; a preset with a configurable unit overrides it per instance)."""
     _pad: ClassVar[int] = 0
     """Bytes added to every request before rounding."""
     _track_inactive_split: ClassVar[bool] = True
@@ -710,15 +713,20 @@ class CachingAllocator:
 
     def _add_segment(self, pool: _Pool, size: int) -> _Block:
         """Record a segment of ``size`` bytes just mapped; return its single free block."""
-        addr = self._next_addr
-        # Virtual addresses are never reused: a released segment's range stays
-        # unused, which keeps addresses (and so tie-breaks) deterministic.
-        self._next_addr = (addr + size + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
+        addr = self._take_address(size)
         block = _Block(addr, size, pool)
         pool.segments[addr] = _Segment(addr, size, block)
         pool.stats.add("segment", 1)
         pool.stats.add("reserved_bytes", size)
         return block
+
+    def _take_address(self, size: int, align: int = _ADDRESS_ALIGN) -> int:
+        """Virtual address range of ``size`` bytes starting at a multiple of ``align``."""
+        # Virtual addresses are never reused: a released segment's range stays
+        # unused, which keeps addresses (and so tie-breaks) deterministic.
+        addr = (self._next_addr + align - 1) // align * align
+        self._next_addr = addr + size
+        return addr
 
     def _release_cached(self) -> None:
         """Unmap every segment that is one free block (torch's ``release_cached_blocks``)."""
@@ -786,6 +794,7 @@ class CachingAllocator:
         totals: dict[str, dict[str, int]] = {}
         free_seen = 0
         live_seen = 0
+        unmapped_seen = 0
         for pool in self._pools:
             counts = dict.fromkeys(_COUNTERS, 0)
             for seg in pool.segments.values():
@@ -818,8 +827,12 @@ class CachingAllocator:
                         ):
                             counts["inactive_split"] += 1
                             counts["inactive_split_bytes"] += b.size
-                    elif prev is not None and prev.state == UNMAPPED:
-                        raise AssertionError(f"unmapped neighbours not merged at {b.addr:#x}")
+                    else:
+                        unmapped_seen += 1
+                        if b.addr not in pool.unmapped:
+                            raise AssertionError(f"unmapped block {b.addr:#x} not indexed")
+                        if prev is not None and prev.state == UNMAPPED:
+                            raise AssertionError(f"unmapped neighbours not merged at {b.addr:#x}")
                     expect = b.addr + b.size
                     prev = b
                     b = b.next
@@ -830,6 +843,8 @@ class CachingAllocator:
             raise AssertionError("block indexes out of step with the segments")
         if sum(len(p.free) for p in self._pools) != free_seen:
             raise AssertionError("free sets hold stale keys")
+        if sum(len(p.unmapped) for p in self._pools) != unmapped_seen:
+            raise AssertionError("unmapped sets hold stale addresses")
         totals["all"] = {c: sum(t[c] for t in totals.values()) for c in _COUNTERS}
         out: dict[str, int] = {}
         for stat_name, counter in _STAT_SOURCES:

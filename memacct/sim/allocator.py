@@ -2,15 +2,21 @@
 
 Each preset models one framework's device allocator (facts in SIMULATOR.md):
 
-========================  ==========================================================
-``torch-cuda``            PyTorch's CUDA caching allocator (:class:`CachingAllocator`)
-========================  ==========================================================
+=========================  ==============================================================
+``torch-cuda``             PyTorch's CUDA caching allocator (:class:`CachingAllocator`)
+``torch-cuda-expandable``  the same with ``expandable_segments:True``
+                           (:class:`ExpandableSegmentsAllocator`)
+``npu``                    Ascend torch_npu's allocator (:class:`NpuCachingAllocator`)
+``mindspore``              MindSpore's memory pool (:class:`MindSporeMemoryPool`)
+=========================  ==============================================================
 
 :func:`make_allocator` builds one by name over a :class:`DeviceMemory`;
 :class:`memacct.sim.SimDevice` does that for you.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from memacct.errors import InvalidInputError
 from memacct.sim._core import (
@@ -21,12 +27,18 @@ from memacct.sim._core import (
     SimpleDeviceMemory,
     format_size,
 )
+from memacct.sim._expandable import ExpandableSegmentsAllocator
+from memacct.sim._mindspore import MindSporeMemoryPool
+from memacct.sim._npu import NpuCachingAllocator
 
 __all__ = [
     "ALLOCATOR_PRESETS",
     "CachingAllocator",
     "DeviceMemory",
+    "ExpandableSegmentsAllocator",
     "InvalidPointerError",
+    "MindSporeMemoryPool",
+    "NpuCachingAllocator",
     "SimOutOfMemory",
     "SimpleDeviceMemory",
     "format_size",
@@ -35,16 +47,27 @@ __all__ = [
 
 ALLOCATOR_PRESETS: dict[str, type[CachingAllocator]] = {
     cls.name: cls
-    for cls in (CachingAllocator,)
+    for cls in (
+        CachingAllocator,
+        ExpandableSegmentsAllocator,
+        NpuCachingAllocator,
+        MindSporeMemoryPool,
+    )
 }
 """Allocator presets by name."""
 
 
-def make_allocator(name: str, device_memory: DeviceMemory) -> CachingAllocator:
+def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> CachingAllocator:
     """Build the allocator preset ``name`` over ``device_memory``.
 
+    Args:
+        name: a key of :data:`ALLOCATOR_PRESETS`.
+        device_memory: where the allocator maps its memory from.
+        **options: preset options (``mindspore``: ``unit_bytes``).
+
     Raises:
-        InvalidInputError: ``name`` is not a preset; the message lists the presets.
+        InvalidInputError: ``name`` is not a preset (the message lists the
+            presets), or an option is unknown or invalid.
     """
     try:
         cls = ALLOCATOR_PRESETS[name]
@@ -53,4 +76,9 @@ def make_allocator(name: str, device_memory: DeviceMemory) -> CachingAllocator:
             f"unknown allocator preset {name!r}; choose one of: "
             f"{', '.join(sorted(ALLOCATOR_PRESETS))}"
         ) from None
-    return cls(device_memory)
+    try:
+        return cls(device_memory, **options)
+    except TypeError as exc:
+        raise InvalidInputError(
+            f"allocator preset {name!r} does not take options {sorted(options)}: {exc}"
+        ) from None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable
 
 from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
+from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.sim.device import SimDevice
 
@@ -39,6 +41,11 @@ class SimBackend(TorchLikeBackend):
     ) -> None:
         if device is None:
             device = SimDevice(preset, allocator, total_bytes=total_bytes)
+        elif not isinstance(device, SimDevice):
+            raise InvalidInputError(
+                f"device must be a memacct.sim.SimDevice, got {device!r}: the sim backend "
+                "sees one device, index 0; give a device index to snapshot(), not here"
+            )
         self.sim_device = device
         alloc = device.allocator
         super().__init__(
@@ -57,6 +64,10 @@ class SimBackend(TorchLikeBackend):
         """This process's device memory: the allocator's reservation plus non-allocator memory."""
         self._check(device)
         return int(self.sim_device.process_memory)
+
+    def consistent_reading(self, device: int) -> threading.RLock:
+        """The device's lock: held while a snapshot reads, so its readings are one state."""
+        return self.sim_device.lock
 
     def device_identity(self, device: int) -> Hashable:
         """Each simulated device is its own physical device."""

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from memacct.errors import InvalidInputError
@@ -89,6 +90,8 @@ class SimDevice:
         total_bytes: capacity in bytes; overrides the preset's.
         name: device name in reports; defaults to the preset name (or
             ``sim-<total_bytes>`` for a custom capacity).
+        allocator_options: options of the allocator preset (``mindspore``:
+            ``unit_bytes``, its ``mempool_block_size``).
 
     Raises:
         InvalidInputError: unknown preset or allocator, or a capacity that is
@@ -102,6 +105,7 @@ class SimDevice:
         *,
         total_bytes: int | None = None,
         name: str | None = None,
+        allocator_options: Mapping[str, Any] | None = None,
     ) -> None:
         if total_bytes is not None:
             if (
@@ -139,7 +143,9 @@ class SimDevice:
         self._others: dict[int, int] = {}
         self._other_bytes = 0
         self._next_handle = 1
-        self._allocator = make_allocator(allocator, _AllocatorMemory(self))
+        self._allocator = make_allocator(
+            allocator, _AllocatorMemory(self), **dict(allocator_options or {})
+        )
         self._api = SimMemoryAPI(self)
 
     def __repr__(self) -> str:

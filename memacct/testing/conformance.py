@@ -34,7 +34,7 @@ from memacct.models import TruthSource
 from memacct.profiling import memory_profiling
 from memacct.units import MiB
 
-__all__ = ["STAT_KEYS", "Allocator", "BackendConformance"]
+__all__ = ["STAT_KEYS", "Allocator", "BackendConformance", "torch_allocator"]
 
 STAT_KEYS = (ALLOCATED, ALLOCATED_PEAK, RESERVED, RESERVED_PEAK)
 """The torch-style statistics every backend with an allocator must report."""
@@ -56,6 +56,36 @@ class Allocator:
 
     allocate: Callable[[int], Any]
     release: Callable[[Any], None]
+
+
+def torch_allocator(device: str) -> Allocator:
+    """An :class:`Allocator` that allocates ``uint8`` torch tensors on ``device``.
+
+    For running the suite on real hardware through a torch-like backend::
+
+        @pytest.fixture
+        def allocator(self):
+            return torch_allocator("cuda:0")
+
+    torch is imported here, on first use.
+
+    Args:
+        device: a torch device string (``"cuda:0"``, ``"npu:0"``).
+    """
+    import torch
+
+    live: dict[int, Any] = {}
+
+    def allocate(nbytes: int) -> int:
+        tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        live[id(tensor)] = tensor
+        return id(tensor)
+
+    def release(key: int) -> None:
+        # The last reference goes here, so the caching allocator frees the block now.
+        del live[key]
+
+    return Allocator(allocate, release)
 
 
 class BackendConformance:
@@ -152,7 +182,9 @@ class BackendConformance:
         count = backend.device_count()
         assert isinstance(count, int) and count >= 1
 
-    def test_mem_get_info_gives_free_within_total(self, backend: DeviceBackend, device: int) -> None:
+    def test_mem_get_info_gives_free_within_total(
+        self, backend: DeviceBackend, device: int
+    ) -> None:
         free, total = backend.mem_get_info(device)
         assert isinstance(free, int) and isinstance(total, int)
         assert total > 0
@@ -162,13 +194,17 @@ class BackendConformance:
         with pytest.raises(MemacctError, match="out of range"):
             backend.mem_get_info(backend.device_count())
 
-    def test_allocator_stats_carry_the_torch_keys(self, backend: DeviceBackend, device: int) -> None:
+    def test_allocator_stats_carry_the_torch_keys(
+        self, backend: DeviceBackend, device: int
+    ) -> None:
         self._require_stats(backend)
         stats = backend.memory_stats(device)
         missing = [key for key in STAT_KEYS if key not in stats]
         assert not missing, f"memory_stats lacks {', '.join(missing)}"
 
-    def test_allocator_stats_are_non_negative_ints(self, backend: DeviceBackend, device: int) -> None:
+    def test_allocator_stats_are_non_negative_ints(
+        self, backend: DeviceBackend, device: int
+    ) -> None:
         self._require_stats(backend)
         stats = backend.memory_stats(device)
         bad = {k: v for k, v in stats.items() if not isinstance(v, int) or v < 0}
@@ -281,8 +317,9 @@ class BackendConformance:
     ) -> None:
         self._require_stats(backend)
         baseline = snapshot(backend, device)
-        with memory_profiling(backend, baseline, weights_memory=0, truth_source="allocated_peak",
-                              device=device) as session:
+        with memory_profiling(
+            backend, baseline, weights_memory=0, truth_source="allocated_peak", device=device
+        ) as session:
             pass
         result = session.result
         assert (result.activation_peak, result.allocated_peak_increase) == (0, 0)
@@ -294,8 +331,9 @@ class BackendConformance:
         self._require_stats(backend)
         alloc = self._require_allocator(allocator, backend)
         baseline = snapshot(backend, device)
-        with memory_profiling(backend, baseline, weights_memory=0, truth_source="allocated_peak",
-                              device=device) as session:
+        with memory_profiling(
+            backend, baseline, weights_memory=0, truth_source="allocated_peak", device=device
+        ) as session:
             alloc.release(alloc.allocate(self.allocation_bytes))
         result = session.result
         self._assert_about(result.activation_peak, self.allocation_bytes, "activation peak")
@@ -308,6 +346,6 @@ class BackendConformance:
         if get_quirks(backend).has_allocator_stats:
             pytest.skip(f"backend {backend.name!r} has allocator statistics")
         baseline = snapshot(backend, device)
-        with pytest.raises(ProfilingError, match=f"backend {backend.name!r} has no allocator"):  # noqa: SIM117
+        with pytest.raises(ProfilingError, match=f"backend {backend.name!r} has no allocator"):
             with memory_profiling(backend, baseline, device=device):
                 pass

@@ -70,7 +70,8 @@ def npu_availability(
     except Exception as exc:  # a missing CANN library surfaces as ImportError or OSError
         return Availability(
             False,
-            f"torch_npu is installed but failed to import: {type(exc).__name__}: {exc} ({CANN_HINT})",
+            f"torch_npu is installed but failed to import: {type(exc).__name__}: {exc} "
+            f"({CANN_HINT})",
         )
     version = getattr(torch_npu, "__version__", "(unknown version)")
     usable = bool(npu.is_available())

@@ -93,13 +93,16 @@ def cuda_availability(torch: Any) -> Availability:
         count = int(torch.cuda.device_count()) if usable else 0
     if usable and count > 0:
         return Availability(True, f"torch {version} built with {built}: {count} GPU(s) visible")
-    said = "; ".join(str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip())
+    said = "; ".join(
+        str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()
+    )
     cause = said or "no NVIDIA driver is loaded, or no GPU is visible to this process"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         cause += f" (CUDA_VISIBLE_DEVICES={visible!r})"
     return Availability(
-        False, f"torch {version} is built with {built} but torch.cuda.is_available() is False: {cause}"
+        False,
+        f"torch {version} is built with {built} but torch.cuda.is_available() is False: {cause}",
     )
 
 
@@ -214,14 +217,18 @@ class CudaBackend(TorchLikeBackend):
         try:
             from memacct_nvml import NvmlError, cuda_device_handle, default_session
         except ImportError as exc:
-            self._stop_attribution(f"memacct-nvml is not installed (pip install memacct-nvml): {exc}")
+            self._stop_attribution(
+                f"memacct-nvml is not installed (pip install memacct-nvml): {exc}"
+            )
             return None
         session = self._nvml if self._nvml is not None else default_session()
         try:
             handle = self._handles.get(device)
             if handle is None:
                 handle = cuda_device_handle(
-                    session, device, uuid=self._uuid(device),
+                    session,
+                    device,
+                    uuid=self._uuid(device),
                     visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
                 )
                 self._handles[device] = handle
@@ -244,5 +251,6 @@ class CudaBackend(TorchLikeBackend):
         logger.warning(
             "memacct: per-process attribution is off for backend %r (%s); memory of other "
             "processes on the GPU now counts as this process's non-allocator memory",
-            self.name, reason,
+            self.name,
+            reason,
         )

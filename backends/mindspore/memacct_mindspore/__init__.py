@@ -42,6 +42,7 @@ __all__ = [
     "MindSporeBackend",
     "map_memory_stats",
     "mindspore_availability",
+    "probe_mindspore",
 ]
 
 KEY_MAP = {
@@ -125,12 +126,34 @@ def mindspore_availability(ms: Any) -> Availability:
         count = int(ms.hal.device_count(target))
     except Exception as exc:
         return Availability(
-            False, f"mindspore {version} targets {target} but cannot count its devices: "
+            False,
+            f"mindspore {version} targets {target} but cannot count its devices: "
             f"{type(exc).__name__}: {exc}",
         )
     if count < 1:
-        return Availability(False, f"mindspore {version} targets {target} but sees no {target} device")
+        return Availability(
+            False, f"mindspore {version} targets {target} but sees no {target} device"
+        )
     return Availability(True, f"mindspore {version} on {target}: {count} device(s)")
+
+
+def probe_mindspore(
+    find_spec: Callable[[str], object | None] = importlib.util.find_spec,
+    import_module: Callable[[str], Any] = importlib.import_module,
+) -> Availability:
+    """Import mindspore if it is installed and ask :func:`mindspore_availability`.
+
+    Args:
+        find_spec: how to tell whether a package is installed without importing it.
+        import_module: how to import one.
+    """
+    if find_spec("mindspore") is None:
+        return Availability(False, f"mindspore is not installed ({MINDSPORE_HINT})")
+    try:
+        ms = import_module("mindspore")
+    except Exception as exc:
+        return Availability(False, f"import mindspore failed: {type(exc).__name__}: {exc}")
+    return mindspore_availability(ms)
 
 
 class MindSporeBackend:
@@ -168,14 +191,8 @@ class MindSporeBackend:
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when MindSpore runs on an Ascend or GPU device; otherwise the specific reason."""
-        if importlib.util.find_spec("mindspore") is None:
-            return Availability(False, f"mindspore is not installed ({MINDSPORE_HINT})")
-        try:
-            ms = importlib.import_module("mindspore")
-        except Exception as exc:
-            return Availability(False, f"import mindspore failed: {type(exc).__name__}: {exc}")
-        return mindspore_availability(ms)
+        """Available when MindSpore runs on an Ascend or GPU device; otherwise why not."""
+        return probe_mindspore()
 
     @property
     def device_target(self) -> str:
@@ -223,7 +240,8 @@ class MindSporeBackend:
         if total <= 0:
             raise BackendError(
                 f"MindSpore reports 0 bytes of memory on Ascend device {device_id}: the device is "
-                f"not initialised yet; call mindspore.set_device('Ascend', {device_id}) and run one "
+                "not initialised yet; call "
+                f"mindspore.set_device('Ascend', {device_id}) and run one "
                 "operation before measuring"
             )
         return free, total

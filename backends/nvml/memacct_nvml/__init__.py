@@ -98,9 +98,13 @@ def cuda_device_handle(
     """
     if uuid:
         try:
-            return session.handle_by_uuid(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+            return session.handle_by_uuid(
+                uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+            )
         except NvmlError as exc:
-            logger.debug("memacct: GPU UUID %s not found through NVML (%s); using indices", uuid, exc)
+            logger.debug(
+                "memacct: GPU UUID %s not found through NVML (%s); using indices", uuid, exc
+            )
     if visible is None:
         return session.handle(index)
     targets = cuda_visible_targets(visible)

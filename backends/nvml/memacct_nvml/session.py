@@ -165,8 +165,10 @@ class Nvml:
         return self._module
 
     def _errors(self) -> tuple[type[BaseException], ...]:
-        found = (getattr(self.module, "NVMLError", None),
-                 getattr(self.module, "NVMLLibraryMismatchError", None))
+        found = (
+            getattr(self.module, "NVMLError", None),
+            getattr(self.module, "NVMLLibraryMismatchError", None),
+        )
         return tuple(e for e in found if isinstance(e, type) and issubclass(e, BaseException))
 
     def init(self) -> None:
@@ -208,7 +210,8 @@ class Nvml:
             count = self.device_count()
             raise NvmlError(
                 f"GPU index {index} is out of range: NVML sees {count} GPU(s), numbered "
-                f"0..{count - 1}", exc.nvml_error,
+                f"0..{count - 1}",
+                exc.nvml_error,
             ) from exc
 
     def uuid(self, handle: Any) -> str:
@@ -224,7 +227,8 @@ class Nvml:
             if exc.nvml_error not in {"NVMLError_NotFound", "NVMLError_InvalidArgument"}:
                 raise
         matches = [
-            handle for handle in (self.handle(i) for i in range(self.device_count()))
+            handle
+            for handle in (self.handle(i) for i in range(self.device_count()))
             if self.uuid(handle).startswith(uuid)
         ]
         if len(matches) != 1:
@@ -243,14 +247,16 @@ class Nvml:
         v2 = getattr(self.module, "nvmlMemory_v2", None)
         if v2 is not None:
             try:
-                info = self._call("read GPU memory", self.module.nvmlDeviceGetMemoryInfo,
-                                  handle, version=v2)
+                info = self._call(
+                    "read GPU memory", self.module.nvmlDeviceGetMemoryInfo, handle, version=v2
+                )
             except NvmlError as exc:
                 if exc.nvml_error not in _V2_FALLBACK:
                     raise
             else:
-                return MemoryInfo(int(info.total), int(info.free), int(info.used),
-                                  int(info.reserved), 2)
+                return MemoryInfo(
+                    int(info.total), int(info.free), int(info.used), int(info.reserved), 2
+                )
         info = self._call("read GPU memory", self.module.nvmlDeviceGetMemoryInfo, handle)
         return MemoryInfo(int(info.total), int(info.free), int(info.used), None, 1)
 
@@ -261,8 +267,9 @@ class Nvml:
         WDDM, or a restricted container). A process listed more than once
         (one entry per MIG instance) is summed.
         """
-        entries = self._call("list the GPU's processes",
-                             self.module.nvmlDeviceGetComputeRunningProcesses, handle)
+        entries = self._call(
+            "list the GPU's processes", self.module.nvmlDeviceGetComputeRunningProcesses, handle
+        )
         usage: dict[int, int | None] = {}
         for entry in entries:
             pid, used = int(entry.pid), entry.usedGpuMemory

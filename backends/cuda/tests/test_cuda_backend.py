@@ -1,0 +1,413 @@
+"""The cuda backend: availability reasons, quirks, attribution and unified memory.
+
+The adapter runs against the simulated device's torch.cuda-shaped module, and
+NVML is a fake whose process list follows the simulated device. On real
+hardware the same conformance suite runs under the ``cuda`` marker (see
+docs/hardware.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+import torch
+from memacct_cuda import (
+    CUDA_QUIRKS,
+    CudaBackend,
+    cuda_availability,
+    import_failure_reason,
+    read_mem_available,
+)
+from memacct_nvml import Nvml
+from memacct_nvml.fake import FakeGpu, FakePynvml
+
+import memacct
+from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
+from memacct.backend import allocator_settings
+from memacct.sim import SimDevice
+from memacct.testing import Allocator, BackendConformance, torch_allocator
+from memacct.units import GiB, MiB
+
+NEIGHBOUR_PID = os.getppid()
+CPU_ONLY_TORCH = torch.version.cuda is None and torch.version.hip is None
+
+
+class SimNvml(FakePynvml):
+    """NVML over a simulated GPU: this process and one neighbour, read live from the device."""
+
+    def __init__(self, dev: SimDevice, uuid: str = "GPU-sim-0") -> None:
+        super().__init__([FakeGpu(uuid, dev.total)])
+        self.dev = dev
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[Any]:
+        return [
+            SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.dev.process_memory),
+            SimpleNamespace(pid=NEIGHBOUR_PID, usedGpuMemory=self.dev.other_process_memory),
+        ]
+
+
+class WithProperties:
+    """A torch.cuda-shaped module that also answers get_device_properties."""
+
+    def __init__(self, module: Any, **properties: Any) -> None:
+        self._module = module
+        self._properties = SimpleNamespace(**properties)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def get_device_properties(self, device: int) -> Any:
+        return self._properties
+
+
+def fake_torch(
+    version: str = "2.5.0",
+    cuda: str | None = "12.4",
+    hip: str | None = None,
+    available: bool = True,
+    count: int = 2,
+    warning: str | None = None,
+) -> Any:
+    def is_available() -> bool:
+        if warning:
+            warnings.warn(warning, UserWarning, stacklevel=1)
+        return available
+
+    return SimpleNamespace(
+        __version__=version,
+        version=SimpleNamespace(cuda=cuda, hip=hip),
+        cuda=SimpleNamespace(is_available=is_available, device_count=lambda: count),
+    )
+
+
+@pytest.fixture
+def dev() -> SimDevice:
+    return SimDevice("h100-80gb", "torch-cuda")
+
+
+@pytest.fixture
+def attributed(dev: SimDevice) -> CudaBackend:
+    return CudaBackend(dev.api, nvml=Nvml(SimNvml(dev)))
+
+
+class TestCudaConformance(BackendConformance):
+    @pytest.fixture
+    def backend(self, dev: SimDevice) -> CudaBackend:
+        return CudaBackend(dev.api, nvml=Nvml(SimNvml(dev)))
+
+    @pytest.fixture
+    def allocator(self, dev: SimDevice) -> Allocator:
+        return Allocator(dev.malloc, dev.free)
+
+
+@pytest.mark.cuda
+class TestCudaConformanceOnHardware(BackendConformance):
+    """The same suite on a real GPU; skipped with the backend's reason where there is none."""
+
+    @pytest.fixture
+    def backend(self, memacct_backend: memacct.DeviceBackend) -> memacct.DeviceBackend:
+        return memacct_backend
+
+    @pytest.fixture
+    def allocator(self) -> Allocator:
+        return torch_allocator("cuda:0")
+
+
+def test_torch_allocator_holds_the_tensor_until_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[weakref.ref[torch.Tensor]] = []
+    empty = torch.empty
+
+    def recording_empty(*args: Any, **kwargs: Any) -> torch.Tensor:
+        tensor = empty(*args, **kwargs)
+        made.append(weakref.ref(tensor))
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    alloc = torch_allocator("cpu")
+    key = alloc.allocate(4096)
+    held = made[0]()
+    assert held is not None and (held.numel(), held.dtype) == (4096, torch.uint8)
+    del held
+    alloc.release(key)
+    assert made[0]() is None
+
+
+# -- availability ---------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not CPU_ONLY_TORCH, reason="this machine's torch is built with CUDA or ROCm")
+def test_availability_here_names_the_cpu_only_build_and_its_version() -> None:
+    avail = CudaBackend.availability()
+    assert not avail.available
+    assert avail.reason.startswith(
+        f"torch {torch.__version__} is a CPU-only build (torch.cuda.is_available() is False)"
+    )
+
+
+@pytest.mark.skipif(not CPU_ONLY_TORCH, reason="this machine's torch is built with CUDA or ROCm")
+def test_get_backend_cuda_here_refuses_with_the_reason() -> None:
+    with pytest.raises(
+        BackendUnavailableError, match="backend 'cuda' is not available here: .*CPU-only build"
+    ):
+        memacct.get_backend("cuda")
+
+
+def test_cuda_build_without_driver_repeats_torchs_diagnosis() -> None:
+    torch_ = fake_torch(
+        available=False,
+        warning="CUDA initialization: Found no NVIDIA driver on your system.\nMore.",
+    )
+    avail = cuda_availability(torch_)
+    assert avail.reason == (
+        "torch 2.5.0 is built with CUDA 12.4 but torch.cuda.is_available() is False: "
+        "CUDA initialization: Found no NVIDIA driver on your system."
+    )
+
+
+def test_cuda_build_with_gpus_hidden_names_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    avail = cuda_availability(fake_torch(available=False))
+    assert avail.reason.endswith(
+        "no NVIDIA driver is loaded, or no GPU is visible to this process (CUDA_VISIBLE_DEVICES='')"
+    )
+
+
+def test_cuda_build_with_gpus_is_available() -> None:
+    avail = cuda_availability(fake_torch())
+    assert (avail.available, avail.reason) == (
+        True,
+        "torch 2.5.0 built with CUDA 12.4: 2 GPU(s) visible",
+    )
+
+
+def test_rocm_build_is_served_by_torch_cuda() -> None:
+    assert cuda_availability(fake_torch(cuda=None, hip="6.2", count=1)).reason.endswith(
+        "ROCm 6.2: 1 GPU(s) visible"
+    )
+
+
+def test_missing_torch_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    avail = CudaBackend.availability()
+    assert avail.reason.startswith("torch is not installed (pip install 'memacct-cuda[torch]'")
+
+
+def test_torch_broken_by_autoloaded_torch_npu_says_how_to_import_it() -> None:
+    reason = import_failure_reason(ImportError("libhccl.so: cannot open shared object file"))
+    assert reason.startswith("import torch failed: ImportError: libhccl.so")
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in reason
+
+
+def test_other_torch_import_failure_is_reported_as_is() -> None:
+    assert import_failure_reason(OSError("libcudart.so.12: bad ELF")) == (
+        "import torch failed: OSError: libcudart.so.12: bad ELF"
+    )
+
+
+# -- declared quirks ----------------------------------------------------------------------
+
+
+def test_quirks_declare_allocated_peak_and_both_allocator_variables() -> None:
+    assert CudaBackend.default_truth_source is TruthSource.ALLOCATED_PEAK
+    assert CudaBackend.quirks.allocator_settings_env == (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+    )
+    assert CudaBackend.quirks.empty_cache_releases_runtime_memory is False
+    assert CudaBackend.priority == 100
+
+
+def test_allocator_settings_are_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, attributed: CudaBackend
+) -> None:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    assert allocator_settings(attributed) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_profile_records_the_allocator_settings(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice, attributed: CudaBackend
+) -> None:
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:512")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    baseline = memacct.snapshot(attributed)
+    with memacct.memory_profiling(attributed, baseline) as session:
+        dev.free(dev.malloc(GiB))
+    assert session.result.allocator_settings == {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"}
+
+
+def test_default_module_is_torch_cuda() -> None:
+    assert CudaBackend().module is torch.cuda
+
+
+# -- per-process attribution ----------------------------------------------------------------
+
+
+def test_snapshot_attributes_a_neighbour_through_nvml(
+    dev: SimDevice, attributed: CudaBackend
+) -> None:
+    dev.malloc(4 * GiB)
+    dev.external_malloc(300 * MiB)
+    dev.other_process_malloc(7 * GiB)
+    snap = memacct.snapshot(attributed)
+    assert snap.other_processes == 7 * GiB
+    assert snap.non_allocator == 300 * MiB
+
+
+def test_profiling_keeps_a_neighbours_allocation_out(
+    dev: SimDevice, attributed: CudaBackend
+) -> None:
+    baseline = memacct.snapshot(attributed)
+    with memacct.memory_profiling(attributed, baseline, weights_memory=0) as session:
+        dev.free(dev.malloc(GiB))
+        dev.other_process_malloc(5 * GiB)
+    assert session.result.non_allocator_increase == 0
+
+
+def test_attribution_off_charges_the_neighbour_as_vllm_does(dev: SimDevice) -> None:
+    backend = CudaBackend(dev.api, attribution=False)
+    baseline = memacct.snapshot(backend)
+    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+        dev.other_process_malloc(5 * GiB)
+    assert session.result.non_allocator_increase == 5 * GiB
+    assert session.result.after.other_processes is None
+
+
+def test_attribution_follows_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice
+) -> None:
+    fake = SimNvml(dev)
+    fake.gpus.insert(0, FakeGpu("GPU-other", 80 * GiB, processes={os.getpid(): 123}))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    dev.malloc(GiB)
+    assert CudaBackend(dev.api, nvml=Nvml(fake)).process_memory(0) == dev.process_memory
+
+
+def test_attribution_prefers_the_uuid_torch_reports(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice
+) -> None:
+    fake = SimNvml(dev, uuid="GPU-5e1f")
+    fake.gpus.insert(0, FakeGpu("GPU-other", 80 * GiB, processes={os.getpid(): 123}))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    module = WithProperties(dev.api, uuid="5e1f", is_integrated=False)
+    dev.malloc(GiB)
+    assert CudaBackend(module, nvml=Nvml(fake)).process_memory(0) == dev.process_memory
+
+
+def test_nvml_failure_turns_attribution_off_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_library() -> None:
+        raise pynvml.NVMLError_LibraryNotFound()
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    backend = CudaBackend(dev.api, nvml=Nvml(pynvml))
+    with caplog.at_level(logging.WARNING, logger="memacct"):
+        first = memacct.snapshot(backend)
+        memacct.snapshot(backend)
+    assert first.other_processes is None
+    assert (
+        backend.attribution_error is not None and "libnvidia-ml.so.1" in backend.attribution_error
+    )
+    assert len([r for r in caplog.records if "attribution is off" in r.getMessage()]) == 1
+
+
+def test_cuda_index_beyond_visible_devices_turns_attribution_off(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    backend = CudaBackend(dev.api, nvml=Nvml(SimNvml(dev)))
+    assert backend.process_memory(0) is None
+    assert backend.attribution_error is not None and "exposes 0 GPU(s)" in backend.attribution_error
+
+
+def test_missing_memacct_nvml_turns_attribution_off(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice
+) -> None:
+    monkeypatch.setitem(sys.modules, "memacct_nvml", None)
+    backend = CudaBackend(dev.api)
+    assert backend.process_memory(0) is None
+    assert backend.attribution_error is not None
+    assert backend.attribution_error.startswith("memacct-nvml is not installed")
+
+
+def test_attribution_checks_the_device_index(attributed: CudaBackend) -> None:
+    with pytest.raises(memacct.InvalidInputError, match="out of range"):
+        attributed.process_memory(1)
+
+
+# -- unified memory ---------------------------------------------------------------------------
+
+
+def meminfo(tmp_path: Path, available_kib: int) -> str:
+    path = tmp_path / "meminfo"
+    path.write_text(
+        "MemTotal:       131072000 kB\n"
+        "MemFree:             1000 kB\n"
+        f"MemAvailable:   {available_kib} kB\n"
+    )
+    return str(path)
+
+
+def test_integrated_gpu_declares_unified_memory(dev: SimDevice) -> None:
+    backend = CudaBackend(WithProperties(dev.api, is_integrated=True), attribution=False)
+    assert backend.quirks.unified_memory is True
+    assert backend.quirks.allocator_settings_env == CUDA_QUIRKS.allocator_settings_env
+
+
+def test_discrete_gpu_keeps_the_default_quirks(dev: SimDevice) -> None:
+    assert CudaBackend(WithProperties(dev.api, is_integrated=False)).quirks is CUDA_QUIRKS
+
+
+def test_explicit_unified_memory_overrides_detection(dev: SimDevice) -> None:
+    backend = CudaBackend(WithProperties(dev.api, is_integrated=True), unified_memory=False)
+    assert backend.quirks.unified_memory is False
+
+
+def test_unified_memory_free_is_mem_available(dev: SimDevice, tmp_path: Path) -> None:
+    dev.other_process_malloc(60 * GiB)  # the driver counts page cache as used
+    backend = CudaBackend(
+        dev.api, unified_memory=True, attribution=False, meminfo_path=meminfo(tmp_path, 50 * 2**20)
+    )
+    assert backend.mem_get_info(0) == (50 * GiB, dev.total)
+
+
+def test_unified_memory_free_is_capped_at_total(dev: SimDevice, tmp_path: Path) -> None:
+    backend = CudaBackend(dev.api, unified_memory=True, meminfo_path=meminfo(tmp_path, 10**9))
+    assert backend.mem_get_info(0) == (dev.total, dev.total)
+
+
+def test_unified_memory_keeps_driver_free_when_larger(dev: SimDevice, tmp_path: Path) -> None:
+    backend = CudaBackend(dev.api, unified_memory=True, meminfo_path=meminfo(tmp_path, 1024))
+    assert backend.mem_get_info(0) == dev.api.mem_get_info(0)
+
+
+def test_unified_memory_without_meminfo_keeps_driver_free(dev: SimDevice, tmp_path: Path) -> None:
+    backend = CudaBackend(dev.api, unified_memory=True, meminfo_path=str(tmp_path / "absent"))
+    assert backend.mem_get_info(0) == dev.api.mem_get_info(0)
+
+
+def test_mem_available_is_read_in_bytes(tmp_path: Path) -> None:
+    assert read_mem_available(meminfo(tmp_path, 2048)) == 2048 * 1024
+
+
+def test_mem_available_missing_line_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "meminfo"
+    path.write_text("MemTotal: 1 kB\n")
+    assert read_mem_available(str(path)) is None
+
+
+def test_plain_torch_like_adapter_has_no_attribution(dev: SimDevice) -> None:
+    # The contrast the cuda plugin adds: the core adapter alone cannot attribute.
+    assert not hasattr(TorchLikeBackend(dev.api), "process_memory")

@@ -1,0 +1,101 @@
+"""torch_npu's caching allocator (preset ``npu``)."""
+
+from __future__ import annotations
+
+from memacct.sim._core import (
+    CachingAllocator,
+    DeviceMemory,
+    SimOutOfMemory,
+    _check_size,
+    format_size,
+)
+
+__all__ = ["NpuCachingAllocator"]
+
+
+class NpuCachingAllocator(CachingAllocator):
+    """Ascend torch_npu's caching allocator, modelled (preset ``npu``).
+
+    The torch-cuda rules, except that every request is padded by 32 bytes
+    before rounding to 512 (a 512-byte request takes 1024 bytes), and that
+    the allocator keeps an operator *workspace* beside its pools.
+
+    The workspace is modelled as one cached amount of device memory
+    (:meth:`reserve_workspace` grows it to the largest workspace an operator
+    asked for; it is never shrunk while cached). It belongs to the process
+    but not to the pools, so it is not in ``reserved_bytes``: memacct sees it
+    as non-allocator memory. :meth:`empty_cache` releases it, as
+    ``torch.npu.empty_cache()`` does, and an allocation that fails releases it
+    together with the wholly free segments before its one retry.
+
+    Args:
+        device_memory: where segments and the workspace are mapped from.
+    """
+
+    name = "npu"
+    growth_granularity_bytes = 2 * 1024 * 1024
+    _pad = 32
+
+    def __init__(self, device_memory: DeviceMemory) -> None:
+        super().__init__(device_memory)
+        self._workspace = 0
+
+    @property
+    def workspace(self) -> int:
+        """Bytes of the cached operator workspace."""
+        return self._workspace
+
+    def reserve_workspace(self, nbytes: int) -> None:
+        """An operator needs a workspace of ``nbytes``: grow the cached workspace to fit.
+
+        If the device has not enough free memory, the allocator's wholly free
+        segments are released first.
+
+        Raises:
+            SimOutOfMemory: the workspace cannot grow even then.
+        """
+        nbytes = _check_size(nbytes)
+        extra = nbytes - self._workspace
+        if extra <= 0:
+            return
+        if not self._device.map(extra):
+            self._release_cached()
+            if not self._device.map(extra):
+                free = self._device.free
+                raise SimOutOfMemory(
+                    f"Simulated device out of memory (npu allocator): tried to grow the "
+                    f"operator workspace from {format_size(self._workspace)} to "
+                    f"{format_size(nbytes)} ({extra} bytes more), but only "
+                    f"{format_size(free)} of {format_size(self._device.total)} is free. "
+                    "Free memory or run the operator on smaller inputs.",
+                    requested=extra,
+                    attempted=extra,
+                    total=self._device.total,
+                    free=free,
+                    reserved=self.reserved,
+                    allocated=self.allocated,
+                )
+        self._workspace = nbytes
+
+    def release_workspace(self) -> int:
+        """Give the cached workspace back to the device; return the bytes released."""
+        released = self._workspace
+        if released:
+            self._device.unmap(released)
+            self._workspace = 0
+        return released
+
+    def empty_cache(self) -> None:
+        """Release wholly free segments and the cached workspace."""
+        super().empty_cache()
+        self.release_workspace()
+
+    def _release_for_retry(self) -> None:
+        self._release_cached()
+        self.release_workspace()
+
+    def _oom_hint(self) -> str:
+        return (
+            "If reserved but unallocated memory is large, "
+            "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True avoids that fragmentation."
+        )

@@ -1,0 +1,192 @@
+"""An inference engine's start on the simulated device, profiled with memacct as an engine would.
+
+:func:`simulate_engine_start` runs, on a fresh :class:`~memacct.sim.SimDevice`,
+the start-up of one rank of an engine such as vLLM, in the engine's order:
+
+1. other processes' memory (a co-tenant) is already on the device;
+2. ``baseline = memacct.snapshot(backend)``: the engine's start, before its
+   device context exists;
+3. this process's context outside the allocator (driver context, NCCL/HCCL
+   buffers, library workspaces): ``external_malloc(context_bytes)``;
+4. the weights, tensor by tensor, and the engine's persistent input buffers
+   (``malloc(..., persistent=True)``);
+5. ``memacct.memory_profiling(...)`` around one dummy forward pass of
+   ``max_num_batched_tokens`` tokens with sampling for ``max_num_seqs`` rows.
+
+It is what ``memacct plan --device`` runs and the first half of
+:func:`memacct.sim.run_scenario`, so the benchmark profiles exactly what a
+user plans from.
+
+Example::
+
+    >>> from memacct.planner import load_model_preset, plan_kv_cache
+    >>> start = simulate_engine_start(load_model_preset("qwen2.5-7b"), device="h100-80gb")
+    >>> plan = plan_kv_cache(start.result, start.spec, gpu_memory_utilization=0.9)
+    >>> plan.num_blocks > 0
+    True
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memacct.errors import InvalidInputError
+from memacct.measure import snapshot
+from memacct.models import ProfileResult
+from memacct.planner.spec import KVCacheSpec
+from memacct.profiling import memory_profiling
+from memacct.sim.backend import SimBackend
+from memacct.sim.device import SimDevice
+from memacct.sim.workload import TransformerWorkload, replay
+from memacct.units import MiB, format_gib
+
+__all__ = ["DEFAULT_CONTEXT_BYTES", "EngineStart", "make_device", "simulate_engine_start"]
+
+DEFAULT_CONTEXT_BYTES = 512 * MiB
+"""This process's memory outside the allocator: a CUDA context with cuBLAS workspaces."""
+
+
+@dataclass
+class EngineStart:
+    """A simulated engine right after profiling, ready to plan and allocate its KV cache.
+
+    Attributes:
+        device: the simulated device, holding the weights and the context.
+        backend: the ``sim`` backend over ``device``.
+        spec: the model's KV-cache geometry on this rank.
+        result: the profile memacct measured.
+        workload: the model's allocation traces (weights, steps, KV cache).
+        weights: pointers of the weight tensors and persistent buffers (kept live).
+    """
+
+    device: SimDevice
+    backend: SimBackend
+    spec: KVCacheSpec
+    result: ProfileResult
+    workload: TransformerWorkload
+    weights: list[int] = field(default_factory=list, repr=False)
+
+
+def make_device(device: str | Mapping[str, Any] | int, allocator: str) -> SimDevice:
+    """A fresh simulated device from a preset name, ``{"total_bytes": N}`` or a byte count.
+
+    Raises:
+        InvalidInputError: an unknown preset or allocator, or a bad capacity.
+    """
+    if isinstance(device, str):
+        return SimDevice(device, allocator)
+    if isinstance(device, Mapping):
+        extra = set(device) - {"total_bytes", "name"}
+        if "total_bytes" not in device or extra:
+            raise InvalidInputError(
+                f'a custom device is {{"total_bytes": N}} (optionally with "name"), got '
+                f"{dict(device)!r}"
+            )
+        name = device.get("name")
+        return SimDevice(
+            None,
+            allocator,
+            total_bytes=device["total_bytes"],
+            name=name if isinstance(name, str) else None,
+        )
+    if isinstance(device, int) and not isinstance(device, bool):
+        return SimDevice(None, allocator, total_bytes=device)
+    raise InvalidInputError(
+        f'device must be a preset name, {{"total_bytes": N}} or a number of bytes, got {device!r}'
+    )
+
+
+def _stage(progress: bool, message: str) -> None:
+    if progress:
+        print(f"memacct: {message}", file=sys.stderr, flush=True)
+
+
+def simulate_engine_start(
+    config: Mapping[str, Any],
+    *,
+    device: str | Mapping[str, Any] | int = "h100-80gb",
+    allocator: str = "torch-cuda",
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    truth_source: str = "auto",
+    context_bytes: int = DEFAULT_CONTEXT_BYTES,
+    other_process_bytes: int = 0,
+    progress: bool = False,
+    block_size: int = 16,
+    max_model_len: int | None = None,
+) -> EngineStart:
+    """Start one rank of an engine on a simulated device and profile it with memacct.
+
+    Args:
+        config: the model's ``config.json`` as a dict.
+        device: a device preset (``h100-80gb``, ``ascend-910b-64gb``, ...),
+            ``{"total_bytes": N}`` or a byte count.
+        allocator: the allocator preset (``torch-cuda``, ``mindspore``, ...).
+        max_num_batched_tokens: tokens of the dummy forward pass.
+        max_num_seqs: rows the dummy sampler samples.
+        tensor_parallel_size: this rank's share of each layer (weights and
+            activations divided by it; embeddings replicated).
+        kv_cache_dtype: as for :meth:`KVCacheSpec.from_hf_config`.
+        truth_source: ``auto``, ``allocated_peak`` or ``reserved``.
+        context_bytes: this process's memory outside the allocator.
+        other_process_bytes: memory another process holds before the start.
+        progress: print each stage on stderr.
+        block_size: tokens per KV-cache block (sizes the persistent block table).
+        max_model_len: longest request (sizes the persistent block table).
+
+    Raises:
+        InvalidInputError: a bad device, allocator or size.
+        ConfigError: the config cannot be read as a transformer.
+        ProfilingOutOfMemoryError: the dummy forward does not fit.
+        SimOutOfMemory: the context or the weights do not fit.
+    """
+    for name, value in (
+        ("context_bytes", context_bytes),
+        ("other_process_bytes", other_process_bytes),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be a non-negative int of bytes, got {value!r}")
+    spec = KVCacheSpec.from_hf_config(
+        dict(config), kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size
+    )
+    workload = TransformerWorkload(
+        spec,
+        config,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        max_model_len=max_model_len,
+    )
+    dev = make_device(device, allocator)
+    backend = SimBackend(dev)
+    if other_process_bytes:
+        dev.other_process_malloc(other_process_bytes)
+    baseline = snapshot(backend)
+    if context_bytes:
+        dev.external_malloc(context_bytes)
+    _stage(progress, f"loading {spec.model_name} weights on {dev.name} ({allocator})")
+    tensors = workload.weight_tensors()
+    allocator_obj = dev.allocator
+    weights = [allocator_obj.malloc(n, persistent=True) for n in tensors]
+    _stage(
+        progress,
+        f"profiling a forward pass of {max_num_batched_tokens} tokens, "
+        f"sampling {max_num_seqs} rows",
+    )
+    # The profile charges weights as the truth source measures them (allocated or
+    # reserved growth since the baseline), as vLLM and vllm-mindspore do.
+    with memory_profiling(backend, baseline, truth_source=truth_source) as session:
+        # Every sequence contributes a token, so a step never has more sequences than tokens.
+        num_seqs = min(max_num_seqs, max_num_batched_tokens)
+        replay(allocator_obj, workload.step_trace(max_num_batched_tokens, num_seqs))
+    result = session.result
+    _stage(
+        progress,
+        f"profiled: non-KV memory {format_gib(result.non_kv_cache_memory)} ({result.truth_source})",
+    )
+    return EngineStart(dev, backend, spec, result, workload, weights)

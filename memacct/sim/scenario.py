@@ -1,0 +1,555 @@
+"""Simulated serving scenarios, and the oracle that knows the largest KV cache that survives them.
+
+A scenario (contract: a JSON file, loaded by :meth:`Scenario.load`) names a
+device, an allocator, a model, the engine's budgets and a list of serving
+steps::
+
+    {"name": "qwen7b-mindspore-mixed", "device": "ascend-910b-64gb", "allocator": "mindspore",
+     "model": "qwen2.5-7b", "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+     "block_size": 16, "gpu_memory_utilization": 1.0, "other_process_bytes": 0,
+     "context_bytes": 536870912,
+     "serving": [{"num_tokens": 8192, "num_seqs": 1}, {"num_tokens": 256, "num_seqs": 256}],
+     "seed": 0}
+
+``device`` is a preset name or ``{"total_bytes": N}``; ``model`` a model
+preset name or a ``config.json`` object. A serving step may also give
+``"repeat": n``, and ``num_tokens``/``num_seqs`` as ``[low, high]`` ranges that
+are drawn per step from ``seed`` (mixed lengths).
+
+:func:`run_scenario` starts the engine on the simulated device and profiles
+it with memacct exactly as an engine would (:func:`memacct.sim.engine.simulate_engine_start`),
+plans the KV cache with :func:`memacct.plan_kv_cache`, allocates it one tensor
+per layer, and replays every serving step. The oracle is the largest KV cache,
+in whole blocks, with which the same start, cache allocation and serving
+complete without running out of memory, found by binary search over full
+replays.
+
+Example::
+
+    >>> scenario = Scenario.from_dict({
+    ...     "name": "tiny", "device": {"total_bytes": 24 * 2**30}, "allocator": "torch-cuda",
+    ...     "model": "qwen2.5-7b", "max_num_batched_tokens": 2048, "max_num_seqs": 64,
+    ...     "serving": [{"num_tokens": 2048, "num_seqs": 4}, {"num_tokens": 64, "num_seqs": 64}]})
+    >>> outcome = run_scenario(scenario, "reserved")
+    >>> outcome.oom, outcome.efficiency <= 1.0
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from memacct.errors import ConfigError
+from memacct.models import TruthSource
+from memacct.planner.plan import KVCachePlan, plan_kv_cache
+from memacct.planner.presets import load_model_preset, model_presets
+from memacct.planner.spec import KVCacheSpec, read_text_file
+from memacct.sim._core import SimOutOfMemory
+from memacct.sim.allocator import ALLOCATOR_PRESETS
+from memacct.sim.device import DEVICE_PRESETS, SimDevice
+from memacct.sim.engine import (
+    DEFAULT_CONTEXT_BYTES,
+    EngineStart,
+    make_device,
+    simulate_engine_start,
+)
+from memacct.sim.workload import TransformerWorkload, replay
+
+__all__ = [
+    "Oracle",
+    "Scenario",
+    "ScenarioOutcome",
+    "ServingStep",
+    "find_oracle",
+    "run_scenario",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+_Range = int | tuple[int, int]
+
+
+class ServingStep(BaseModel):
+    """One engine step of the serving trace (or ``repeat`` of them).
+
+    Attributes:
+        num_tokens: tokens in the step, or ``[low, high]`` drawn per step from the seed.
+        num_seqs: sequences in the step (each samples one token), or a range.
+        repeat: how many such steps follow each other.
+    """
+
+    model_config = _FROZEN
+
+    num_tokens: _Range
+    num_seqs: _Range
+    repeat: int = Field(default=1, ge=1, le=100_000)
+
+    @field_validator("num_tokens", "num_seqs")
+    @classmethod
+    def _positive(cls, value: _Range) -> _Range:
+        low, high = (value, value) if isinstance(value, int) else value
+        if low < 1 or high < low:
+            raise ValueError(
+                f"must be a positive int or a range [low, high] with 1 <= low <= high, "
+                f"got {value!r}"
+            )
+        return value
+
+
+class Scenario(BaseModel):
+    """A simulated serving scenario (contract; see the module docstring for the JSON).
+
+    Attributes:
+        name: the scenario's name in tables.
+        device: a device preset name or ``{"total_bytes": N}``.
+        allocator: an allocator preset name.
+        model: a model preset name or a ``config.json`` object.
+        max_num_batched_tokens: the engine's token budget per step (the profile's size).
+        max_num_seqs: the engine's sequence budget per step (the profile's sampler rows).
+        block_size: tokens per KV-cache block.
+        gpu_memory_utilization: the share of the device's total memory the
+            engine may hold; 1.0 is the physical limit.
+        other_process_bytes: memory a co-tenant holds before the engine starts.
+        context_bytes: the engine's memory outside the allocator.
+        serving: the serving steps, replayed in order after the KV cache exists.
+        seed: draws the per-step values of ranges in ``serving``.
+        tensor_parallel_size: this rank's share of each layer.
+        kv_cache_dtype: as for :meth:`memacct.KVCacheSpec.from_hf_config`.
+        max_model_len: the longest request; ``None`` takes the config's, capped at 32768.
+        description: free text for people.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    device: str | dict[str, int]
+    allocator: str
+    model: str | dict[str, Any]
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    max_num_seqs: int = Field(default=256, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    gpu_memory_utilization: float = Field(default=1.0, gt=0.0, le=1.0)
+    other_process_bytes: int = Field(default=0, ge=0)
+    context_bytes: int = Field(default=DEFAULT_CONTEXT_BYTES, ge=0)
+    serving: tuple[ServingStep, ...] = Field(min_length=1)
+    seed: int = 0
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=1)
+    description: str = ""
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | dict[str, int]) -> str | dict[str, int]:
+        if isinstance(value, str):
+            if value not in DEVICE_PRESETS:
+                raise ValueError(
+                    f"unknown device preset {value!r}; use one of {', '.join(sorted(DEVICE_PRESETS))} "
+                    'or {"total_bytes": N}'
+                )
+        elif set(value) != {"total_bytes"} or value["total_bytes"] <= 0:
+            raise ValueError(f'a custom device is {{"total_bytes": N}} with N > 0, got {value!r}')
+        return value
+
+    @field_validator("allocator")
+    @classmethod
+    def _allocator(cls, value: str) -> str:
+        if value not in ALLOCATOR_PRESETS:
+            raise ValueError(
+                f"unknown allocator preset {value!r}; use one of {', '.join(sorted(ALLOCATOR_PRESETS))}"
+            )
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, str) and value.strip().lower() not in model_presets():
+            raise ValueError(
+                f"unknown model preset {value!r}; use one of {', '.join(model_presets())} "
+                "or give the config.json object"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        total = self.total_bytes
+        if (
+            self.other_process_bytes
+            and self.gpu_memory_utilization > 1 - self.other_process_bytes / total
+        ):
+            most = 1 - self.other_process_bytes / total
+            raise ValueError(
+                f"gpu_memory_utilization {self.gpu_memory_utilization} with other_process_bytes "
+                f"{self.other_process_bytes} asks for more than the device has free: use at most "
+                f"{most:.4f} (= 1 - other/total)"
+            )
+        for i, step in enumerate(self.serving):
+            tokens_high = (
+                step.num_tokens if isinstance(step.num_tokens, int) else step.num_tokens[1]
+            )
+            seqs_high = step.num_seqs if isinstance(step.num_seqs, int) else step.num_seqs[1]
+            seqs_low = step.num_seqs if isinstance(step.num_seqs, int) else step.num_seqs[0]
+            tokens_low = step.num_tokens if isinstance(step.num_tokens, int) else step.num_tokens[0]
+            if tokens_high > self.max_num_batched_tokens or seqs_high > self.max_num_seqs:
+                raise ValueError(
+                    f"serving[{i}] ({step.num_tokens} tokens, {step.num_seqs} sequences) exceeds "
+                    f"max_num_batched_tokens {self.max_num_batched_tokens} or max_num_seqs "
+                    f"{self.max_num_seqs}: an engine never schedules such a step"
+                )
+            if seqs_low > tokens_low:
+                raise ValueError(
+                    f"serving[{i}] can have more sequences ({step.num_seqs}) than tokens "
+                    f"({step.num_tokens}): every sequence contributes at least one token"
+                )
+        return self
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "scenario") -> Scenario:
+        """Validate a scenario dict.
+
+        Raises:
+            ConfigError: a field is missing, mistyped or out of range; the
+                message names the field.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source} must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+                for err in exc.errors()[:5]
+            )
+            raise ConfigError(f"{source} is not a valid scenario: {problems}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        """Read a scenario JSON file.
+
+        Raises:
+            ConfigError: missing, unreadable, not JSON, or invalid (naming the field).
+        """
+        text = read_text_file(path, "scenario")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"scenario {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                f"column {exc.colno}"
+            ) from None
+        return cls.from_dict(data, source=f"scenario {str(path)!r}")
+
+    # ------------------------------------------------------------ derived
+
+    @property
+    def total_bytes(self) -> int:
+        """The device's capacity in bytes."""
+        if isinstance(self.device, str):
+            return DEVICE_PRESETS[self.device]
+        return self.device["total_bytes"]
+
+    @property
+    def device_name(self) -> str:
+        """The device's name for tables."""
+        return self.device if isinstance(self.device, str) else f"sim-{self.total_bytes}"
+
+    @property
+    def model_name(self) -> str:
+        """The model's name for tables."""
+        if isinstance(self.model, str):
+            return self.model.strip().lower()
+        name = self.model.get("_name_or_path") or self.model.get("model_type") or "model"
+        return str(name)
+
+    def model_config_dict(self) -> dict[str, Any]:
+        """The model's ``config.json`` as a fresh dict."""
+        if isinstance(self.model, str):
+            return load_model_preset(self.model)
+        return json.loads(json.dumps(self.model))  # deep copy
+
+    def steps(self) -> list[tuple[int, int]]:
+        """The serving steps as ``(num_tokens, num_seqs)``, ranges drawn from :attr:`seed`."""
+        rng = random.Random(self.seed)
+        out: list[tuple[int, int]] = []
+        for step in self.serving:
+            for _ in range(step.repeat):
+                tokens = _draw(rng, step.num_tokens)
+                seqs = min(_draw(rng, step.num_seqs), tokens)
+                out.append((tokens, seqs))
+        return out
+
+
+def _draw(rng: random.Random, value: _Range) -> int:
+    return value if isinstance(value, int) else rng.randint(value[0], value[1])
+
+
+class ScenarioOutcome(BaseModel):
+    """What one truth source achieved on one scenario (contract).
+
+    Attributes:
+        scenario: the scenario's name.
+        truth_source: the truth source asked for.
+        resolved_truth_source: what the profile resolved it to.
+        truth_source_reason: why (the profile's record).
+        block_bytes: bytes of one KV-cache block on this rank.
+        planned_num_blocks: blocks the plan gave.
+        planned_kv_bytes: ``planned_num_blocks x block_bytes``.
+        oracle_num_blocks: the most blocks with which the scenario completes.
+        oracle_kv_bytes: ``oracle_num_blocks x block_bytes``.
+        oom: whether allocating the planned cache or serving ran out of memory.
+        oom_at: where it ran out (``"kv_cache"`` or ``"serving step i"``), else ``None``.
+        efficiency: ``planned_kv_bytes / oracle_kv_bytes``.
+        non_kv_cache_memory: the profile's non-KV memory, bytes.
+        duration_s: wall time of the run, oracle search included.
+    """
+
+    model_config = _FROZEN
+
+    scenario: str
+    truth_source: TruthSource
+    resolved_truth_source: TruthSource
+    truth_source_reason: str
+    block_bytes: int = Field(gt=0)
+    planned_num_blocks: int = Field(ge=0)
+    planned_kv_bytes: int = Field(ge=0)
+    oracle_num_blocks: int = Field(ge=0)
+    oracle_kv_bytes: int = Field(ge=0)
+    oom: bool
+    oom_at: str | None = None
+    efficiency: float = Field(ge=0.0)
+    non_kv_cache_memory: int = Field(ge=0)
+    duration_s: float = Field(ge=0.0)
+
+
+class _Setup:
+    """What every replay of one scenario shares: the model, its traces and the steps."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.config = scenario.model_config_dict()
+        self.spec = KVCacheSpec.from_hf_config(
+            dict(self.config),
+            kv_cache_dtype=scenario.kv_cache_dtype,
+            tensor_parallel_size=scenario.tensor_parallel_size,
+            model_name=scenario.model_name,
+        )
+        self.workload = TransformerWorkload(
+            self.spec,
+            self.config,
+            max_num_batched_tokens=scenario.max_num_batched_tokens,
+            max_num_seqs=scenario.max_num_seqs,
+            block_size=scenario.block_size,
+            max_model_len=scenario.max_model_len,
+        )
+        self.block_bytes = self.spec.bytes_per_block(scenario.block_size)
+        self.step_traces = [self.workload.step_trace(t, n) for t, n in scenario.steps()]
+        self.profile_trace = self.workload.step_trace(
+            scenario.max_num_batched_tokens,
+            min(scenario.max_num_seqs, scenario.max_num_batched_tokens),
+        )
+
+    def boot(self) -> SimDevice:
+        """A device in the state the engine leaves it after profiling.
+
+        The same allocator operations as :func:`simulate_engine_start`, without
+        memacct's readings (which change no allocator state), so the oracle's
+        many replays stay cheap.
+        """
+        sc = self.scenario
+        dev = make_device(sc.device, sc.allocator)
+        if sc.other_process_bytes:
+            dev.other_process_malloc(sc.other_process_bytes)
+        if sc.context_bytes:
+            dev.external_malloc(sc.context_bytes)
+        alloc = dev.allocator
+        for n in self.workload.weight_tensors():
+            alloc.malloc(n, persistent=True)
+        # memory_profiling empties the cache on entry and on exit.
+        alloc.empty_cache()
+        replay(alloc, self.profile_trace)
+        alloc.empty_cache()
+        return dev
+
+    def serve(self, dev: SimDevice, num_blocks: int) -> str | None:
+        """Allocate ``num_blocks`` of KV cache and replay the serving steps; where it failed."""
+        alloc = dev.allocator
+        try:
+            for n in self.workload.kv_cache_tensors(num_blocks):
+                alloc.malloc(n)
+        except SimOutOfMemory:
+            return "kv_cache"
+        for i, trace in enumerate(self.step_traces):
+            try:
+                replay(alloc, trace)
+            except SimOutOfMemory:
+                return f"serving step {i}"
+        return None
+
+    def completes(self, num_blocks: int) -> bool:
+        """Whether the whole scenario completes with ``num_blocks`` of KV cache."""
+        return self.serve(self.boot(), num_blocks) is None
+
+    def max_blocks(self) -> int:
+        """More blocks than could ever be allocated: the free memory after the start."""
+        return self.boot().free_bytes // self.block_bytes + 1
+
+
+class Oracle(BaseModel):
+    """The largest KV cache with which a scenario completes, and how it was found.
+
+    Attributes:
+        num_blocks: the most blocks with which the scenario completes (0 if none).
+        kv_bytes: ``num_blocks x block_bytes``.
+        replays: full replays the search ran.
+    """
+
+    model_config = _FROZEN
+
+    num_blocks: int = Field(ge=0)
+    kv_bytes: int = Field(ge=0)
+    replays: int = Field(ge=0)
+
+
+def find_oracle(
+    scenario: Scenario,
+    known: Mapping[int, bool] | None = None,
+    *,
+    _setup: _Setup | None = None,
+) -> Oracle:
+    """The largest number of KV-cache blocks with which ``scenario`` completes.
+
+    Binary search over full replays (start, cache allocation, serving) between
+    the largest block count known to complete and the smallest known to fail
+    above it. ``known`` maps block counts already replayed (the plans) to
+    whether they completed; the answer is never below a count known to
+    complete, so no plan that completed can beat the oracle.
+    """
+    setup = _setup or _Setup(scenario)
+    results: dict[int, bool] = dict(known or {})
+    replays = 0
+
+    def ok(n: int) -> bool:
+        nonlocal replays
+        if n not in results:
+            replays += 1
+            results[n] = setup.completes(n)
+        return results[n]
+
+    upper = setup.max_blocks()
+    results.setdefault(upper, False)
+    if not any(results.values()) and not ok(0):
+        return Oracle(num_blocks=0, kv_bytes=0, replays=replays)
+    low = max(n for n, good in results.items() if good)
+    high = (
+        min(n for n, good in results.items() if not good and n > low)
+        if any(not good and n > low for n, good in results.items())
+        else upper
+    )
+    if high <= low:
+        high = max(low + 1, upper)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid
+    return Oracle(num_blocks=low, kv_bytes=low * setup.block_bytes, replays=replays)
+
+
+def plan_scenario(
+    scenario: Scenario, truth_source: TruthSource | str
+) -> tuple[EngineStart, KVCachePlan]:
+    """Start the engine on the scenario's device, profile it with memacct, and plan."""
+    start = simulate_engine_start(
+        scenario.model_config_dict(),
+        device=scenario.device,
+        allocator=scenario.allocator,
+        max_num_batched_tokens=scenario.max_num_batched_tokens,
+        max_num_seqs=scenario.max_num_seqs,
+        tensor_parallel_size=scenario.tensor_parallel_size,
+        kv_cache_dtype=scenario.kv_cache_dtype,
+        truth_source=str(TruthSource.parse(truth_source)),
+        context_bytes=scenario.context_bytes,
+        other_process_bytes=scenario.other_process_bytes,
+        block_size=scenario.block_size,
+        max_model_len=scenario.max_model_len,
+    )
+    return start, plan_kv_cache(
+        start.result,
+        start.spec,
+        gpu_memory_utilization=scenario.gpu_memory_utilization,
+        block_size=scenario.block_size,
+        max_model_len=start.workload.max_model_len,
+        max_num_batched_tokens=scenario.max_num_batched_tokens,
+    )
+
+
+def run_scenarios(
+    scenario: Scenario,
+    truth_sources: Sequence[TruthSource | str],
+    *,
+    on_outcome: Callable[[ScenarioOutcome], None] | None = None,
+) -> list[ScenarioOutcome]:
+    """Run several truth sources on one scenario, sharing one oracle search."""
+    begin = time.perf_counter()
+    setup = _Setup(scenario)
+    plans: list[tuple[TruthSource, KVCachePlan, str | None, float]] = []
+    for source in truth_sources:
+        t0 = time.perf_counter()
+        start, plan = plan_scenario(scenario, source)
+        # Serve on the device the engine profiled, as the engine would.
+        failure = setup.serve(start.device, plan.num_blocks)
+        plans.append((TruthSource.parse(source), plan, failure, time.perf_counter() - t0))
+    known = {plan.num_blocks: failure is None for _, plan, failure, _ in plans}
+    t_oracle = time.perf_counter()
+    oracle = find_oracle(scenario, known, _setup=setup)
+    oracle_s = time.perf_counter() - t_oracle
+    setup_s = time.perf_counter() - begin - oracle_s - sum(p[3] for p in plans)
+    outcomes: list[ScenarioOutcome] = []
+    for source, plan, failure, elapsed in plans:
+        planned = plan.num_blocks * setup.block_bytes
+        outcome = ScenarioOutcome(
+            scenario=scenario.name,
+            truth_source=source,
+            resolved_truth_source=plan.provenance.truth_source,
+            truth_source_reason=plan.provenance.truth_source_reason,
+            block_bytes=setup.block_bytes,
+            planned_num_blocks=plan.num_blocks,
+            planned_kv_bytes=planned,
+            oracle_num_blocks=oracle.num_blocks,
+            oracle_kv_bytes=oracle.kv_bytes,
+            oom=failure is not None,
+            oom_at=failure,
+            efficiency=planned / oracle.kv_bytes if oracle.kv_bytes else 0.0,
+            non_kv_cache_memory=plan.non_kv_cache_memory,
+            duration_s=elapsed + (oracle_s + setup_s) / len(plans),
+        )
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+    return outcomes
+
+
+def run_scenario(scenario: Scenario, truth_source: TruthSource | str) -> ScenarioOutcome:
+    """Profile, plan, allocate the KV cache and serve ``scenario``; compare with the oracle.
+
+    Args:
+        scenario: the scenario.
+        truth_source: ``allocated_peak``, ``reserved`` or ``auto``.
+
+    Returns:
+        The plan's blocks and bytes, the oracle's, whether serving ran out of
+        memory, and ``efficiency = planned_kv_bytes / oracle_kv_bytes``.
+
+    Raises:
+        InsufficientMemoryError: the planner refuses (the model does not fit).
+    """
+    return run_scenarios(scenario, [truth_source])[0]

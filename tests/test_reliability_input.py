@@ -1,0 +1,330 @@
+"""Bad input from a user, an engine or a backend: a MemacctError naming the value, never a plan.
+
+Each case here is one row of docs/reliability.md. Cases that other test files
+already prove (config.json values in test_planner_spec.py, plan arguments in
+test_planner_plan.py) are pointed at from that table rather than repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tracemalloc
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memacct
+from memacct import (
+    BackendError,
+    ConfigError,
+    InvalidInputError,
+    MemorySnapshot,
+    ProfileResult,
+    TorchLikeBackend,
+)
+from memacct.models import MAX_BYTES, load_model_json
+from memacct.planner import KVCacheSpec, load_profile, plan_kv_cache, save_profile
+from memacct.sim import SimDevice
+from memacct.units import GiB, MiB
+
+
+def sim_profile() -> ProfileResult:
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    dev.malloc(8 * GiB)
+    with memacct.memory_profiling(backend, baseline, weights_memory=8 * GiB) as session:
+        dev.free(dev.malloc(GiB))
+    return session.result
+
+
+def edited(result: ProfileResult, path: tuple[str, ...], value: Any) -> str:
+    data = result.model_dump(mode="json")
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return json.dumps(data)
+
+
+# --- snapshots -------------------------------------------------------------------------------
+
+
+def test_device_index_out_of_range_through_get_backend_sim_is_invalid_input() -> None:
+    backend = memacct.get_backend("sim")
+    with pytest.raises(InvalidInputError, match=r"device 3 is out of range for backend 'sim'.*0\.\.0"):
+        memacct.snapshot(backend, device=3)
+
+
+@pytest.mark.parametrize("device", [-1, True, "0", 0.0, None])
+def test_device_that_is_not_an_index_is_invalid_input_naming_it(device: Any) -> None:
+    backend = memacct.get_backend("sim")
+    with pytest.raises(InvalidInputError, match=f"got {device!r}"):
+        memacct.snapshot(backend, device=device)
+
+
+def test_sim_backend_given_an_index_for_its_device_option_says_what_it_takes() -> None:
+    with pytest.raises(InvalidInputError, match="device must be a memacct.sim.SimDevice, got 1"):
+        memacct.get_backend("sim", device=1)
+
+
+def test_subtracting_snapshots_of_different_backends_is_refused() -> None:
+    sim = memacct.snapshot(memacct.get_backend("sim"))
+    other = sim.model_copy(update={"backend": "cuda"})
+    with pytest.raises(InvalidInputError, match="cuda:0.*sim:0"):
+        sim - other
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_snapshot_json_with_nan_or_infinite_timestamp_is_a_config_error(bad: float) -> None:
+    data = memacct.snapshot(memacct.get_backend("sim")).model_dump(mode="json")
+    data["timestamp"] = bad
+    with pytest.raises(ConfigError, match=f"timestamp must be finite, got {bad}"):
+        load_model_json(MemorySnapshot, json.dumps(data), "snap.json")
+
+
+# --- a backend or driver that reports nonsense -------------------------------------------------
+
+
+class FakeModule:
+    """A torch.cuda-shaped module whose readings a test sets."""
+
+    def __init__(self, free: Any = 10 * GiB, total: Any = 80 * GiB) -> None:
+        self.free, self.total = free, total
+        self.stats: dict[str, Any] = {
+            "allocated_bytes.all.current": 0,
+            "allocated_bytes.all.peak": 0,
+            "reserved_bytes.all.current": 0,
+            "reserved_bytes.all.peak": 0,
+        }
+        self.error: BaseException | None = None
+
+    def device_count(self) -> int:
+        return 1
+
+    def mem_get_info(self, device: int) -> tuple[Any, Any]:
+        if self.error is not None:
+            raise self.error
+        return self.free, self.total
+
+    def memory_stats(self, device: int) -> Mapping[str, Any]:
+        return self.stats
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        pass
+
+    def empty_cache(self) -> None:
+        pass
+
+    def synchronize(self, device: int) -> None:
+        pass
+
+
+class RawBackend(TorchLikeBackend):
+    """Passes readings through unconverted, as a third-party backend might."""
+
+    name = "raw"
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return self.module.mem_get_info(device)  # type: ignore[no-any-return]
+
+    def memory_stats(self, device: int) -> Mapping[str, int]:
+        return self.module.memory_stats(device)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("free", "total", "message"),
+    [
+        (90 * GiB, 80 * GiB, "free=96636764160 and total=85899345920"),
+        (-1, 80 * GiB, r"free memory \(mem_get_info\) = -1"),
+        (0, 0, "free=0 and total=0"),
+        (math.nan, 80 * GiB, r"free memory \(mem_get_info\) = nan"),
+        (10 * GiB, math.inf, r"total memory \(mem_get_info\) = inf"),
+        ("10", 80 * GiB, r"free memory \(mem_get_info\) = '10'"),
+        (0, 2 * MAX_BYTES, "total=2305843009213693952"),
+    ],
+)
+def test_impossible_device_readings_are_a_backend_error_naming_them(
+    free: Any, total: Any, message: str
+) -> None:
+    backend = RawBackend(FakeModule(free=free, total=total))
+    with pytest.raises(BackendError, match=message):
+        memacct.snapshot(backend)
+
+
+def test_allocator_stats_with_allocated_above_reserved_are_a_backend_error() -> None:
+    module = FakeModule()
+    module.stats["allocated_bytes.all.current"] = 2 * GiB
+    module.stats["reserved_bytes.all.current"] = GiB
+    with pytest.raises(BackendError, match="2147483648 bytes allocated but only 1073741824"):
+        memacct.snapshot(RawBackend(module))
+
+
+def test_non_numeric_allocator_stat_is_a_backend_error_naming_the_key() -> None:
+    module = FakeModule()
+    module.stats["reserved_bytes.all.current"] = "lots"
+    with pytest.raises(BackendError, match="reserved_bytes.all.current = 'lots'"):
+        memacct.snapshot(RawBackend(module))
+
+
+def test_driver_exception_while_reading_is_a_backend_error_with_its_text() -> None:
+    module = FakeModule()
+    module.error = RuntimeError("CUDA error: unspecified launch failure")
+    with pytest.raises(BackendError, match="'raw' failed to read device 0: RuntimeError: CUDA"):
+        memacct.snapshot(RawBackend(module))
+
+
+# --- profiling arguments ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", [-1, 1.5, math.nan, math.inf, True, "1GiB"])
+def test_weights_memory_that_is_not_bytes_is_invalid_input_naming_it(weights: Any) -> None:
+    backend = memacct.get_backend("sim")
+    baseline = memacct.snapshot(backend)
+    with pytest.raises(InvalidInputError, match=f"got {weights!r}"):
+        with memacct.memory_profiling(backend, baseline, weights_memory=weights):
+            pass
+
+
+def test_unknown_truth_source_argument_is_invalid_input_naming_it() -> None:
+    backend = memacct.get_backend("sim")
+    baseline = memacct.snapshot(backend)
+    with pytest.raises(InvalidInputError, match="'peakiest'.*allocated_peak"):
+        with memacct.memory_profiling(backend, baseline, truth_source="peakiest"):
+            pass
+
+
+def test_unknown_truth_source_in_environment_is_invalid_input_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMACCT_TRUTH_SOURCE", "nan")
+    backend = memacct.get_backend("sim")
+    baseline = memacct.snapshot(backend)
+    with pytest.raises(InvalidInputError, match="'nan'"):
+        with memacct.memory_profiling(backend, baseline):
+            pass
+
+
+def test_profiling_a_device_other_than_the_baselines_is_refused() -> None:
+    backend = memacct.get_backend("sim")
+    baseline = memacct.snapshot(backend)
+    with pytest.raises(InvalidInputError, match="baseline was taken on sim:0 but profiling runs on sim:1"):
+        with memacct.memory_profiling(backend, baseline, device=1):
+            pass
+
+
+# --- profile JSON ----------------------------------------------------------------------------
+
+
+def test_profile_whose_used_is_not_reserved_plus_non_allocator_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    result = sim_profile()
+    path = tmp_path / "profile.json"
+    path.write_text(edited(result, ("after", "non_allocator"), result.after.non_allocator + 1))
+    with pytest.raises(ConfigError, match="after: Value error, non_allocator"):
+        load_profile(path)
+
+
+def test_profile_with_a_negative_size_is_a_config_error_naming_field_and_value(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(edited(sim_profile(), ("activation_peak",), -5))
+    with pytest.raises(ConfigError, match=r"activation_peak: .*greater than or equal to 0 \(got -5\)"):
+        load_profile(path)
+
+
+def test_profile_with_an_absurd_size_is_refused_before_any_arithmetic(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(edited(sim_profile(), ("weights_memory",), 10**400))
+    with pytest.raises(ConfigError, match="weights_memory: Input should be less than or equal to"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_profile_with_nan_or_infinite_float_is_a_config_error(tmp_path: Path, bad: str) -> None:
+    text = sim_profile().model_dump_json()
+    path = tmp_path / "profile.json"
+    path.write_text(text.replace('"fragmentation":', f'"fragmentation":{bad},"x":', 1))
+    with pytest.raises(ConfigError, match="fragmentation"):
+        load_profile(path)
+
+
+def test_profile_whose_snapshots_come_from_different_devices_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(edited(sim_profile(), ("before", "device"), 1))
+    with pytest.raises(ConfigError, match="one backend and device"):
+        load_profile(path)
+
+
+def test_profile_with_unknown_field_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(edited(sim_profile(), ("kv_cache_fudge",), 1))
+    with pytest.raises(ConfigError, match="kv_cache_fudge: Extra inputs are not permitted"):
+        load_profile(path)
+
+
+def test_profile_of_a_later_format_is_a_config_error_saying_to_profile_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(edited(sim_profile(), ("format_version",), 2))
+    with pytest.raises(ConfigError, match="format_version 2 is not supported.*profile again"):
+        load_profile(path)
+
+
+def test_profile_that_is_not_json_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_bytes(b"\x80\x04\x95pickle-ish")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_profile(path)
+
+
+def test_saved_profile_of_a_real_session_loads_back_equal(tmp_path: Path) -> None:
+    result = sim_profile()
+    assert load_profile(save_profile(result, tmp_path / "p.json")) == result
+
+
+# --- huge files ------------------------------------------------------------------------------
+
+
+def sparse(path: Path, size: int) -> Path:
+    with path.open("wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+@pytest.mark.parametrize("loader", ["profile", "config", "plan"])
+def test_huge_file_is_refused_by_size_without_reading_it_all(tmp_path: Path, loader: str) -> None:
+    path = sparse(tmp_path / "big.json", 4 * GiB)  # sparse: takes no disk
+    load = {
+        "profile": load_profile,
+        "config": KVCacheSpec.from_hf_config,
+        "plan": memacct.KVCachePlan.load,
+    }[loader]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match="larger than 16777216 bytes"):
+            load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * MiB  # read at most the limit, never the 4 GiB
+
+
+# --- planning arguments not covered in test_planner_plan.py -----------------------------------
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("name", ["block_size", "max_model_len", "max_num_batched_tokens"])
+def test_nan_and_infinity_as_a_length_are_invalid_input(name: str, value: float) -> None:
+    spec = KVCacheSpec.from_preset("llama-3.1-8b")
+    kwargs: dict[str, Any] = {"max_model_len": 4096, name: value}
+    with pytest.raises(InvalidInputError, match=f"{name} must be a positive integer, got {value}"):
+        plan_kv_cache(sim_profile(), spec, **kwargs)
