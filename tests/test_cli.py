@@ -81,3 +81,107 @@ def test_non_positive_watch_is_refused(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_unknown_command_is_a_usage_error() -> None:
     assert main(["nosuch"]) == 2
+
+
+def test_plan_json_is_a_valid_plan_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:
+    from memacct import KVCachePlan
+
+    argv = ["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb", "--json"]
+    assert main(argv) == 0
+    plan = KVCachePlan.model_validate_json(capsys.readouterr().out)
+    assert plan.provenance.backend == "sim"
+    assert plan.num_blocks > 0
+    assert plan.num_blocks * plan.block_bytes <= plan.kv_cache_bytes <= plan.target_allocation
+
+
+def test_plan_prints_the_report_block_then_the_breakdown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", "a100-40gb"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    start = lines.index("Memory profiling results:")
+    names = [line.split()[0] for line in lines[start + 1 : start + 8]]
+    assert names == [
+        "duration", "total_gpu_memory", "gpu_memory_utilization", "target_allocation",
+        "baseline_memory", "max_inference_spike", "kv_cache_size",
+    ]  # fmt: skip
+    assert "device memory breakdown" in out and "maximum concurrency" in out
+
+
+def test_plan_from_saved_profile_matches_the_library(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memacct import KVCachePlan, KVCacheSpec, load_model_preset, plan_kv_cache, save_profile
+    from memacct.sim.engine import simulate_engine_start
+
+    config = load_model_preset("llama-3.1-8b")
+    start = simulate_engine_start(config, device="h100-80gb", truth_source="reserved")
+    save_profile(start.result, tmp_path / "profile.json")
+    expected = plan_kv_cache(
+        start.result, KVCacheSpec.from_hf_config(config), gpu_memory_utilization=0.8,
+        max_num_batched_tokens=8192,
+    )  # fmt: skip
+    argv = ["plan", "--profile", str(tmp_path / "profile.json"), "--model", "llama-3.1-8b",
+            "--gpu-memory-utilization", "0.8", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    got = KVCachePlan.model_validate_json(capsys.readouterr().out)
+    assert (got.num_blocks, got.kv_cache_bytes, got.target_allocation) == (
+        expected.num_blocks, expected.kv_cache_bytes, expected.target_allocation,
+    )  # fmt: skip
+
+
+def test_plot_png_has_the_expected_size(tmp_path: Path) -> None:
+    png = tmp_path / "plan.png"
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb", "--plot", str(png)]) == 0
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert (width, height) == (1200, 320)
+
+
+def test_plot_svg_labels_every_segment(tmp_path: Path) -> None:
+    svg = tmp_path / "plan.svg"
+    argv = ["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb", "--truth-source",
+            "reserved", "--plot", str(svg)]  # fmt: skip
+    assert main(argv) == 0
+    text = svg.read_text()
+    for label in ("non-allocator", "weights", "activation peak", "KV cache", "headroom"):
+        assert label in text
+
+
+def test_model_list_prints_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "list"]) == 0
+    names = capsys.readouterr().out.split()
+    assert "qwen2.5-7b" in names and "deepseek-v3" in names
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "missing.json"], "does not exist"),
+        (["--model", "nosuch"], "neither a config.json file nor a model preset"),
+        (["--model", "qwen2.5-7b", "--device", "h999"], "unknown device preset 'h999'"),
+        (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "0"], "got 0.0"),
+        (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "1.5"], "got 1.5"),
+        (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "nan"], "got nan"),
+        (["--model", "qwen2.5-7b", "--block-size", "0"], "block_size must be a positive"),
+        (["--model", "qwen2.5-7b", "--max-model-len", "10000000"], "largest max_model_len"),
+        (["--model", "qwen2.5-7b", "--kv-cache-dtype", "int3"], "unknown kv_cache_dtype 'int3'"),
+        (["--model", "qwen2.5-7b", "--plot", "x.gif"], "must end in .png or .svg"),
+    ],
+)
+def test_bad_plan_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memacct: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_invalid_profile_json_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "profile.json"
+    bad.write_text("{bad")
+    assert main(["plan", "--profile", str(bad), "--model", "qwen2.5-7b"]) == 2
+    assert "is not a valid ProfileResult" in capsys.readouterr().err

@@ -161,6 +161,12 @@ def test_allocated_piece_takes_the_low_address() -> None:
     assert alloc.malloc(5 * MiB) == first + 5 * MiB
 
 
+def test_torch_cuda_ignores_the_persistent_hint() -> None:
+    alloc, _ = make()
+    alloc.malloc(1 * MiB, persistent=True)
+    assert stat(alloc, "reserved_bytes.small_pool.current") == 2 * MiB
+
+
 def test_pools_never_share_blocks() -> None:
     alloc, _ = make()
     alloc.malloc(5 * MiB)  # large segment with a 15 MiB free tail
@@ -521,6 +527,23 @@ def test_expandable_grows_one_segment_by_20mib_pages() -> None:
     assert second == first + 5 * MiB
     assert alloc.reserved == 40 * MiB
     assert alloc.allocated == 35 * MiB + 512
+
+
+def test_expandable_prefers_a_block_that_cannot_grow() -> None:
+    alloc, _ = make("torch-cuda-expandable")
+    hole = alloc.malloc(1 * MiB)  # [0, 1024) KiB of the first 2 MiB page
+    alloc.malloc(512)
+    alloc.malloc(1024 * KiB - 512 - 500 * KiB)  # leaves a 500 KiB free tail
+    alloc.free(hole)
+    # Best fit by size is the 500 KiB tail, but it borders unmapped space:
+    # torch takes the 1 MiB hole, whose room is smaller, and keeps the tail.
+    assert alloc.malloc(400 * KiB) == hole
+    plain, _ = make()
+    hole = plain.malloc(1 * MiB)
+    plain.malloc(512)
+    plain.malloc(1024 * KiB - 512 - 500 * KiB)
+    plain.free(hole)
+    assert plain.malloc(400 * KiB) != hole
 
 
 def test_expandable_splits_any_remainder_of_at_least_512_bytes() -> None:

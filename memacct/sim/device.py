@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -345,8 +346,14 @@ class SimMemoryAPI:
         self._dev = device
 
     def _check(self, device: object) -> None:
-        if device is None or (device == 0 and type(device) is int):
+        if device is None:
             return
+        if not isinstance(device, bool):
+            try:
+                if operator.index(device) == 0:  # type: ignore[arg-type]
+                    return
+            except TypeError:
+                pass
         raise InvalidInputError(
             f"device {device!r} does not exist: the simulated device API has one device, "
             "index 0 (or None for the current device)"
