@@ -135,8 +135,8 @@ def test_registry_serves_lookups_while_other_threads_register_and_unregister() -
         assert "sim" in {info.name for info in memacct.available_backends()}
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(run(register), range(200)))
-        list(pool.map(run(look_up), range(200)))
-        list(pool.map(lambda i: run(register if i % 2 else look_up)(i), range(400)))
+        list(pool.map(run(register), range(50)))
+        list(pool.map(run(look_up), range(50)))
+        list(pool.map(lambda i: run(register if i % 2 else look_up)(i), range(100)))
     assert errors == []
     assert not [n for n in memacct.registry.backend_names() if n.startswith("mine")]
