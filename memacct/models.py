@@ -38,7 +38,7 @@ __all__ = [
 
 PROFILE_FORMAT_VERSION = 1
 
-MAX_BYTES = 2**60
+MAX_BYTES = 10**1000
 """The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
 number is a corrupt or hand-edited file, refused before any arithmetic overflows on it."""
 

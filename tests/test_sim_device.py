@@ -213,7 +213,8 @@ def test_torch_like_backend_reads_the_device_through_the_api() -> None:
 
 
 def test_concurrent_use_keeps_every_reading_consistent() -> None:
-    dev = SimDevice(total_bytes=4 * GiB)
+    # Room for every worker's blocks at once (at most 4 x 300 x 8 MiB).
+    dev = SimDevice(total_bytes=16 * GiB)
     errors: list[str] = []
     stop = threading.Event()
 

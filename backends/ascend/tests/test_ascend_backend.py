@@ -65,7 +65,7 @@ class RuntimeReleasingModule:
 
 @pytest.fixture
 def dev() -> SimDevice:
-    return SimDevice("h100-80gb", NPU_PRESET)
+    return SimDevice("ascend-910b-64gb", NPU_PRESET)
 
 
 class TestAscendConformance(BackendConformance):
