@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from memacct.errors import BackendError, InvalidInputError
 from memacct.models import TruthSource
@@ -62,7 +62,15 @@ class BackendQuirks:
             the allocator and are recorded in profiles and plans.
         growth_granularity_bytes: the smallest amount by which the allocator
             grows its reservation for a large request (a segment rounding or
-            a pool unit); used by the ``auto`` truth source.
+            a pool unit); used by the ``auto`` truth source and by the planner,
+            which leaves room for each layer's KV-cache tensor to be rounded.
+        growth_rounding: how a large tensor is rounded to that granularity:
+            ``"multiple"`` (its own segment, rounded up to a multiple: torch's
+            and torch_npu's caching allocators), ``"packed"`` (tensors packed
+            one after another in one growing segment, mapped in pages of the
+            granularity: expandable segments), ``"doubling"`` (a pool block of
+            the granularity doubled until it fits, capped at the free memory:
+            MindSpore's memory pool).
     """
 
     empty_cache_releases_runtime_memory: bool = False
@@ -70,6 +78,7 @@ class BackendQuirks:
     has_allocator_stats: bool = True
     allocator_settings_env: tuple[str, ...] = ()
     growth_granularity_bytes: int = 2 * 1024 * 1024
+    growth_rounding: Literal["multiple", "packed", "doubling"] = "multiple"
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -38,7 +38,7 @@ __all__ = [
 
 PROFILE_FORMAT_VERSION = 1
 
-MAX_BYTES = 10**1000
+MAX_BYTES = 2**60
 """The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
 number is a corrupt or hand-edited file, refused before any arithmetic overflows on it."""
 
@@ -238,6 +238,19 @@ class ProfileResult(BaseModel):
         warnings: what made the measurement doubtful, one sentence each (another
             process allocating or freeing device memory during profiling, a fall
             of non-allocator memory that was not credited); empty when none.
+        fragmentation_allowance: bytes the allocator is expected to hold while
+            serving beyond the weights and the activation peak (stranded free
+            pieces of segments, idle space in the weights' segments), estimated
+            by the ``auto`` truth source; 0 for a fixed source. Not part of
+            ``non_kv_cache_memory``: the planner keeps it free inside the KV budget.
+        growth_granularity_bytes: the allocator's growth step for a large
+            tensor (the backend's quirk); 0 when unknown (older profiles).
+        growth_rounding: how the allocator rounds a large tensor to that step:
+            ``multiple`` (its own segment, rounded up to a multiple: torch,
+            torch_npu), ``packed`` (tensors packed one after another in a growing
+            segment: expandable segments), ``doubling`` (a block of the step
+            doubled until it fits, capped at the free memory: MindSpore). The
+            planner uses both to leave room for each layer's KV-cache tensor.
     """
 
     model_config = _FROZEN
@@ -261,6 +274,9 @@ class ProfileResult(BaseModel):
     allocator_settings: dict[str, str] = Field(default_factory=dict)
     inactive_split_peak: int = Field(default=0, ge=0, le=MAX_BYTES)
     warnings: tuple[str, ...] = ()
+    fragmentation_allowance: int = Field(default=0, ge=0, le=MAX_BYTES)
+    growth_granularity_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    growth_rounding: Literal["multiple", "packed", "doubling"] = "multiple"
 
     @model_validator(mode="after")
     def _consistent(self) -> ProfileResult:
@@ -328,6 +344,13 @@ def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> A
     """
     try:
         return model.model_validate_json(text)
+    except (OverflowError, RecursionError) as exc:
+        # A consistency check doing float arithmetic on absurd integers, or absurd nesting:
+        # a hand-edited or corrupt file, not a model to plan with.
+        raise ConfigError(
+            f"{source} is not a valid {model.__name__}: its numbers are too large to be "
+            f"real ({type(exc).__name__}: {exc}); save it again from memacct"
+        ) from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_got(err)}"

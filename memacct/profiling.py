@@ -28,6 +28,7 @@ from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemo
 from memacct.measure import (
     ALLOCATED,
     ALLOCATED_PEAK,
+    INACTIVE_SPLIT,
     INACTIVE_SPLIT_PEAK,
     RESERVED,
     RESERVED_PEAK,
@@ -85,6 +86,7 @@ class ProfilingSession:
         self._allocated_peak = 0
         self._reserved_peak = 0
         self._inactive_split_peak = 0
+        self._inactive_split_start = 0
         self._excluded: list[ExcludedRegion] = []
         self._in_exclusion = False
         self.before: MemorySnapshot | None = None
@@ -152,6 +154,11 @@ class ProfilingSession:
         self.backend.empty_cache()
         self.backend.reset_peak_memory_stats(self.device)
         self.before = snapshot(self.backend, self.device)
+        # The free pieces already stranded at the start (in the weights' segments) are not
+        # the forward pass's: the auto truth source needs the increase.
+        self._inactive_split_start = read_stat(
+            self.backend.memory_stats(self.device), INACTIVE_SPLIT
+        )
         self._allocated_peak = self.before.allocated
         self._reserved_peak = self.before.reserved
         self._start = time.perf_counter()
@@ -175,6 +182,15 @@ class ProfilingSession:
             allocated_peak_increase=max(0, self._allocated_peak - before.allocated),
             reserved_peak_increase=max(0, self._reserved_peak - before.reserved),
             inactive_split_peak=self._inactive_split_peak,
+            inactive_split_increase=max(0, self._inactive_split_peak - self._inactive_split_start),
+            # Idle space the allocator kept since the baseline (after empty_cache: it cannot
+            # give it back): free pieces of the weights' segments or pool blocks.
+            weights_idle=max(
+                0,
+                (before.reserved - before.allocated)
+                - (self.baseline.reserved - self.baseline.allocated),
+            ),
+            weights_given=self.weights_memory is not None,
         )
         decision = resolve_truth_source(self.requested_truth_source, peaks, quirks)
         weights = self.weights_memory
@@ -231,6 +247,9 @@ class ProfilingSession:
             allocator_settings=allocator_settings(self.backend),
             inactive_split_peak=peaks.inactive_split_peak,
             warnings=tuple(warnings),
+            fragmentation_allowance=decision.fragmentation_allowance,
+            growth_granularity_bytes=quirks.growth_granularity_bytes,
+            growth_rounding=quirks.growth_rounding,
         )
 
     @property

@@ -8,10 +8,10 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import _hypothesis_profiles  # noqa: F401  (registers and loads the hypothesis profile)
 import pytest
 
 from memacct import registry
-import _hypothesis_profiles  # noqa: F401  (registers and loads the hypothesis profile)
 
 
 @pytest.fixture(autouse=True)

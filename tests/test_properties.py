@@ -18,9 +18,11 @@ Example counts come from the hypothesis profile (tests/_hypothesis_profiles.py):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,7 +39,13 @@ from memacct import (
     TruthSource,
 )
 from memacct.models import MAX_BYTES, load_model_json
-from memacct.planner import KVCachePlan, KVCacheSpec, load_model_preset, model_presets, plan_kv_cache
+from memacct.planner import (
+    KVCachePlan,
+    KVCacheSpec,
+    load_model_preset,
+    model_presets,
+    plan_kv_cache,
+)
 from memacct.sim import ALLOCATOR_PRESETS, SimDevice, SimOutOfMemory
 from memacct.units import GiB, MiB
 
@@ -157,14 +165,14 @@ def test_sim_device_stays_consistent_under_random_operations(
     live: dict[str, list[int]] = {"malloc": [], "external_malloc": [], "other_malloc": []}
     frees = {"free": ("malloc", dev.free), "external_free": ("external_malloc", dev.external_free),
              "other_free": ("other_malloc", dev.other_process_free)}
-    takes = {"malloc": dev.malloc, "external_malloc": dev.external_malloc,
-             "other_malloc": dev.other_process_malloc}
+    takes: dict[str, Callable[[int], int]] = {
+        "malloc": dev.malloc, "external_malloc": dev.external_malloc,
+        "other_malloc": dev.other_process_malloc,
+    }
     for op, arg in ops:
         if op in takes:
-            try:
+            with contextlib.suppress(SimOutOfMemory):
                 live[op].append(takes[op](arg))
-            except SimOutOfMemory:
-                pass
         elif op in frees:
             kind, release = frees[op]
             if live[kind]:
@@ -262,7 +270,7 @@ def test_more_utilization_never_plans_fewer_blocks(
     name: str, low: float, high: float, block_size: int
 ) -> None:
     low, high = min(low, high), max(low, high)
-    plans = []
+    plans: list[KVCachePlan | None] = []
     for utilization in (low, high):
         try:
             plans.append(plan_kv_cache(PROFILE, SPECS[name], utilization, block_size, 1024))
@@ -305,7 +313,10 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 _mutation = st.tuples(
-    st.sampled_from(["replace", "delete", "add"]), st.integers(0, 10**6), _values, st.text(max_size=8)
+    st.sampled_from(["replace", "delete", "add"]),
+    st.integers(0, 10**6),
+    _values,
+    st.text(max_size=8),
 )
 
 
@@ -334,8 +345,8 @@ def mutate(data: Any, mutations: list[tuple[str, int, Any, str]]) -> Any:
 
 def text_mutate(text: str, edits: list[tuple[int, int, str]]) -> str:
     """Cut, insert or overwrite characters of a JSON text."""
-    for at, length, insert in edits:
-        at %= len(text) + 1
+    for position, length, insert in edits:
+        at = position % (len(text) + 1)
         text = text[:at] + insert + text[at + length % 4:]
     return text
 

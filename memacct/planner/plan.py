@@ -35,6 +35,7 @@ __all__ = [
     "Agreement",
     "KVCachePlan",
     "Provenance",
+    "kv_cache_reservation",
     "load_profile",
     "plan_kv_cache",
     "save_profile",
@@ -151,6 +152,10 @@ class KVCachePlan(BaseModel):
         spec: the model's KV-cache geometry on this rank.
         provenance: where the numbers came from.
         agreement: set by :func:`agree` when ranks took a common block count.
+        allocator_reserve_bytes: bytes of ``kv_cache_bytes`` left free for the
+            allocator: the profile's fragmentation allowance plus what the
+            allocator adds when it rounds each layer's KV-cache tensor to its
+            growth granularity (0 for profiles that record neither).
     """
 
     model_config = _FROZEN
@@ -177,6 +182,7 @@ class KVCachePlan(BaseModel):
     spec: KVCacheSpec
     provenance: Provenance
     agreement: Agreement | None = None
+    allocator_reserve_bytes: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
@@ -201,8 +207,8 @@ class KVCachePlan(BaseModel):
                 raise ValueError(f"{name} ({value}) is inconsistent: expected {expected}")
         if self.target_allocation > self.total_memory:
             raise ValueError("target_allocation exceeds total_memory")
-        if self.kv_cache_used_bytes > self.kv_cache_bytes:
-            raise ValueError("kv_cache_used_bytes exceeds kv_cache_bytes")
+        if self.kv_cache_used_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
+            raise ValueError("kv_cache_used_bytes + allocator_reserve_bytes exceeds kv_cache_bytes")
         if self.request_bytes > self.kv_cache_used_bytes:
             raise ValueError("one request of max_model_len does not fit in the plan")
         if not math.isclose(
@@ -246,6 +252,12 @@ class KVCachePlan(BaseModel):
              f"{self.max_concurrency:.2f}x for {self.max_model_len} tokens per request"),
         ]
         rows += [("profile_warning", warning) for warning in self.provenance.profile_warnings]
+        if self.allocator_reserve_bytes:
+            rows.append((
+                "allocator_reserve",
+                f"{format_gib(self.allocator_reserve_bytes)} of the cache budget left to the "
+                f"allocator (fragmentation allowance, KV tensor rounding)",
+            ))
         if self.agreement is not None and self.agreement.world_size > 1:
             rows.append((
                 "agreed_num_gpu_blocks",
@@ -273,7 +285,7 @@ class KVCachePlan(BaseModel):
         """
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
             raise InvalidInputError(f"num_blocks must be a positive integer, got {num_blocks!r}")
-        if num_blocks * self.block_bytes > self.kv_cache_bytes:
+        if num_blocks * self.block_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
             raise InvalidInputError(
                 f"{num_blocks} blocks of {self.block_bytes} bytes exceed this plan's KV-cache "
                 f"budget of {self.kv_cache_bytes} bytes ({self.kv_cache_bytes // self.block_bytes}"
@@ -413,6 +425,7 @@ def plan_kv_cache(
     non_kv = result.non_kv_cache_memory
     block_bytes = spec.bytes_per_block(block_size)
     overrides: tuple[str, ...] = ()
+    reserve = 0
     if kv_override is None and blocks_override is None:
         target = int(total * utilization)
         if result.baseline.free < target:
@@ -422,7 +435,11 @@ def plan_kv_cache(
             raise InsufficientMemoryError(
                 _no_memory_message(result, utilization, target, block_size, block_bytes)
             )
-        num_blocks = kv_bytes // block_bytes
+        num_blocks, reserve = _fit_blocks(kv_bytes, spec, block_size, result)
+        if num_blocks == 0:
+            raise InsufficientMemoryError(
+                _no_memory_message(result, utilization, target, block_size, block_bytes)
+            )
     else:
         if kv_override is not None:
             overrides = (f"kv_cache_memory_bytes={kv_override}",)
@@ -473,6 +490,7 @@ def plan_kv_cache(
         max_concurrency=used / request,
         profile_duration_s=result.duration_s,
         spec=spec,
+        allocator_reserve_bytes=reserve,
         provenance=Provenance(
             backend=result.backend,
             device=result.device,
@@ -493,6 +511,70 @@ def plan_kv_cache(
         logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
     logger.info("%s", plan.report())
     return plan
+
+
+# Allocators pad a request (torch_npu and MindSpore by 32 bytes) and round it to 512 bytes
+# before rounding it to their growth granularity; one minimum block covers both.
+_REQUEST_PADDING = 512
+
+
+def kv_cache_reservation(
+    spec: KVCacheSpec, num_blocks: int, block_size: int, granularity: int, rounding: str
+) -> int:
+    """Bytes an allocator reserves for a KV cache allocated one tensor per layer.
+
+    Each layer's tensor holds ``num_blocks x block_size`` tokens. ``rounding``
+    says how the allocator rounds a large tensor to ``granularity`` (see
+    :class:`memacct.BackendQuirks`): ``multiple`` rounds each tensor up to a
+    multiple; ``packed`` packs the tensors one after another and rounds their
+    sum; ``doubling`` gives each a block of the granularity doubled until it
+    fits, and equal tensors that fit together share a block. ``granularity``
+    0 means unknown: no rounding.
+    """
+    tokens = num_blocks * block_size
+    if granularity <= 0 or tokens == 0:
+        return tokens * spec.bytes_per_token
+    sizes = [
+        (group.num_layers, tokens * group.bytes_per_token_per_layer + _REQUEST_PADDING)
+        for group in spec.layer_groups
+    ]
+    if rounding == "packed":
+        return -(-sum(count * size for count, size in sizes) // granularity) * granularity
+    if rounding == "doubling":
+        total = 0
+        for count, size in sizes:
+            block = granularity
+            while block < size:
+                block *= 2
+            total += -(-count // (block // size)) * block
+        return total
+    return sum(count * (-(-size // granularity) * granularity) for count, size in sizes)
+
+
+def _fit_blocks(
+    kv_bytes: int, spec: KVCacheSpec, block_size: int, result: ProfileResult
+) -> tuple[int, int]:
+    """The most blocks whose per-layer tensors, as the allocator rounds them, fit the budget.
+
+    The profile's fragmentation allowance is kept free first. Returns the
+    block count and the bytes of the budget left to the allocator.
+    """
+    block_bytes = spec.bytes_per_block(block_size)
+    budget = kv_bytes - result.fragmentation_allowance
+    granularity = result.growth_granularity_bytes
+    rounding = result.growth_rounding
+    low, high = 0, max(0, budget) // block_bytes
+    # The reservation only grows with the block count, so bisect.
+    while low < high:
+        mid = (low + high + 1) // 2
+        if kv_cache_reservation(spec, mid, block_size, granularity, rounding) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    if low == 0:
+        return 0, 0
+    rounding_bytes = kv_cache_reservation(spec, low, block_size, granularity, rounding)
+    return low, result.fragmentation_allowance + rounding_bytes - low * block_bytes
 
 
 def _check_utilization(value: object) -> float:

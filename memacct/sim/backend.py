@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
+from typing import Literal
 
 from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
 from memacct.errors import InvalidInputError
@@ -14,6 +15,12 @@ __all__ = ["SimBackend"]
 
 # The truth source each simulated allocator's real counterpart uses by default.
 _DEFAULT_TRUTH = {"mindspore": TruthSource.RESERVED}
+# How each allocator rounds a large tensor to its growth granularity (BackendQuirks);
+# the others give each large tensor its own segment rounded up to a multiple.
+_GROWTH_ROUNDING: dict[str, Literal["multiple", "packed", "doubling"]] = {
+    "torch-cuda-expandable": "packed",
+    "mindspore": "doubling",
+}
 
 
 class SimBackend(TorchLikeBackend):
@@ -52,7 +59,10 @@ class SimBackend(TorchLikeBackend):
             device.api,
             name="sim",
             default_truth_source=_DEFAULT_TRUTH.get(alloc.name, TruthSource.ALLOCATED_PEAK),
-            quirks=BackendQuirks(growth_granularity_bytes=int(alloc.growth_granularity_bytes)),
+            quirks=BackendQuirks(
+                growth_granularity_bytes=int(alloc.growth_granularity_bytes),
+                growth_rounding=_GROWTH_ROUNDING.get(alloc.name, "multiple"),
+            ),
         )
 
     @classmethod

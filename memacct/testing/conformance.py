@@ -7,9 +7,14 @@ that need to put memory on the device run too; without one they are skipped
 with a reason saying so.
 
 The suite only reads differences it caused itself, so it runs on a busy real
-device as well as on the simulated one. Checks that need allocator statistics
-are skipped for a backend that declares ``has_allocator_stats=False`` (NVML),
-which is checked instead for reporting none and refusing to profile.
+device as well as on the simulated one. Beyond the protocol's signatures it
+expects what memacct's own backends do: an ``availability()`` classmethod
+that always gives a reason, and a device index out of range refused with a
+:class:`memacct.MemacctError` whose message says "out of range".
+
+Checks that need allocator statistics are skipped for a backend that declares
+``has_allocator_stats=False`` (NVML), which is checked instead for reporting
+none and refusing to profile.
 """
 
 from __future__ import annotations
