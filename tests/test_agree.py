@@ -71,11 +71,24 @@ def test_group_given_without_initialized_distributed_is_agreement_error() -> Non
         agree(rank_plan(0), group=object())
 
 
-def test_without_torch_agree_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_torch_a_group_is_an_error_naming_the_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "torch.distributed", None)
     with pytest.raises(AgreementError, match="pip install torch"):
-        agree(rank_plan(0))
+        agree(rank_plan(0), group=object())
+
+
+def test_without_torch_and_without_group_is_a_single_rank_no_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+    plan = rank_plan(0)
+    agreed = agree(plan)
+    assert agreed.num_blocks == plan.num_blocks
+    assert agreed.agreement is not None and agreed.agreement.backend == "none"
 
 
 def test_agree_takes_a_plan() -> None:

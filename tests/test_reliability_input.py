@@ -344,3 +344,24 @@ def test_plan_file_with_absurd_numbers_that_add_up_is_a_config_error(tmp_path: P
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="numbers are too large to be real"):
         memacct.KVCachePlan.load(path)
+
+
+@pytest.mark.parametrize("case", ["huge config", "absurd profile", "profile from a later version"])
+def test_cli_turns_a_bad_file_into_one_line_and_exit_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memacct.cli import main
+
+    config = sparse(tmp_path / "config.json", 64 * MiB)
+    profile = tmp_path / "profile.json"
+    argv = ["plan", "--model", "qwen2.5-7b", "--profile", str(profile)]
+    if case == "huge config":
+        argv = ["plan", "--model", str(config)]
+    elif case == "absurd profile":
+        profile.write_text(edited(sim_profile(), ("after", "total"), 10**400))
+    else:
+        profile.write_text(edited(sim_profile(), ("format_version",), 9))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memacct: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err

@@ -32,7 +32,7 @@ def agree(plan: KVCachePlan, group: Any = None) -> KVCachePlan:
     tensor on the rank's current device.
 
     Outside any process group (``group`` is None and ``torch.distributed`` is
-    not initialized) there is nothing to agree with: the plan comes back
+    not initialized, or torch is not installed) there is nothing to agree with: the plan comes back
     unchanged but for an agreement of one rank (``backend="none"``).
 
     Args:
@@ -40,7 +40,7 @@ def agree(plan: KVCachePlan, group: Any = None) -> KVCachePlan:
         group: the process group; ``None`` for the default (world) group.
 
     Raises:
-        AgreementError: torch is not installed; a group was given but
+        AgreementError: a group was given but torch is not installed or
             ``torch.distributed`` is not initialized; this process is not in
             the group; the collective failed; or the ranks' block sizes differ.
         InsufficientMemoryError: with the smallest block count, one request
@@ -53,9 +53,13 @@ def agree(plan: KVCachePlan, group: Any = None) -> KVCachePlan:
         import torch
         import torch.distributed as dist
     except ImportError as exc:
+        if group is None:
+            # Without torch there can be no process group: one rank, nothing to agree on
+            # (a MindSpore-only engine calls agree() just the same).
+            return _single_rank(plan)
         raise AgreementError(
-            f"agree needs torch.distributed, but torch cannot be imported ({exc}): "
-            f"pip install torch, or skip agree() when there is a single rank"
+            f"a process group was given but torch cannot be imported ({exc}): "
+            "pip install torch, or call agree(plan) without a group on a single rank"
         ) from None
     if not dist.is_available():
         raise AgreementError(
@@ -64,11 +68,7 @@ def agree(plan: KVCachePlan, group: Any = None) -> KVCachePlan:
         )
     if not dist.is_initialized():
         if group is None:
-            return plan.with_num_blocks(
-                plan.num_blocks,
-                Agreement(ranks=(plan.num_blocks,), min=plan.num_blocks, rank=0, world_size=1,
-                          backend="none"),
-            )
+            return _single_rank(plan)
         raise AgreementError(
             "a process group was given but torch.distributed is not initialized: call "
             "torch.distributed.init_process_group() on every rank before agree()"
@@ -117,6 +117,15 @@ def agree(plan: KVCachePlan, group: Any = None) -> KVCachePlan:
             rank, world_size, smallest, list(per_rank), plan.num_blocks,
         )
     return agreed
+
+
+def _single_rank(plan: KVCachePlan) -> KVCachePlan:
+    return plan.with_num_blocks(
+        plan.num_blocks,
+        Agreement(
+            ranks=(plan.num_blocks,), min=plan.num_blocks, rank=0, world_size=1, backend="none"
+        ),
+    )
 
 
 def _device(torch: Any, backend: str) -> Any:

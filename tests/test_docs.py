@@ -1,0 +1,39 @@
+"""Every Python example in the README and docs/ runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def python_blocks(path: Path) -> list[str]:
+    return BLOCK.findall(path.read_text())
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_examples_run(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The blocks of one file run in order in one namespace, in a scratch directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMACCT_BACKEND", "sim")
+    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
+    for number, block in enumerate(python_blocks(path), start=1):
+        code = compile(block, f"{path.name} (python block {number})", "exec")
+        exec(code, namespace)
+
+
+def test_readme_example_prints_the_report(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python_blocks(ROOT / "README.md")[0], "README.md", "exec"), {})
+    assert "Memory profiling results:" in capsys.readouterr().out
