@@ -47,7 +47,9 @@ lint: install
 	$(VENV)/bin/ruff check memacct backends tests
 	$(VENV)/bin/mypy --strict memacct $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
 
+# The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput.
 bench: install
+	$(VENV)/bin/memacct bench --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see

@@ -149,8 +149,9 @@ class Scenario(BaseModel):
     def _device(cls, value: str | dict[str, int]) -> str | dict[str, int]:
         if isinstance(value, str):
             if value not in DEVICE_PRESETS:
+                choices = ", ".join(sorted(DEVICE_PRESETS))
                 raise ValueError(
-                    f"unknown device preset {value!r}; use one of {', '.join(sorted(DEVICE_PRESETS))} "
+                    f"unknown device preset {value!r}; use one of {choices} "
                     'or {"total_bytes": N}'
                 )
         elif set(value) != {"total_bytes"} or value["total_bytes"] <= 0:
@@ -161,9 +162,8 @@ class Scenario(BaseModel):
     @classmethod
     def _allocator(cls, value: str) -> str:
         if value not in ALLOCATOR_PRESETS:
-            raise ValueError(
-                f"unknown allocator preset {value!r}; use one of {', '.join(sorted(ALLOCATOR_PRESETS))}"
-            )
+            choices = ", ".join(sorted(ALLOCATOR_PRESETS))
+            raise ValueError(f"unknown allocator preset {value!r}; use one of {choices}")
         return value
 
     @field_validator("model")
@@ -228,7 +228,7 @@ class Scenario(BaseModel):
                 f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
                 for err in exc.errors()[:5]
             )
-            raise ConfigError(f"{source} is not a valid scenario: {problems}") from None
+            raise ConfigError(f"invalid {source}: {problems}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
@@ -273,7 +273,8 @@ class Scenario(BaseModel):
         """The model's ``config.json`` as a fresh dict."""
         if isinstance(self.model, str):
             return load_model_preset(self.model)
-        return json.loads(json.dumps(self.model))  # deep copy
+        copy: dict[str, Any] = json.loads(json.dumps(self.model))  # a deep copy
+        return copy
 
     def steps(self) -> list[tuple[int, int]]:
         """The serving steps as ``(num_tokens, num_seqs)``, ranges drawn from :attr:`seed`."""
@@ -398,8 +399,15 @@ class _Setup:
         return self.serve(self.boot(), num_blocks) is None
 
     def max_blocks(self) -> int:
-        """More blocks than could ever be allocated: the free memory after the start."""
-        return self.boot().free_bytes // self.block_bytes + 1
+        """More blocks than could ever be allocated.
+
+        The cache can only take free device memory and the free blocks the
+        allocator already caches (inside the weights' segments), so one block
+        more than both together never fits.
+        """
+        dev = self.boot()
+        alloc = dev.allocator
+        return (dev.free_bytes + alloc.reserved - alloc.allocated) // self.block_bytes + 1
 
 
 class Oracle(BaseModel):

@@ -302,10 +302,17 @@ class TransformerWorkload:
     def weight_tensors(self) -> list[int]:
         """Bytes of every tensor the engine holds from load to exit, in load order.
 
-        The parameters at their real sizes (one rank's shard of each
-        tensor-parallel linear layer; embeddings and the LM head replicated,
-        see ``docs/workload.md``), then the engine's persistent input buffers
-        sized for ``max_num_batched_tokens`` and ``max_num_seqs``.
+        The parameters (:meth:`parameter_tensors`), then the engine's
+        persistent input buffers sized for ``max_num_batched_tokens`` and
+        ``max_num_seqs``.
+        """
+        return self.parameter_tensors() + self._persistent_buffers()
+
+    def parameter_tensors(self) -> list[int]:
+        """Bytes of each parameter tensor on this rank, layer by layer.
+
+        Real sizes: one rank's shard of each tensor-parallel linear layer;
+        embeddings and the LM head replicated (see ``docs/workload.md``).
         """
         s = self.shape
         dt = s.dtype_bytes
@@ -319,7 +326,6 @@ class TransformerWorkload:
         out.append(h * dt)  # final norm
         if not s.tie_word_embeddings:
             out.append(s.vocab_size * h * dt)  # LM head
-        out.extend(self._persistent_buffers())
         return out
 
     def _attention_weights(self) -> list[int]:

@@ -1,0 +1,112 @@
+"""The ``auto`` truth source: decided from what the allocator reports, recorded with its reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+import memacct
+from memacct.backend import BackendQuirks
+from memacct.models import TruthSource
+from memacct.planner import KVCacheSpec, plan_kv_cache
+from memacct.planner.plan import kv_cache_reservation
+from memacct.sim import SimDevice
+from memacct.truth import CROSS_STEP_SHARE, REPIN_SHARE, PeakMeasurement, resolve_truth_source
+from memacct.units import GiB, MiB
+
+AUTO = TruthSource.AUTO
+TORCH = BackendQuirks()
+MINDSPORE = BackendQuirks(growth_granularity_bytes=1 * GiB, growth_rounding="doubling")
+
+
+def decide(allocated: int, reserved: int, stranded: int = 0, *, quirks: BackendQuirks = TORCH,
+           weights_idle: int = 0, weights_given: bool = True) -> tuple[TruthSource, int, int]:
+    d = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=allocated, reserved_peak_increase=reserved,
+        inactive_split_increase=stranded, weights_idle=weights_idle,
+        weights_given=weights_given), quirks)
+    return d.truth_source, d.activation_peak, d.fragmentation_allowance
+
+
+def test_without_fragmentation_auto_is_the_allocated_peak() -> None:
+    assert decide(2 * GiB, 2 * GiB) == (TruthSource.ALLOCATED_PEAK, 2 * GiB, 0)
+
+
+def test_wholly_free_cached_segments_are_mostly_not_charged() -> None:
+    # 900 MiB reserved beyond the peak but only 100 MiB ever stranded: the allocator releases
+    # the other 800 MiB and retries before it fails, unless a later step pins some of them.
+    source, peak, allowance = decide(1000 * MiB, 1900 * MiB, stranded=100 * MiB)
+    assert (source, peak) == (TruthSource.ALLOCATED_PEAK, 1000 * MiB)
+    fragmentation = 100 * MiB + int(800 * MiB * REPIN_SHARE)
+    assert allowance == fragmentation + int(fragmentation * CROSS_STEP_SHARE)
+
+
+def test_stranded_memory_beyond_the_reserved_peak_keeps_the_reserved_peak() -> None:
+    source, peak, allowance = decide(1000 * MiB, 1128 * MiB, stranded=600 * MiB)
+    assert (source, peak) == (TruthSource.RESERVED, 1128 * MiB)
+    assert allowance == int(128 * MiB * CROSS_STEP_SHARE)  # for steps of other sizes
+
+
+def test_an_allocator_that_reports_no_stranded_memory_keeps_the_reserved_peak() -> None:
+    # Expandable segments count no inactive split: their idle pages are not attributed.
+    source, peak, _ = decide(1000 * MiB, 1060 * MiB, stranded=0)
+    assert (source, peak) == (TruthSource.RESERVED, 1060 * MiB)
+
+
+def test_a_pool_that_caps_its_growth_is_not_charged_its_last_units_slack() -> None:
+    source, peak, allowance = decide(1000 * MiB, 2048 * MiB, stranded=1640 * MiB,
+                                     quirks=MINDSPORE)
+    assert source is TruthSource.ALLOCATED_PEAK
+    assert peak + allowance == 1024 * MiB + int(24 * MiB * CROSS_STEP_SHARE)
+
+
+def test_idle_space_in_the_weights_segments_is_charged_once() -> None:
+    _, _, given = decide(1000 * MiB, 1000 * MiB, weights_idle=300 * MiB)
+    _, _, measured = decide(1000 * MiB, 1200 * MiB, stranded=0, weights_idle=300 * MiB,
+                            weights_given=False)
+    assert given == 300 * MiB  # weights passed as their size: their segments' idle space added
+    assert measured == int(200 * MiB * CROSS_STEP_SHARE)  # reserved growth already holds it
+
+
+@pytest.mark.parametrize("source", [TruthSource.ALLOCATED_PEAK, TruthSource.RESERVED])
+def test_a_fixed_source_is_taken_as_asked_without_allowance(source: TruthSource) -> None:
+    d = resolve_truth_source(source, PeakMeasurement(1 * GiB, 3 * GiB, 0, 2 * GiB, 5 * GiB), TORCH)
+    assert d.truth_source is source and d.fragmentation_allowance == 0
+
+
+def test_the_profile_records_why_auto_decided_and_the_allowance() -> None:
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    with memacct.memory_profiling(backend, baseline, weights_memory=0, truth_source="auto") as s:
+        live = [dev.malloc(6 * MiB) for _ in range(30)]  # three per 20 MiB segment
+        for ptr in live[::3] + live[1::3]:
+            dev.free(ptr)
+        for ptr in live[2::3]:
+            dev.free(ptr)
+    result = s.result
+    assert result.requested_truth_source is TruthSource.AUTO
+    assert "fragmented pool" in result.truth_source_reason
+    assert "GiB" in result.truth_source_reason
+    assert result.activation_peak + result.fragmentation_allowance > result.allocated_peak_increase
+
+
+def test_the_planner_keeps_the_allowance_free() -> None:
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    dev.malloc(15 * GiB)
+    with memacct.memory_profiling(backend, baseline, truth_source="auto") as s:
+        dev.free(dev.malloc(3 * GiB))
+    spec = KVCacheSpec.from_preset("llama-3.1-8b")
+    plan = plan_kv_cache(s.result, spec, gpu_memory_utilization=0.9, max_model_len=8192)
+    used = kv_cache_reservation(spec, plan.num_blocks, 16, 2 * MiB, "multiple")
+    assert used + s.result.fragmentation_allowance <= plan.kv_cache_bytes
+
+
+def test_the_planner_sizes_doubling_pool_tensors_to_whole_units() -> None:
+    # 28 layers, 1 GiB units: per-layer tensors just over 1 GiB would take 2 GiB blocks each.
+    spec = KVCacheSpec.from_preset("qwen2.5-7b")
+    per_layer_block = 16 * spec.bytes_per_token // spec.num_layers
+    blocks_per_unit = (1 * GiB - 512) // per_layer_block
+    assert kv_cache_reservation(spec, blocks_per_unit, 16, 1 * GiB, "doubling") == 28 * GiB
+    assert kv_cache_reservation(spec, blocks_per_unit + 1, 16, 1 * GiB, "doubling") == 56 * GiB
