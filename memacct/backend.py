@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from memacct.errors import BackendError, InvalidInputError
@@ -31,6 +31,7 @@ __all__ = [
     "allocator_settings",
     "get_quirks",
     "validate_backend",
+    "with_allocator_settings",
 ]
 
 
@@ -153,6 +154,26 @@ def validate_backend(obj: object, origin: str = "backend") -> DeviceBackend:
             "(see backends/_template)"
         )
     return obj  # type: ignore[return-value]
+
+
+# torch's expandable segments map large requests in pages of this size, packed in one segment.
+EXPANDABLE_PAGE_BYTES = 20 * 1024 * 1024
+
+
+def with_allocator_settings(quirks: BackendQuirks) -> BackendQuirks:
+    """``quirks`` adjusted for the allocator settings in effect now.
+
+    torch's ``expandable_segments:True`` (in any of the declared variables)
+    packs large tensors into one growing segment mapped in 20 MiB pages
+    instead of rounding each to 2 MiB in a segment of its own.
+    """
+    for var in quirks.allocator_settings_env:
+        options = os.environ.get(var, "").replace(" ", "").lower().split(",")
+        if "expandable_segments:true" in options:
+            return replace(
+                quirks, growth_rounding="packed", growth_granularity_bytes=EXPANDABLE_PAGE_BYTES
+            )
+    return quirks
 
 
 def get_quirks(backend: object) -> BackendQuirks:

@@ -6,11 +6,11 @@ import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 
-from memacct.backend import DeviceBackend, get_quirks
+from memacct.backend import DeviceBackend, get_quirks, validate_backend
 from memacct.errors import BackendError, InvalidInputError
 from memacct.models import MAX_BYTES, MemorySnapshot
 
-__all__ = ["read_stat", "snapshot"]
+__all__ = ["read_stat", "require_backend", "snapshot"]
 
 # Torch's key names, which every backend speaks (MindSpore's are mapped onto them).
 ALLOCATED = "allocated_bytes.all.current"
@@ -76,6 +76,15 @@ def _read_rounds(
     return stats, free, total, own
 
 
+def require_backend(obj: object, caller: str) -> DeviceBackend:
+    """``obj`` if it is a backend; a name where a backend belongs says how to get one."""
+    if isinstance(obj, str):
+        raise InvalidInputError(
+            f"{caller}() takes a backend, got the name {obj!r}: pass memacct.get_backend({obj!r})"
+        )
+    return validate_backend(obj, origin=f"the backend given to {caller}()")
+
+
 def _as_bytes(where: str, what: str, value: object) -> int:
     """A reading as int bytes; anything else is the backend's fault, named with the value."""
     if isinstance(value, float) and value.is_integer():
@@ -106,6 +115,7 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         InvalidInputError: ``device`` is not an index the backend has.
         BackendError: the readings contradict each other or the backend failed.
     """
+    backend = require_backend(backend, "snapshot")
     quirks = get_quirks(backend)
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise InvalidInputError(

@@ -23,7 +23,7 @@ import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 
-from memacct.backend import DeviceBackend, allocator_settings, get_quirks, validate_backend
+from memacct.backend import DeviceBackend, allocator_settings, get_quirks
 from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
 from memacct.measure import (
     ALLOCATED,
@@ -33,6 +33,7 @@ from memacct.measure import (
     RESERVED,
     RESERVED_PEAK,
     read_stat,
+    require_backend,
     snapshot,
 )
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
@@ -350,7 +351,12 @@ def memory_profiling(
         ProfilingError: a session is already running on this device, or the
             backend has no allocator statistics (``nvml``).
     """
-    backend = validate_backend(backend)
+    backend = require_backend(backend, "memory_profiling")
+    if not isinstance(baseline, MemorySnapshot):
+        raise InvalidInputError(
+            f"baseline must be the MemorySnapshot memacct.snapshot() took before the model "
+            f"existed, got {type(baseline).__name__}"
+        )
     if not get_quirks(backend).has_allocator_stats:
         raise ProfilingError(
             f"backend {backend.name!r} has no allocator statistics, so it cannot measure the "

@@ -138,8 +138,10 @@ def resolve_truth_source(
        Torch's expandable segments report no inactive split: they keep R.
     3. If the pool caps its growth at the free memory (``growth_rounding ==
        "doubling"``, MindSpore), the unused part of its last growth step is
-       not needed at the limit either: at most one unit, so the estimate is
-       at most ``max(A, R - g)``.
+       not needed at the limit either. The readings cannot separate it from
+       the holes in the units before it, so half of ``R - A`` (at most one
+       unit) is taken as that slack: the estimate is at most
+       ``R - min(g, (R - A) / 2)``.
     4. The fragmentation F = estimate - A can recur between serving steps of
        other sizes; add ``CROSS_STEP_SHARE x F``.
     5. Free space inside the weights' segments (``weights_idle``) is held for
@@ -176,13 +178,15 @@ def resolve_truth_source(
     elif rpi > api:
         steps.append("the allocator does not attribute its idle memory: keeping the reserved peak")
     if quirks.growth_rounding == "doubling" and rpi > api:
-        capped = max(api, rpi - quirks.growth_granularity_bytes)
-        if capped < estimate:
+        # The unused part of the last unit is slack that a capped growth does not take, but the
+        # readings cannot tell it from holes in the units before it: charge half of it.
+        slack = min(quirks.growth_granularity_bytes, (rpi - api) // 2)
+        if rpi - slack < estimate:
             steps.append(
                 f"the pool caps its last growth ({_gib(quirks.growth_granularity_bytes)} units) "
-                f"at the free memory, so up to {_gib(estimate - capped)} of it is slack"
+                f"at the free memory: {_gib(slack)} taken as that unit's slack"
             )
-            estimate = capped
+            estimate = rpi - slack
     fragmentation = max(0, estimate - api)
     if fragmentation == 0:
         source = TruthSource.ALLOCATED_PEAK

@@ -258,3 +258,8 @@ def test_snapshots_from_many_threads_are_consistent(
             c.result()
     # Every snapshot validated its own arithmetic; none saw a torn state.
     assert all(s.used == s.reserved + s.non_allocator for s in snaps)
+
+
+def test_sim_npu_declares_that_empty_cache_frees_runtime_memory() -> None:
+    backend = memacct.get_backend("sim", device=SimDevice(allocator="npu"))
+    assert memacct.backend.get_quirks(backend).empty_cache_releases_runtime_memory

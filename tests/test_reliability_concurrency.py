@@ -140,3 +140,23 @@ def test_registry_serves_lookups_while_other_threads_register_and_unregister() -
         list(pool.map(lambda i: run(register if i % 2 else look_up)(i), range(100)))
     assert errors == []
     assert not [n for n in memacct.registry.backend_names() if n.startswith("mine")]
+
+
+class EverChangingModule(ChangingModule):
+    """The allocator grows by 2 MiB at every reading: no two rounds ever agree."""
+
+    def memory_stats(self, device: int) -> Mapping[str, int]:
+        self.reserved += 2 * MiB
+        return super().memory_stats(device)
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return 10 * GiB - self.reserved, 10 * GiB
+
+
+def test_snapshot_of_a_device_that_never_settles_uses_its_last_reading() -> None:
+    from memacct.measure import READ_ATTEMPTS
+
+    module = EverChangingModule()
+    snap = memacct.snapshot(TorchLikeBackend(module, name="busy"))
+    assert module.reads == READ_ATTEMPTS
+    assert snap.reserved == snap.used == READ_ATTEMPTS * 2 * MiB

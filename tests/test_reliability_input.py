@@ -337,7 +337,8 @@ def test_plan_file_with_absurd_numbers_that_add_up_is_a_config_error(tmp_path: P
     huge = 10**400
     data.update(total_memory=4 * huge, target_allocation=2 * huge)
     data["kv_cache_bytes"] = 2 * huge - data["non_kv_cache_memory"]
-    data["num_blocks"] = data["kv_cache_bytes"] // data["block_bytes"]
+    reserve = data.get("allocator_reserve_bytes", 0)
+    data["num_blocks"] = (data["kv_cache_bytes"] - reserve) // data["block_bytes"]
     data["num_tokens"] = data["num_blocks"] * data["block_size"]
     data["kv_cache_used_bytes"] = data["num_blocks"] * data["block_bytes"]
     path = tmp_path / "plan.json"
@@ -365,3 +366,59 @@ def test_cli_turns_a_bad_file_into_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("memacct: error: ") and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("call", ["snapshot", "memory_profiling"])
+def test_backend_name_where_a_backend_belongs_says_how_to_get_one(call: str) -> None:
+    baseline = memacct.snapshot(memacct.get_backend("sim"))
+    with pytest.raises(InvalidInputError, match=r"got the name 'sim': pass memacct.get_backend"):
+        if call == "snapshot":
+            memacct.snapshot("sim")  # type: ignore[arg-type]
+        else:
+            with memacct.memory_profiling("sim", baseline):  # type: ignore[arg-type]
+                pass
+
+
+def test_object_that_is_not_a_backend_is_a_backend_error_naming_what_it_lacks() -> None:
+    with pytest.raises(BackendError, match="object, which is not a memacct backend: missing"):
+        memacct.snapshot(object())  # type: ignore[arg-type]
+
+
+def test_baseline_that_is_not_a_snapshot_is_invalid_input() -> None:
+    backend = memacct.get_backend("sim")
+    with pytest.raises(InvalidInputError, match="baseline must be the MemorySnapshot.*got dict"):
+        with memacct.memory_profiling(backend, {"free": 1}):  # type: ignore[arg-type]
+            pass
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("after", "allocated_peak"), 0, "a peak is below its current value"),
+        (("baseline", "total"), 100 * GiB, "disagree on the device's total memory"),
+    ],
+)
+def test_profile_with_impossible_snapshot_numbers_is_a_config_error(
+    tmp_path: Path, path: tuple[str, ...], value: int, message: str
+) -> None:
+    data = json.loads(edited(sim_profile(), path, value))
+    snap = data[path[0]]
+    snap["used"] = snap["total"] - snap["free"]
+    snap["non_allocator"] = snap["used"] - snap["reserved"] - (snap["other_processes"] or 0)
+    file = tmp_path / "profile.json"
+    file.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=message):
+        load_profile(file)
+
+
+def test_snapshot_whose_free_exceeds_total_is_a_config_error() -> None:
+    data = memacct.snapshot(memacct.get_backend("sim")).model_dump(mode="json")
+    data.update(free=data["total"] + 1, used=0, allocated=0, allocated_peak=0, reserved=0,
+                reserved_peak=0, non_allocator=0, other_processes=0)
+    with pytest.raises(ConfigError, match=r"free \(\d+\) exceeds total"):
+        load_model_json(MemorySnapshot, json.dumps(data), "snap.json")
+
+
+def test_whole_float_readings_from_a_backend_are_taken_as_bytes() -> None:
+    snap = memacct.snapshot(RawBackend(FakeModule(free=float(10 * GiB), total=float(80 * GiB))))
+    assert (snap.free, snap.total) == (10 * GiB, 80 * GiB)

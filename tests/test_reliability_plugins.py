@@ -6,6 +6,7 @@ so ``importlib.metadata`` finds them exactly as it finds pip-installed ones.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import threading
 from collections.abc import Callable
@@ -171,3 +172,19 @@ def test_disabled_plugin_is_never_imported(
     with pytest.raises(BackendUnavailableError):
         memacct.get_backend("boom")
     assert not marker.exists()
+
+
+def test_core_sim_is_found_without_any_installed_entry_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A source checkout run without `pip install -e .` has no entry points at all.
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    registry.refresh()
+    info = infos()["sim"]
+    assert info.available and info.distribution == "memacct"
+    assert memacct.get_backend("sim").name == "sim"
+
+
+def test_registering_something_not_callable_is_invalid_input() -> None:
+    with pytest.raises(memacct.InvalidInputError, match="factory for backend 'x' must be callable"):
+        memacct.register_backend("x", 42)  # type: ignore[arg-type]

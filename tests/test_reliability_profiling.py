@@ -270,3 +270,31 @@ def test_plan_from_a_doubtful_profile_repeats_its_warnings(
     assert plan.provenance.profile_warnings == result.warnings
     assert f"{'profile_warning':<23}{result.warnings[0]}" in plan.report().splitlines()
     assert result.warnings[0] in caplog.text
+
+
+def test_own_memory_freed_below_the_baseline_is_named_and_not_credited(
+    dev: SimDevice, attributed: DeviceBackend
+) -> None:
+    handle = dev.external_malloc(GiB)  # e.g. a workspace that existed before the model
+    result = profile(dev, attributed, during=lambda: dev.external_free(handle))
+    (warning,) = result.warnings
+    assert "1.00GiB below the baseline" in warning
+    assert "this process gave back memory it held before the model" in warning
+    assert result.non_allocator_increase == 0
+
+
+def test_small_fall_below_the_baseline_is_not_credited_and_not_reported(
+    dev: SimDevice, attributed: DeviceBackend
+) -> None:
+    handle = dev.external_malloc(32 * MiB)
+    result = profile(dev, attributed, during=lambda: dev.external_free(handle))
+    assert result.warnings == ()
+    assert result.non_allocator_increase == 0
+
+
+def test_excluded_region_inside_another_is_refused(attributed: DeviceBackend) -> None:
+    baseline = memacct.snapshot(attributed)
+    with pytest.raises(ProfilingError, match=r"exclude\('inner'\) inside another excluded region"):
+        with memacct.memory_profiling(attributed, baseline) as session:
+            with session.exclude("outer"), session.exclude("inner"):
+                pass

@@ -4,6 +4,7 @@ test_reliability_* files is named there, so the table cannot drift from what is 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ DOC = ROOT / "docs" / "reliability.md"
 REFERENCE = re.compile(r"`((?:backends/[\w/]+/)?test_\w+\.py)::(test_\w+)`")
 
 
+@functools.cache
 def functions_in(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return {node.name for node in ast.walk(tree)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from memacct.errors import ConfigError
 from memacct.models import TruthSource
 from memacct.planner import load_model_preset
 from memacct.sim import Scenario, ScenarioOutcome, run_scenario
+from memacct.sim import scenario as scenario_module
 from memacct.sim.bench import load_scenarios, render_markdown, run_benchmark, summarize
 from memacct.sim.engine import simulate_engine_start
 from memacct.sim.scenario import _Setup, find_oracle, run_scenarios
@@ -143,11 +145,24 @@ def test_engine_start_profiles_weights_and_the_context() -> None:
 
 
 @pytest.mark.parametrize("allocator", ["torch-cuda", "torch-cuda-expandable"])
-def test_the_oracle_is_the_largest_cache_that_completes_by_brute_force(allocator: str) -> None:
+def test_the_oracles_bisection_finds_the_largest_cache_that_completes_by_brute_force(
+    allocator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scenario_module, "EXHAUSTIVE_BLOCKS", 0)  # bisect, do not scan
     scenario = tiny(allocator)
     setup = _Setup(scenario)
     completes = [n for n in range(setup.max_blocks() + 1) if setup.completes(n)]
-    assert find_oracle(scenario).num_blocks == max(completes)
+    oracle = find_oracle(scenario)
+    assert oracle.num_blocks == max(completes)
+    assert oracle.replays < 20
+
+
+def test_a_small_search_space_is_scanned_whole_even_where_completion_is_not_monotone() -> None:
+    scenario = tiny("npu")  # one more block can complete where one fewer does not
+    setup = _Setup(scenario)
+    completes = [setup.completes(n) for n in range(setup.max_blocks() + 1)]
+    assert not all(a >= b for a, b in itertools.pairwise(completes))
+    assert find_oracle(scenario).num_blocks == max(n for n, ok in enumerate(completes) if ok)
 
 
 def test_the_oracle_is_never_below_a_cache_known_to_complete() -> None:

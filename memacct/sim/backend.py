@@ -62,6 +62,9 @@ class SimBackend(TorchLikeBackend):
             quirks=BackendQuirks(
                 growth_granularity_bytes=int(alloc.growth_granularity_bytes),
                 growth_rounding=_GROWTH_ROUNDING.get(alloc.name, "multiple"),
+                # The simulated Ascend allocator's empty_cache() also frees its workspace,
+                # which is memory outside the allocator: the real torch_npu's quirk.
+                empty_cache_releases_runtime_memory=alloc.name == "npu",
             ),
         )
 

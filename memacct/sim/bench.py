@@ -79,6 +79,7 @@ class BenchRow(BaseModel):
         efficiency: ``planned / oracle``.
         oom: whether allocating the plan or serving ran out of memory.
         oom_at: where.
+        refused: the planner's refusal (0 blocks planned), if it refused.
         duration_s: wall time of this row (the oracle search shared between policies).
     """
 
@@ -96,6 +97,7 @@ class BenchRow(BaseModel):
     efficiency: float
     oom: bool
     oom_at: str | None = None
+    refused: str | None = None
     duration_s: float = 0.0
 
     @classmethod
@@ -114,6 +116,7 @@ class BenchRow(BaseModel):
             efficiency=outcome.efficiency,
             oom=outcome.oom,
             oom_at=outcome.oom_at,
+            refused=outcome.refused,
             duration_s=outcome.duration_s,
         )
 
@@ -310,8 +313,9 @@ def render_markdown(
         "physical limit. Each policy profiles the simulated engine with memacct, plans the "
         "KV cache, allocates it one tensor per layer and serves the scenario. The oracle is the "
         "largest KV cache (whole blocks) with which the scenario completes, found by binary "
-        "search over full replays. Efficiency = planned / oracle KV bytes; a plan that runs out "
-        "of memory is an OOM whatever its efficiency. `allocated_peak` is what vLLM charges, "
+        "search over full replays (every count tried on tiny devices). Efficiency = planned / "
+        "oracle KV bytes; a plan that runs out of memory is an OOM whatever its efficiency. "
+        "`allocated_peak` is what vLLM charges, "
         "`reserved` what vllm-mindspore charges, `auto` memacct's fragmentation-aware choice "
         "(see [backends.md](backends.md#truth-sources)); the workload is described in "
         "[workload.md](workload.md).",
@@ -334,6 +338,29 @@ def render_markdown(
     if checks:
         lines += ["", "## Targets", ""]
         lines += [f"- [{'x' if ok else ' '}] {text}" for text, ok in checks]
+    table = _by_scenario(rows)
+    missed = [
+        r for r in rows
+        if r.policy == "auto" and not r.oom and r.efficiency < AUTO_MIN_EFFICIENCY
+    ]
+    if missed:
+        lines += [
+            "",
+            "## Where a target is out of reach",
+            "",
+            f"`auto` stays below {AUTO_MIN_EFFICIENCY} here; so does every fixed policy that did "
+            "not run out of memory. Why, with the numbers: "
+            "[backends.md](backends.md#where-auto-cannot-reach-the-oracle).",
+            "",
+        ]
+        for r in missed:
+            best = best_safe_fixed(table[r.scenario])
+            best_text = "none ran without OOM" if best is None else f"{best:.4f}"
+            lines.append(
+                f"- **{r.scenario}**: auto plans {_gib(r.planned_kv_bytes)} GiB, the oracle "
+                f"{_gib(r.oracle_kv_bytes)} GiB ({r.efficiency:.4f}); better fixed policy "
+                f"without OOM: {best_text}"
+            )
     lines += [
         "",
         "## Every scenario",
@@ -342,7 +369,7 @@ def render_markdown(
         "|---|---|---:|---:|---:|---|---|",
     ]
     for r in rows:
-        oom = f"**OOM** ({r.oom_at})" if r.oom else "no"
+        oom = f"**OOM** ({r.oom_at})" if r.oom else ("no (planner refused)" if r.refused else "no")
         lines.append(
             f"| {r.scenario} | {r.policy} | {_gib(r.planned_kv_bytes)} | {_gib(r.oracle_kv_bytes)} "
             f"| {r.efficiency:.4f} | {oom} | {r.resolved_truth_source} |"
@@ -358,7 +385,8 @@ def _print_table(rows: Sequence[BenchRow], duration_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    # A pipe gets wide lines rather than a table folded into 80 columns (as the CLI does).
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     table = Table(title="memacct truth-source benchmark (utilization 1.0)")
     for col, justify in (
         ("scenario", "left"),

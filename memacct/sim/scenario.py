@@ -41,13 +41,14 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from memacct.errors import ConfigError
-from memacct.models import TruthSource
+from memacct.errors import ConfigError, InsufficientMemoryError
+from memacct.models import ProfileResult, TruthSource
 from memacct.planner.plan import KVCachePlan, plan_kv_cache
 from memacct.planner.presets import load_model_preset, model_presets
 from memacct.planner.spec import KVCacheSpec, read_text_file
@@ -63,6 +64,7 @@ from memacct.sim.engine import (
 from memacct.sim.workload import TransformerWorkload, replay
 
 __all__ = [
+    "EXHAUSTIVE_BLOCKS",
     "Oracle",
     "Scenario",
     "ScenarioOutcome",
@@ -307,6 +309,7 @@ class ScenarioOutcome(BaseModel):
         oracle_kv_bytes: ``oracle_num_blocks x block_bytes``.
         oom: whether allocating the planned cache or serving ran out of memory.
         oom_at: where it ran out (``"kv_cache"`` or ``"serving step i"``), else ``None``.
+        refused: the planner's message when it refused to plan (0 blocks), else ``None``.
         efficiency: ``planned_kv_bytes / oracle_kv_bytes``.
         non_kv_cache_memory: the profile's non-KV memory, bytes.
         duration_s: wall time of the run, oracle search included.
@@ -325,6 +328,7 @@ class ScenarioOutcome(BaseModel):
     oracle_kv_bytes: int = Field(ge=0)
     oom: bool
     oom_at: str | None = None
+    refused: str | None = None
     efficiency: float = Field(ge=0.0)
     non_kv_cache_memory: int = Field(ge=0)
     duration_s: float = Field(ge=0.0)
@@ -410,6 +414,12 @@ class _Setup:
         return (dev.free_bytes + alloc.reserved - alloc.allocated) // self.block_bytes + 1
 
 
+EXHAUSTIVE_BLOCKS = 2048
+"""Up to this many possible block counts, :func:`find_oracle` tries every one..."""
+EXHAUSTIVE_SECONDS = 10.0
+"""...when trying them all is expected to take at most this long."""
+
+
 class Oracle(BaseModel):
     """The largest KV cache with which a scenario completes, and how it was found.
 
@@ -439,6 +449,14 @@ def find_oracle(
     above it. ``known`` maps block counts already replayed (the plans) to
     whether they completed; the answer is never below a count known to
     complete, so no plan that completed can beat the oracle.
+
+    Completion is not always monotone in the block count: on a tiny device a
+    few more blocks can move the cache into another segment and change where
+    later tensors land. Up to :data:`EXHAUSTIVE_BLOCKS` possible counts (when
+    that takes at most :data:`EXHAUSTIVE_SECONDS`) the search is exhaustive,
+    from the top down, so the answer is exact there; above it the cache
+    tensors are far larger than any segment rounding and bisection is exact
+    in practice.
     """
     setup = _setup or _Setup(scenario)
     results: dict[int, bool] = dict(known or {})
@@ -453,6 +471,15 @@ def find_oracle(
 
     upper = setup.max_blocks()
     results.setdefault(upper, False)
+    if 0 < upper <= EXHAUSTIVE_BLOCKS:
+        t0 = time.perf_counter()
+        if ok(upper - 1):
+            return Oracle(num_blocks=upper - 1, kv_bytes=(upper - 1) * setup.block_bytes,
+                          replays=replays)
+        # Scan only while a scan stays cheap (tiny models); a large model bisects.
+        if (time.perf_counter() - t0) * upper <= EXHAUSTIVE_SECONDS:
+            best = next((n for n in range(upper - 2, -1, -1) if ok(n)), 0)
+            return Oracle(num_blocks=best, kv_bytes=best * setup.block_bytes, replays=replays)
     if not any(results.values()) and not ok(0):
         return Oracle(num_blocks=0, kv_bytes=0, replays=replays)
     low = max(n for n, good in results.items() if good)
@@ -472,11 +499,9 @@ def find_oracle(
     return Oracle(num_blocks=low, kv_bytes=low * setup.block_bytes, replays=replays)
 
 
-def plan_scenario(
-    scenario: Scenario, truth_source: TruthSource | str
-) -> tuple[EngineStart, KVCachePlan]:
-    """Start the engine on the scenario's device, profile it with memacct, and plan."""
-    start = simulate_engine_start(
+def start_engine(scenario: Scenario, truth_source: TruthSource | str) -> EngineStart:
+    """Start the engine on the scenario's device and profile it with memacct."""
+    return simulate_engine_start(
         scenario.model_config_dict(),
         device=scenario.device,
         allocator=scenario.allocator,
@@ -490,7 +515,22 @@ def plan_scenario(
         block_size=scenario.block_size,
         max_model_len=scenario.max_model_len,
     )
-    return start, plan_kv_cache(
+
+
+def plan_scenario(
+    scenario: Scenario, truth_source: TruthSource | str
+) -> tuple[EngineStart, KVCachePlan]:
+    """Start the engine on the scenario's device, profile it with memacct, and plan.
+
+    Raises:
+        InsufficientMemoryError: the planner refuses (nothing left for the cache).
+    """
+    start = start_engine(scenario, truth_source)
+    return start, _plan(scenario, start)
+
+
+def _plan(scenario: Scenario, start: EngineStart) -> KVCachePlan:
+    return plan_kv_cache(
         start.result,
         start.spec,
         gpu_memory_utilization=scenario.gpu_memory_utilization,
@@ -498,6 +538,33 @@ def plan_scenario(
         max_model_len=start.workload.max_model_len,
         max_num_batched_tokens=scenario.max_num_batched_tokens,
     )
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One truth source's plan on a scenario and how serving went."""
+
+    source: TruthSource
+    result: ProfileResult
+    num_blocks: int
+    failure: str | None
+    refused: str | None
+    elapsed_s: float
+
+
+def _attempt(scenario: Scenario, setup: _Setup, source: TruthSource | str) -> _Attempt:
+    t0 = time.perf_counter()
+    start = start_engine(scenario, source)
+    try:
+        num_blocks = _plan(scenario, start).num_blocks
+    except InsufficientMemoryError as exc:
+        # A policy that leaves no room for even one block (or one request) plans nothing.
+        return _Attempt(TruthSource.parse(source), start.result, 0, None, str(exc),
+                        time.perf_counter() - t0)
+    # Serve on the device the engine profiled, as the engine would.
+    failure = setup.serve(start.device, num_blocks)
+    return _Attempt(TruthSource.parse(source), start.result, num_blocks, failure, None,
+                    time.perf_counter() - t0)
 
 
 def run_scenarios(
@@ -509,36 +576,30 @@ def run_scenarios(
     """Run several truth sources on one scenario, sharing one oracle search."""
     begin = time.perf_counter()
     setup = _Setup(scenario)
-    plans: list[tuple[TruthSource, KVCachePlan, str | None, float]] = []
-    for source in truth_sources:
-        t0 = time.perf_counter()
-        start, plan = plan_scenario(scenario, source)
-        # Serve on the device the engine profiled, as the engine would.
-        failure = setup.serve(start.device, plan.num_blocks)
-        plans.append((TruthSource.parse(source), plan, failure, time.perf_counter() - t0))
-    known = {plan.num_blocks: failure is None for _, plan, failure, _ in plans}
-    t_oracle = time.perf_counter()
+    attempts = [_attempt(scenario, setup, source) for source in truth_sources]
+    known = {a.num_blocks: a.failure is None for a in attempts if a.refused is None}
     oracle = find_oracle(scenario, known, _setup=setup)
-    oracle_s = time.perf_counter() - t_oracle
-    setup_s = time.perf_counter() - begin - oracle_s - sum(p[3] for p in plans)
+    # The setup and the oracle search serve every policy: share their time.
+    shared_s = time.perf_counter() - begin - sum(a.elapsed_s for a in attempts)
     outcomes: list[ScenarioOutcome] = []
-    for source, plan, failure, elapsed in plans:
-        planned = plan.num_blocks * setup.block_bytes
+    for a in attempts:
+        planned = a.num_blocks * setup.block_bytes
         outcome = ScenarioOutcome(
             scenario=scenario.name,
-            truth_source=source,
-            resolved_truth_source=plan.provenance.truth_source,
-            truth_source_reason=plan.provenance.truth_source_reason,
+            truth_source=a.source,
+            resolved_truth_source=a.result.truth_source,
+            truth_source_reason=a.result.truth_source_reason,
             block_bytes=setup.block_bytes,
-            planned_num_blocks=plan.num_blocks,
+            planned_num_blocks=a.num_blocks,
             planned_kv_bytes=planned,
             oracle_num_blocks=oracle.num_blocks,
             oracle_kv_bytes=oracle.kv_bytes,
-            oom=failure is not None,
-            oom_at=failure,
+            oom=a.failure is not None,
+            oom_at=a.failure,
+            refused=a.refused,
             efficiency=planned / oracle.kv_bytes if oracle.kv_bytes else 0.0,
-            non_kv_cache_memory=plan.non_kv_cache_memory,
-            duration_s=elapsed + (oracle_s + setup_s) / len(plans),
+            non_kv_cache_memory=a.result.non_kv_cache_memory,
+            duration_s=a.elapsed_s + shared_s / len(attempts),
         )
         outcomes.append(outcome)
         if on_outcome is not None:
@@ -557,7 +618,8 @@ def run_scenario(scenario: Scenario, truth_source: TruthSource | str) -> Scenari
         The plan's blocks and bytes, the oracle's, whether serving ran out of
         memory, and ``efficiency = planned_kv_bytes / oracle_kv_bytes``.
 
-    Raises:
-        InsufficientMemoryError: the planner refuses (the model does not fit).
+    A plan the planner refuses (no memory left for one block, or for one
+    request of ``max_model_len``) is an outcome with 0 planned blocks and the
+    refusal in ``refused``.
     """
     return run_scenarios(scenario, [truth_source])[0]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memacct import Availability, BackendQuirks, TorchLikeBackend, TruthSource
+from memacct.backend import with_allocator_settings
 
 __version__ = "0.1.0"
 
@@ -107,6 +108,7 @@ class AscendBackend(TorchLikeBackend):
 
     def __init__(self, module: Any | None = None) -> None:
         super().__init__(module if module is not None else import_torch_npu())
+        self.quirks = with_allocator_settings(NPU_QUIRKS)
 
     @classmethod
     def availability(cls) -> Availability:

@@ -188,3 +188,12 @@ def test_runtime_memory_freed_by_empty_cache_is_still_charged(dev: SimDevice) ->
 def test_without_the_quirk_empty_cache_would_hide_runtime_memory(dev: SimDevice) -> None:
     module = RuntimeReleasingModule(dev)
     assert profile_runtime_memory(TorchLikeBackend(module, name="npu"), module) == 0
+
+
+def test_npu_expandable_segments_setting_declares_packed_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True")
+    quirks = AscendBackend(SimDevice(allocator="npu").api).quirks
+    assert quirks.growth_rounding == "packed"
+    assert quirks.empty_cache_releases_runtime_memory

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memacct import Availability, BackendQuirks, InvalidInputError, TorchLikeBackend, TruthSource
+from memacct.backend import with_allocator_settings
 
 if TYPE_CHECKING:
     from memacct_nvml import Nvml
@@ -170,8 +171,7 @@ class CudaBackend(TorchLikeBackend):
         super().__init__(module)
         if unified_memory is None:
             unified_memory = _is_integrated(module)
-        if unified_memory:
-            self.quirks = replace(CUDA_QUIRKS, unified_memory=True)
+        self.quirks = with_allocator_settings(replace(CUDA_QUIRKS, unified_memory=unified_memory))
         self.attribution = attribution
         self.attribution_error: str | None = None
         self._nvml = nvml

@@ -366,8 +366,12 @@ def test_integrated_gpu_declares_unified_memory(dev: SimDevice) -> None:
     assert backend.quirks.allocator_settings_env == CUDA_QUIRKS.allocator_settings_env
 
 
-def test_discrete_gpu_keeps_the_default_quirks(dev: SimDevice) -> None:
-    assert CudaBackend(WithProperties(dev.api, is_integrated=False)).quirks is CUDA_QUIRKS
+def test_discrete_gpu_keeps_the_default_quirks(
+    dev: SimDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    assert CudaBackend(WithProperties(dev.api, is_integrated=False)).quirks == CUDA_QUIRKS
 
 
 def test_explicit_unified_memory_overrides_detection(dev: SimDevice) -> None:
@@ -411,3 +415,19 @@ def test_mem_available_missing_line_is_none(tmp_path: Path) -> None:
 def test_plain_torch_like_adapter_has_no_attribution(dev: SimDevice) -> None:
     # The contrast the cuda plugin adds: the core adapter alone cannot attribute.
     assert not hasattr(TorchLikeBackend(dev.api), "process_memory")
+
+
+@pytest.mark.parametrize("var", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_expandable_segments_setting_declares_packed_growth(
+    var: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(var, "max_split_size_mb:512, expandable_segments:True")
+    quirks = CudaBackend(SimDevice().api, attribution=False).quirks
+    assert (quirks.growth_rounding, quirks.growth_granularity_bytes) == ("packed", 20 * 2**20)
+
+
+def test_default_allocator_rounds_each_tensor_to_2_mib(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    quirks = CudaBackend(SimDevice().api, attribution=False).quirks
+    assert (quirks.growth_rounding, quirks.growth_granularity_bytes) == ("multiple", 2 * 2**20)

@@ -58,6 +58,8 @@ NATIVE_PREFIX = "mindspore."
 MINDSPORE_QUIRKS = BackendQuirks(
     allocator_settings_env=("MS_ALLOC_CONF",),
     growth_granularity_bytes=GiB,
+    # A request above the pool's unit doubles the unit until it fits.
+    growth_rounding="doubling",
 )
 """What is particular to MindSpore's memory pool, as memacct declares it."""
 
