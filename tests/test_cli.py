@@ -169,6 +169,9 @@ def test_model_list_prints_the_presets(capsys: pytest.CaptureFixture[str]) -> No
         (["--model", "qwen2.5-7b", "--max-model-len", "10000000"], "largest max_model_len"),
         (["--model", "qwen2.5-7b", "--kv-cache-dtype", "int3"], "unknown kv_cache_dtype 'int3'"),
         (["--model", "qwen2.5-7b", "--plot", "x.gif"], "must end in .png or .svg"),
+        (["--model", "llama-3.1-70b", "--device", "l4-24gb"], "raise tensor_parallel_size"),
+        (["--model", "qwen2.5-7b", "--truth-source", "peak"], "unknown truth source 'peak'"),
+        (["--model", "qwen2.5-7b", "--max-num-batched-tokens", "0"], "must be a positive"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(

@@ -33,11 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memacct.errors import InvalidInputError
+from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
 from memacct.profiling import memory_profiling
+from memacct.sim.allocator import SimOutOfMemory
 from memacct.sim.backend import SimBackend
 from memacct.sim.device import SimDevice
 from memacct.sim.workload import TransformerWorkload, replay
@@ -172,7 +173,16 @@ def simulate_engine_start(
     _stage(progress, f"loading {spec.model_name} weights on {dev.name} ({allocator})")
     tensors = workload.weight_tensors()
     allocator_obj = dev.allocator
-    weights = [allocator_obj.malloc(n, persistent=True) for n in tensors]
+    try:
+        weights = [allocator_obj.malloc(n, persistent=True) for n in tensors]
+    except SimOutOfMemory:
+        raise InsufficientMemoryError(
+            f"the weights of {spec.model_name} ({format_gib(sum(tensors))} on this rank with "
+            f"tensor_parallel_size={tensor_parallel_size}) do not fit on {dev.name} "
+            f"({format_gib(dev.total)} total, {format_gib(context_bytes)} taken by the context, "
+            f"{format_gib(other_process_bytes)} by other processes): raise "
+            "tensor_parallel_size or choose a device with more memory"
+        ) from None
     _stage(
         progress,
         f"profiling a forward pass of {max_num_batched_tokens} tokens, "
