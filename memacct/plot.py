@@ -20,6 +20,7 @@ COLORS = {
     "activation peak": "#ff7f0e",
     "fragmentation overhead": "#d62728",
     "KV cache": "#2ca02c",
+    "allocator reserve": "#9467bd",
     "headroom": "#e5e5e5",
 }
 
@@ -28,7 +29,9 @@ def breakdown(plan: Any, result: ProfileResult) -> list[tuple[str, int]]:
     """Split the device's total memory into the parts of a plan, bytes, summing to total.
 
     ``fragmentation overhead`` is what the allocator reserved beyond the live
-    tensors' peak, when the plan budgets it (truth source ``reserved``).
+    tensors' peak, when the plan budgets it (truth source ``reserved``);
+    ``allocator reserve`` is what the plan keeps free inside the cache budget
+    for the KV tensors' own rounding and the fragmentation allowance.
     """
     other = result.baseline.other_processes or 0
     non_allocator = result.baseline.non_allocator + result.non_allocator_increase
@@ -44,6 +47,9 @@ def breakdown(plan: Any, result: ProfileResult) -> list[tuple[str, int]]:
         ("activation peak", activation),
         ("fragmentation overhead", overhead),
         ("KV cache", int(plan.kv_cache_used_bytes)),
+        # Kept free inside the cache budget for the allocator's own rounding and
+        # fragmentation (see KVCachePlan.allocator_reserve_bytes).
+        ("allocator reserve", int(getattr(plan, "allocator_reserve_bytes", 0))),
     ]
     used = sum(v for _, v in parts)
     parts.append(("headroom", max(0, int(plan.total_memory) - used)))
