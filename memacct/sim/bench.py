@@ -439,25 +439,31 @@ def run_benchmark_cli(
         scenarios_dir: a directory of scenario JSON files; ``None``: the shipped set.
         as_json: print ``{"rows": [...], "summary": [...], "duration_s": ...}`` instead.
         output: also write the Markdown report to this file.
-        progress: print a line per finished scenario on stderr.
+        progress: show a progress bar on stderr (for a terminal).
     """
     scenarios = load_scenarios(scenarios_dir)
     start = time.perf_counter()
-    done = 0
-
-    def report(rows: list[BenchRow]) -> None:
-        nonlocal done
-        done += 1
-        if progress and rows:
-            effs = ", ".join(
-                f"{r.policy} {r.efficiency:.3f}{' OOM' if r.oom else ''}" for r in rows
-            )
-            print(
-                f"[{done}/{len(scenarios)}] {rows[0].scenario}: {effs}", file=sys.stderr, flush=True
-            )
-
     jobs = max(1, min(os.cpu_count() or 1, len(scenarios)))
-    rows = run_benchmark(scenarios, POLICIES, jobs=jobs, on_rows=report)
+    if progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        columns = (
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("scenarios", total=len(scenarios))
+
+            def report(rows: list[BenchRow]) -> None:
+                name = rows[0].scenario if rows else ""
+                bar.update(task, advance=1, description=f"scenarios ({name})")
+
+            rows = run_benchmark(scenarios, POLICIES, jobs=jobs, on_rows=report)
+    else:
+        rows = run_benchmark(scenarios, POLICIES, jobs=jobs)
     duration = time.perf_counter() - start
     if output is not None:
         path = Path(output)
