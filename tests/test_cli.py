@@ -188,3 +188,20 @@ def test_invalid_profile_json_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text("{bad")
     assert main(["plan", "--profile", str(bad), "--model", "qwen2.5-7b"]) == 2
     assert "is not a valid ProfileResult" in capsys.readouterr().err
+
+
+def test_snapshot_watch_refreshes_until_interrupted() -> None:
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
+    proc = subprocess.Popen(
+        [str(BIN), "snapshot", "--backend", "sim", "--json", "--watch", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
+    assert len({s.timestamp for s in snaps}) == 3
+    assert proc.returncode == 0 and "Traceback" not in err
