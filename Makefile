@@ -14,11 +14,11 @@ COV_FLOOR ?= 91
 
 .PHONY: install demo test test-core test-all lint bench fuzz docs clean
 
-$(STAMP): pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
+$(STAMP): pyproject.toml bench/pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(DEV_FRAMEWORKS)
-	$(PIP) install -q -e ".[dev]" $(foreach d,$(BACKEND_DIRS),-e ./$(d))
+	$(PIP) install -q -e ".[dev]" -e ./bench $(foreach d,$(BACKEND_DIRS),-e ./$(d))
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -44,8 +44,8 @@ test-all: install
 test: test-all test-core
 
 lint: install
-	$(VENV)/bin/ruff check memacct backends tests
-	$(VENV)/bin/mypy --strict memacct $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
+	$(VENV)/bin/ruff check memacct backends bench tests tools
+	$(VENV)/bin/mypy --strict memacct bench/memacct_bench $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
 
 # The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput.
 bench: install

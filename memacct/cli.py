@@ -250,7 +250,7 @@ def plan_cmd(
             )
         result = load_profile(profile_path)
     else:
-        from memacct.sim.engine import simulate_engine_start
+        from memacct.engines.start import simulate_engine_start
 
         start = simulate_engine_start(
             config,
@@ -307,32 +307,44 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
     return table
 
 
-@app.command("bench")
-@click.option(
-    "--scenarios",
-    "scenarios_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Directory of scenario JSON files (default: the shipped set).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also write the Markdown table to this file.",
-)
-def bench_cmd(scenarios_dir: str | None, as_json: bool, output: str | None) -> None:
-    """Run the truth-source accuracy benchmark on simulated serving scenarios."""
-    from memacct.sim.bench import run_benchmark_cli
+CLI_GROUP = "memacct.cli"
+"""Entry-point group through which other distributions add subcommands (memacct-bench: bench)."""
 
-    run_benchmark_cli(
-        scenarios_dir, as_json=as_json, output=output, progress=not as_json and sys.stderr.isatty()
-    )
+_EXTERNAL_COMMANDS = {"bench": "memacct-bench (the evaluation harness: pip install -e ./bench)"}
+
+
+def _load_external_commands() -> None:
+    """Add the subcommands other distributions register (a broken one is reported, never fatal)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=CLI_GROUP):
+        if ep.name in app.commands:
+            continue
+        try:
+            command = ep.load()
+        except Exception as exc:  # a broken plugin must not break the core's commands
+            _print_error(f"subcommand {ep.name!r} from {ep.value} failed to load: {exc}")
+            continue
+        if isinstance(command, click.Command):
+            app.add_command(command, ep.name)
+    for name, dist in _EXTERNAL_COMMANDS.items():
+        if name not in app.commands:
+            app.add_command(_missing_command(name, dist), name)
+
+
+def _missing_command(name: str, dist: str) -> click.Command:
+    @click.command(name, context_settings={"ignore_unknown_options": True}, add_help_option=False)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def missing(args: tuple[str, ...]) -> None:
+        raise InvalidInputError(f"'memacct {name}' comes with {dist}; it is not installed here")
+
+    missing.help = f"(not installed: {dist})"
+    return missing
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    _load_external_commands()
     try:
         code = app.main(
             args=list(argv) if argv is not None else None,

@@ -5,10 +5,12 @@ matplotlib is imported only when drawing (``pip install memacct[plot]``).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 from memacct.errors import InvalidInputError, MemacctError
+from memacct.io import atomic_write_bytes
 from memacct.models import ProfileResult, TruthSource
 
 __all__ = ["breakdown", "plot_plan"]
@@ -97,7 +99,9 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
         frameon=False,
     )
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format=suffix[1:])
-    plt.close(fig)
-    return path
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=suffix[1:])
+    finally:
+        plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue(), "plot")

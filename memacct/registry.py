@@ -53,9 +53,6 @@ ENTRY_POINT_GROUP = "memacct.backends"
 ENV_BACKEND = "MEMACCT_BACKEND"
 ENV_DISABLED = "MEMACCT_DISABLED_BACKENDS"
 CORE_DISTRIBUTION = "memacct"
-# The core's own backend, used when memacct runs from a source tree without its
-# entry points installed, so discovery still finds it.
-_BUILTIN_SIM = "memacct.sim.backend:SimBackend"
 # A plugin whose import takes longer than this is logged: it slows every start.
 SLOW_IMPORT_S = 2.0
 
@@ -166,27 +163,7 @@ def _discover() -> dict[str, _Entry]:
             entries[dup.name] = dup
             continue
         entries[ep.name] = _Entry(ep.name, origin.strip(), dist, version, ep.load)
-    if "sim" not in entries:
-        entries["sim"] = _Entry(
-            "sim",
-            f"built-in {_BUILTIN_SIM}",
-            CORE_DISTRIBUTION,
-            _core_version(),
-            lambda: _load_object(_BUILTIN_SIM),
-        )
     return entries
-
-
-def _core_version() -> str:
-    from memacct._version import __version__
-
-    return __version__
-
-
-def _load_object(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    module = __import__(module_name, fromlist=[attr])
-    return getattr(module, attr)
 
 
 def _entries() -> dict[str, _Entry]:
@@ -325,7 +302,9 @@ def get_backend(name: str | None = None, **options: Any) -> DeviceBackend:
 
     Args:
         name: a registered backend's name. ``None`` takes ``MEMACCT_BACKEND``,
-            else the available real device of highest priority, else ``sim``.
+            else the available real device of highest priority. The simulator is never
+            chosen unless named: with no real device this raises
+            :class:`BackendUnavailableError` listing each backend's reason.
         **options: passed to the backend's factory (``device=SimDevice(...)``
             for ``sim``).
 
@@ -369,4 +348,16 @@ def _auto_choice() -> str:
     for info in available_backends():
         if info.available and info.priority > 0 and (best is None or info.priority > best[0]):
             best = (info.priority, info.name)
-    return best[1] if best else "sim"
+    if best is None:
+        reasons = "; ".join(
+            f"{info.name}: {info.reason or 'no device'}"
+            for info in available_backends()
+            if info.name != "sim"
+        )
+        raise BackendUnavailableError(
+            "no real device backend is available here ("
+            + (reasons or "no backend plugin is installed")
+            + f"). memacct never measures a simulated device unless asked: pass name='sim' "
+            f"or set {ENV_BACKEND}=sim to use the simulator"
+        )
+    return best[1]

@@ -29,7 +29,7 @@ SPECIFIC_REASONS = {
         r"torch_npu is installed but failed to import: \w+: .+ \(source CANN's set_env\.sh",
         r"torch_npu \S+ imported but torch\.npu\.is_available\(\) is False: "
         r"no Ascend NPU is visible",
-        r"torch is not installed \(pip install 'memacct-ascend\[torch-npu\]'",
+        r"torch is not installed \(pip install 'memacct-npu\[torch-npu\]'",
     ),
     "mindspore": (
         r"mindspore \S+ runs on device target \w+: it finds no Ascend or GPU device",
@@ -59,7 +59,7 @@ def test_each_vendor_backend_comes_from_its_own_distribution(
 ) -> None:
     assert {name: infos[name].distribution for name in PLUGINS} == {
         "cuda": "memacct-cuda",
-        "npu": "memacct-ascend",
+        "npu": "memacct-npu",
         "mindspore": "memacct-mindspore",
         "nvml": "memacct-nvml",
     }
@@ -75,14 +75,20 @@ def test_unavailable_backend_says_specifically_why(
     assert any(re.match(pattern, info.reason) for pattern in SPECIFIC_REASONS[name]), info.reason
 
 
-def test_machine_without_accelerators_offers_only_sim(
+def test_machine_without_accelerators_never_gets_the_simulator_unasked(
     infos: dict[str, memacct.BackendInfo],
 ) -> None:
     available = sorted(name for name in PLUGINS if infos[name].available)
     if available:
         pytest.skip(f"this machine has an accelerator backend: {', '.join(available)}")
     assert infos["sim"].available
-    assert memacct.get_backend().name == "sim"
+    with pytest.raises(memacct.BackendUnavailableError) as caught:
+        memacct.get_backend()
+    message = str(caught.value)
+    for name in PLUGINS:
+        assert f"{name}: {infos[name].reason}" in message
+    assert "MEMACCT_BACKEND=sim" in message
+    assert memacct.get_backend("sim").name == "sim"
 
 
 def test_priorities_prefer_framework_backends_and_never_pick_nvml(

@@ -113,7 +113,7 @@ def test_plan_from_saved_profile_matches_the_library(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from memacct import KVCachePlan, KVCacheSpec, load_model_preset, plan_kv_cache, save_profile
-    from memacct.sim.engine import simulate_engine_start
+    from memacct.engines.start import simulate_engine_start
 
     config = load_model_preset("llama-3.1-8b")
     start = simulate_engine_start(config, device="h100-80gb", truth_source="reserved")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memacct import KVCacheSpec, load_model_preset, plan_kv_cache
+from memacct.engines.start import simulate_engine_start
 from memacct.plot import breakdown
-from memacct.sim.engine import simulate_engine_start
 
 
 @pytest.mark.parametrize("truth_source", ["allocated_peak", "reserved", "auto"])

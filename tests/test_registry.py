@@ -67,8 +67,18 @@ def test_get_backend_without_name_prefers_available_real_device(make_plugin: Plu
     assert memacct.get_backend().name == "acme"
 
 
-def test_get_backend_without_name_falls_back_to_sim(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_get_backend_without_name_never_falls_back_to_sim(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMACCT_DISABLED_BACKENDS", "*")
+    monkeypatch.delenv("MEMACCT_BACKEND", raising=False)
+    with pytest.raises(memacct.BackendUnavailableError, match="never measures a simulated device"):
+        memacct.get_backend()
+
+
+def test_memacct_backend_sim_is_the_explicit_way_to_the_simulator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMACCT_DISABLED_BACKENDS", "*")
+    monkeypatch.setenv("MEMACCT_BACKEND", "sim")
     assert memacct.get_backend().name == "sim"
 
 

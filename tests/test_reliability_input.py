@@ -311,7 +311,7 @@ def test_huge_file_is_refused_by_size_without_reading_it_all(tmp_path: Path, loa
     load = loaders[loader]
     tracemalloc.start()
     try:
-        with pytest.raises(ConfigError, match="larger than 16777216 bytes"):
+        with pytest.raises(ConfigError, match=r"larger than 16 MiB \(16777216 bytes\)"):
             load(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -146,7 +146,8 @@ def test_plugin_with_a_malformed_priority_is_listed_and_never_auto_chosen(
     make_plugin("odd-dist", "odd_backend", source, {"odd": "odd_backend:Backend"})
     info = infos()["odd"]
     assert info.available and info.priority == 0
-    assert memacct.get_backend().name == "sim"
+    with pytest.raises(BackendUnavailableError, match="odd: present"):
+        memacct.get_backend()
 
 
 def test_disabling_star_refuses_a_plugin_by_name_but_not_sim(
@@ -174,15 +175,19 @@ def test_disabled_plugin_is_never_imported(
     assert not marker.exists()
 
 
-def test_core_sim_is_found_without_any_installed_entry_point(
+def test_core_sim_comes_through_the_entry_point_group_like_any_plugin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A source checkout run without `pip install -e .` has no entry points at all.
+    # No special case: without the core's own entry point there is no sim backend.
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    registry.refresh()
+    assert "sim" not in infos()
+    with pytest.raises(memacct.BackendNotFoundError, match="no memacct backend named 'sim'"):
+        memacct.get_backend("sim")
+    monkeypatch.undo()
     registry.refresh()
     info = infos()["sim"]
     assert info.available and info.distribution == "memacct"
-    assert memacct.get_backend("sim").name == "sim"
 
 
 def test_registering_something_not_callable_is_invalid_input() -> None:

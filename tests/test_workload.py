@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InvalidInputError
 from memacct.planner import KVCacheSpec, load_model_preset
 from memacct.sim import SimDevice
-from memacct.sim.workload import TransformerWorkload, replay
 from memacct.units import GiB
 
 # A dense model small enough to reason about by hand: bf16, H=256, I=1024, 4 heads of 64.

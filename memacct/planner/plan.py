@@ -25,9 +25,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memacct._version import __version__
-from memacct.errors import ConfigError, InsufficientMemoryError, InvalidInputError
+from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, TruthSource, load_model_json
-from memacct.planner.spec import KVCacheSpec, read_text_file
+from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
 __all__ = [
@@ -323,7 +324,7 @@ class KVCachePlan(BaseModel):
         Raises:
             ConfigError: missing, over 16 MiB, not JSON, or numbers that do not add up.
         """
-        plan: KVCachePlan = load_model_json(cls, read_text_file(path, "plan"), str(path))
+        plan: KVCachePlan = load_model_json(cls, read_text(path, "plan"), str(path))
         return plan
 
 
@@ -346,21 +347,13 @@ def load_profile(path: str | os.PathLike[str]) -> ProfileResult:
         ConfigError: missing, over 16 MiB, not JSON, or numbers that do not add up.
     """
     result: ProfileResult = load_model_json(
-        ProfileResult, read_text_file(path, "profile"), str(path)
+        ProfileResult, read_text(path, "profile"), str(path)
     )
     return result
 
 
 def _write_json(path: Path, text: str, what: str) -> Path:
-    # Write beside the target and rename, so a crash never leaves half a file behind.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {what} to {str(path)!r}: {exc.strerror or exc}") from None
-    return path
+    return atomic_write_text(path, text + "\n", what)
 
 
 def plan_kv_cache(

@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -38,20 +37,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memacct.errors import ConfigError, InvalidInputError
-from memacct.units import MiB
+from memacct.io import read_json_object
 
 __all__ = [
-    "MAX_JSON_FILE_BYTES",
     "KVCacheSpec",
     "LayerGroup",
     "kv_dtype_bytes",
     "pipeline_partition",
     "read_config_file",
-    "read_text_file",
 ]
 
-MAX_JSON_FILE_BYTES = 16 * MiB
-"""Largest JSON file (config, profile, plan) memacct reads; real ones are a few KiB."""
+_CONFIG_OBJECT = "a JSON object (a model's config.json)"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
@@ -165,64 +161,6 @@ def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> tuple[in
     return tuple(parts)
 
 
-def read_text_file(path: str | os.PathLike[str], what: str) -> str:
-    """Read a UTF-8 text file of at most :data:`MAX_JSON_FILE_BYTES`.
-
-    Args:
-        path: the file.
-        what: what the file should be ("config.json", "profile"), for messages.
-
-    Raises:
-        ConfigError: missing, not a regular file, too large, unreadable, or not UTF-8.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{what} {str(p)!r} does not exist: check the path")
-    if not p.is_file():
-        kind = "a directory" if p.is_dir() else "not a regular file"
-        raise ConfigError(f"{what} {str(p)!r} is {kind}: give the path of a JSON file")
-    try:
-        with p.open("rb") as fh:
-            data = fh.read(MAX_JSON_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
-    if len(data) > MAX_JSON_FILE_BYTES:
-        raise ConfigError(
-            f"{what} {str(p)!r} is larger than {MAX_JSON_FILE_BYTES} bytes (16 MiB), far more "
-            f"than any real one: check that it is the right file"
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{what} {str(p)!r} is not UTF-8 text (bad byte at offset {exc.start}): "
-            f"is it a JSON file?"
-        ) from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _parse_json_object(text: str, source: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except ValueError as exc:
-        raise ConfigError(f"{source} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{source} nests too deeply to be a model config") from None
-    if not isinstance(value, dict):
-        raise ConfigError(
-            f"{source} must hold a JSON object (a model's config.json), "
-            f"got a JSON {type(value).__name__}"
-        )
-    return value
-
-
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a Hugging Face ``config.json`` (or a model directory holding one).
 
@@ -242,11 +180,11 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                 f"model's config.json"
             )
         p = p / "config.json"
-    config = _parse_json_object(read_text_file(p, "config.json"), str(p))
+    config = read_json_object(p, "config.json", _CONFIG_OBJECT)
     sidecar = p.parent / "hf_quant_config.json"
     if "quantization_config" not in config and sidecar.is_file():
-        config["quantization_config"] = _parse_json_object(
-            read_text_file(sidecar, "hf_quant_config.json"), str(sidecar)
+        config["quantization_config"] = read_json_object(
+            sidecar, "hf_quant_config.json", _CONFIG_OBJECT
         )
     return config
 

@@ -1,4 +1,4 @@
-"""memacct-ascend: Huawei Ascend NPUs through ``torch_npu`` (backend name ``npu``).
+"""memacct-npu: Huawei Ascend NPUs through ``torch_npu`` (backend name ``npu``).
 
 ``torch.npu`` has the shape of ``torch.cuda``, so the readings come from the
 core's torch-like adapter; this plugin declares what is particular to Ascend:
@@ -60,7 +60,7 @@ def npu_availability(
     if find_spec("torch") is None:
         return Availability(
             False,
-            "torch is not installed (pip install 'memacct-ascend[torch-npu]'; torch_npu needs "
+            "torch is not installed (pip install 'memacct-npu[torch-npu]'; torch_npu needs "
             "Huawei's CANN toolkit)",
         )
     if find_spec("torch_npu") is None:

@@ -8,16 +8,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memacct_bench import scenario as scenario_module
+from memacct_bench.bench import load_scenarios, render_markdown, run_benchmark, summarize
+from memacct_bench.scenario import (
+    Scenario,
+    ScenarioOutcome,
+    _Setup,
+    find_oracle,
+    run_scenario,
+    run_scenarios,
+)
 
 from memacct.cli import main
+from memacct.engines.start import simulate_engine_start
 from memacct.errors import ConfigError
 from memacct.models import TruthSource
 from memacct.planner import load_model_preset
-from memacct.sim import Scenario, ScenarioOutcome, run_scenario
-from memacct.sim import scenario as scenario_module
-from memacct.sim.bench import load_scenarios, render_markdown, run_benchmark, summarize
-from memacct.sim.engine import simulate_engine_start
-from memacct.sim.scenario import _Setup, find_oracle, run_scenarios
 from memacct.units import GiB, MiB
 
 ISSUE_EXAMPLE: dict[str, Any] = {

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
@@ -41,7 +42,6 @@ from memacct.profiling import memory_profiling
 from memacct.sim.allocator import SimOutOfMemory
 from memacct.sim.backend import SimBackend
 from memacct.sim.device import SimDevice
-from memacct.sim.workload import TransformerWorkload, replay
 from memacct.units import MiB, format_gib
 
 __all__ = ["DEFAULT_CONTEXT_BYTES", "EngineStart", "make_device", "simulate_engine_start"]

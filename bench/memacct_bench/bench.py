@@ -1,12 +1,12 @@
 """The truth-source accuracy benchmark: simulated serving scenarios, three policies, one oracle.
 
-For each scenario (shipped in ``memacct/sim/scenarios/*.json``, or a
+For each scenario (shipped in ``bench/memacct_bench/scenarios/*.json``, or a
 directory of your own) and each policy — ``allocated_peak`` (what vLLM
 charges), ``reserved`` (what vllm-mindspore charges) and ``auto`` (memacct's
 fragmentation-aware choice) — the benchmark profiles the simulated engine with
 memacct, plans the KV cache, serves the scenario, and compares the plan with
 the oracle: the largest KV cache with which the scenario completes
-(:func:`memacct.sim.scenario.find_oracle`).
+(:func:`memacct_bench.scenario.find_oracle`).
 
 ``memacct bench [--scenarios DIR] [--json] [--output FILE]`` prints one table
 (scenario, policy, planned GiB, oracle GiB, efficiency, OOM) and a summary per
@@ -14,7 +14,7 @@ policy; ``--output`` also writes them as Markdown (``docs/results.md``).
 
 Example::
 
-    >>> from memacct.sim.bench import load_scenarios, run_benchmark
+    >>> from memacct_bench.bench import load_scenarios, run_benchmark
     >>> rows = run_benchmark(load_scenarios()[:1], ["reserved"])
     >>> rows[0].policy
     'reserved'
@@ -34,12 +34,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import click
 from pydantic import BaseModel, ConfigDict
 
 from memacct.errors import ConfigError
+from memacct.io import atomic_write_text
 from memacct.models import TruthSource
-from memacct.sim.scenario import Scenario, ScenarioOutcome, run_scenarios
 from memacct.units import GiB
+from memacct_bench.scenario import Scenario, ScenarioOutcome, run_scenarios
 
 __all__ = [
     "POLICIES",
@@ -154,7 +156,7 @@ def load_scenarios(directory: str | os.PathLike[str] | None = None) -> list[Scen
         ConfigError: the directory is missing or holds no scenario, or a file is invalid.
     """
     if directory is None:
-        folder = resources.files("memacct.sim").joinpath("scenarios")
+        folder = resources.files("memacct_bench").joinpath("scenarios")
         entries = sorted(
             (e for e in folder.iterdir() if e.name.endswith(".json")), key=lambda e: e.name
         )
@@ -468,10 +470,7 @@ def run_benchmark_cli(
     if output is not None:
         path = Path(output)
         command = "make bench" if path.name == "results.md" else f"memacct bench --output {output}"
-        try:
-            path.write_text(render_markdown(rows, duration, command), encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        atomic_write_text(path, render_markdown(rows, duration, command), "benchmark report")
     if as_json:
         data: dict[str, Any] = {
             "rows": [r.model_dump() for r in rows],
@@ -483,3 +482,25 @@ def run_benchmark_cli(
     _print_table(rows, duration)
     if output is not None:
         print(f"written to {output}")
+
+
+@click.command("bench")
+@click.option(
+    "--scenarios",
+    "scenarios_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of scenario JSON files (default: the shipped set).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the Markdown table to this file.",
+)
+def bench_command(scenarios_dir: str | None, as_json: bool, output: str | None) -> None:
+    """Run the truth-source accuracy benchmark on simulated serving scenarios."""
+    run_benchmark_cli(
+        scenarios_dir, as_json=as_json, output=output, progress=not as_json and sys.stderr.isatty()
+    )

@@ -17,7 +17,7 @@ preset name or a ``config.json`` object. A serving step may also give
 are drawn per step from ``seed`` (mixed lengths).
 
 :func:`run_scenario` starts the engine on the simulated device and profiles
-it with memacct exactly as an engine would (:func:`memacct.sim.engine.simulate_engine_start`),
+it with memacct exactly as an engine would (:func:`memacct.engines.start.simulate_engine_start`),
 plans the KV cache with :func:`memacct.plan_kv_cache`, allocates it one tensor
 per layer, and replays every serving step. The oracle is the largest KV cache,
 in whole blocks, with which the same start, cache allocation and serving
@@ -47,21 +47,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from memacct.errors import ConfigError, InsufficientMemoryError
-from memacct.models import ProfileResult, TruthSource
-from memacct.planner.plan import KVCachePlan, plan_kv_cache
-from memacct.planner.presets import load_model_preset, model_presets
-from memacct.planner.spec import KVCacheSpec, read_text_file
-from memacct.sim._core import SimOutOfMemory
-from memacct.sim.allocator import ALLOCATOR_PRESETS
-from memacct.sim.device import DEVICE_PRESETS, SimDevice
-from memacct.sim.engine import (
+from memacct.engines.forward import TransformerWorkload, replay
+from memacct.engines.start import (
     DEFAULT_CONTEXT_BYTES,
     EngineStart,
     make_device,
     simulate_engine_start,
 )
-from memacct.sim.workload import TransformerWorkload, replay
+from memacct.errors import ConfigError, InsufficientMemoryError
+from memacct.io import read_json_object
+from memacct.models import ProfileResult, TruthSource
+from memacct.planner.plan import KVCachePlan, plan_kv_cache
+from memacct.planner.presets import load_model_preset, model_presets
+from memacct.planner.spec import KVCacheSpec
+from memacct.sim._core import SimOutOfMemory
+from memacct.sim.allocator import ALLOCATOR_PRESETS
+from memacct.sim.device import DEVICE_PRESETS, SimDevice
 
 __all__ = [
     "EXHAUSTIVE_BLOCKS",
@@ -239,14 +240,7 @@ class Scenario(BaseModel):
         Raises:
             ConfigError: missing, unreadable, not JSON, or invalid (naming the field).
         """
-        text = read_text_file(path, "scenario")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"scenario {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                f"column {exc.colno}"
-            ) from None
+        data = read_json_object(path, "scenario")
         return cls.from_dict(data, source=f"scenario {str(path)!r}")
 
     # ------------------------------------------------------------ derived

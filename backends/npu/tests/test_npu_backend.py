@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from memacct_ascend import NPU_QUIRKS, AscendBackend, npu_availability
+from memacct_npu import NPU_QUIRKS, AscendBackend, npu_availability
 
 import memacct
 from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
@@ -119,7 +119,7 @@ def test_get_backend_npu_here_refuses_with_the_reason() -> None:
 
 def test_missing_torch_is_named_before_torch_npu() -> None:
     reason = npu_availability(find_spec=installed()).reason
-    assert reason.startswith("torch is not installed (pip install 'memacct-ascend[torch-npu]'")
+    assert reason.startswith("torch is not installed (pip install 'memacct-npu[torch-npu]'")
 
 
 def test_torch_npu_without_cann_reports_the_import_error() -> None:
