@@ -159,7 +159,7 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 
     path = Path(model)
     if path.suffix == ".json" or path.exists():
-        from memacct.planner.spec import read_config_file
+        from memacct.planner.config import read_config_file
 
         return read_config_file(path), path.stem
     if model not in model_presets():

@@ -1,0 +1,269 @@
+"""Reading a model's ``config.json``: the file, its keys, and checked access to their values.
+
+:func:`read_config_file` reads a Hugging Face ``config.json`` (or the model
+directory holding one) through :mod:`memacct.io`. :class:`_Config` gives the
+planner checked access to its values: keys under their common aliases, nested
+``text_config``/``language_config`` sections, the model type's defaults that
+transformers fills in, and plausibility bounds, so a broken or hostile config
+becomes a :class:`~memacct.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.io import read_json_object
+
+__all__ = ["read_config_file"]
+
+_CONFIG_OBJECT = "a JSON object (a model's config.json)"
+
+# The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
+_KV_DTYPES: dict[str, int] = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "int8": 1,
+}
+_DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+# Checkpoint dtypes a config.json may name in torch_dtype / dtype.
+_MODEL_DTYPES = ("bfloat16", "float16", "float32")
+
+# Keys transformers fills from the model class's defaults when a published config.json leaves
+# them out: Gemma 3's files, for one, carry no head_dim (256, not hidden_size // heads = 240).
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "head_dim": 256,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "vocab_size": 262208,
+    "max_position_embeddings": 131072,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+}
+_QWEN2_DEFAULTS: dict[str, Any] = {"use_sliding_window": False}
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": _GEMMA3_TEXT_DEFAULTS,
+    "gemma3_text": _GEMMA3_TEXT_DEFAULTS,
+    # Gemma 2 alternates: even layers slide, odd layers see everything.
+    "gemma2": {"head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 2},
+    "qwen2": _QWEN2_DEFAULTS,
+    "qwen2_moe": _QWEN2_DEFAULTS,
+    "qwen2_vl": _QWEN2_DEFAULTS,
+    "qwen2_5_vl": _QWEN2_DEFAULTS,
+    "qwen3": _QWEN2_DEFAULTS,
+    "qwen3_moe": _QWEN2_DEFAULTS,
+}
+
+# Plausibility bounds: a value past these is a broken or hostile config, not a model.
+_MAX_LAYERS = 10_000
+_MAX_HEADS = 1 << 17
+_MAX_DIM = 1 << 20
+_MAX_INTERMEDIATE = 1 << 24
+_MAX_VOCAB = 1 << 24
+_MAX_POSITIONS = 1 << 40
+_MAX_PARALLEL = 1 << 16
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+_KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+_DTYPE_KEYS = ("torch_dtype", "dtype")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a Hugging Face ``config.json`` (or a model directory holding one).
+
+    A ModelOpt ``hf_quant_config.json`` beside it is merged in as
+    ``quantization_config`` when the config has none, as engines do, so a
+    checkpoint's declared FP8 KV cache is seen.
+
+    Raises:
+        ConfigError: the file is missing, too large, not UTF-8, not JSON or
+            not a JSON object.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ConfigError(
+                f"model directory {str(p)!r} has no config.json: give the path of the "
+                f"model's config.json"
+            )
+        p = p / "config.json"
+    config = read_json_object(p, "config.json", _CONFIG_OBJECT)
+    sidecar = p.parent / "hf_quant_config.json"
+    if "quantization_config" not in config and sidecar.is_file():
+        config["quantization_config"] = read_json_object(
+            sidecar, "hf_quant_config.json", _CONFIG_OBJECT
+        )
+    return config
+
+
+def _raise_missing_config(path: Path) -> None:
+    from memacct.planner.presets import model_presets
+
+    hint = ""
+    if str(path).strip().lower() in model_presets():
+        hint = f" ({str(path)!r} is a model preset: use KVCacheSpec.from_preset)"
+    raise ConfigError(f"config.json {str(path)!r} does not exist: check the path{hint}")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _parallel_size(name: str, value: object) -> int:
+    size = _positive_int(name, value)
+    if size > _MAX_PARALLEL:
+        raise InvalidInputError(f"{name} {size} is implausible: at most {_MAX_PARALLEL}")
+    return size
+
+
+class _Config:
+    """Typed look-ups in a config dict, with the key and the fix in every error."""
+
+    def __init__(self, root: dict[str, Any], source: str) -> None:
+        self.source = source
+        self.root = root
+        text = root.get("text_config")
+        if text is not None and not isinstance(text, Mapping):
+            raise ConfigError(
+                f"{source}: text_config must be a JSON object, got {type(text).__name__}"
+            )
+        self.text: Mapping[str, Any] = text or {}
+        model_type = self.text.get("model_type", root.get("model_type"))
+        self.model_type = model_type if isinstance(model_type, str) else None
+        self.defaults = _MODEL_TYPE_DEFAULTS.get(self.model_type or "", {})
+        self.notes: list[str] = []
+
+    def find(self, keys: Sequence[str]) -> tuple[str, Any] | None:
+        """``(key as written, value)`` of the first key present; ``null`` counts as absent."""
+        for key in keys:
+            if self.text.get(key) is not None:
+                return f"text_config.{key}", self.text[key]
+        for key in keys:
+            if self.root.get(key) is not None:
+                return key, self.root[key]
+        for key in keys:
+            if key in self.defaults:
+                value = self.defaults[key]
+                self.notes.append(
+                    f"{key}={value!r} is not in the config: transformers' default for "
+                    f"{self.model_type}"
+                )
+                return key, value
+        return None
+
+    def get(self, key: str) -> Any:
+        found = self.find((key,))
+        return None if found is None else found[1]
+
+    def integer(self, keys: Sequence[str], high: int, *, low: int = 1) -> int | None:
+        found = self.find(keys)
+        return None if found is None else self.check_int(*found, high=high, low=low)
+
+    def check_int(self, key: str, value: Any, *, high: int, low: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(
+                f"{self.source}: {key} must be an integer, got {value!r} "
+                f"({type(value).__name__}): fix the value in the config"
+            )
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise ConfigError(f"{self.source}: {key} must be an integer, got {value!r}")
+        if value < low:
+            raise ConfigError(
+                f"{self.source}: {key} = {value!r} must be at least {low}: "
+                f"fix the value in the config"
+            )
+        if value > high:
+            raise ConfigError(
+                f"{self.source}: {key} = {value!r} is not plausible (at most {high}): "
+                f"fix the value in the config"
+            )
+        return int(value)
+
+    def required(self, keys: Sequence[str], high: int) -> int:
+        value = self.integer(keys, high)
+        if value is None:
+            where = " in text_config or at the top level" if self.text else ""
+            raise ConfigError(
+                f"{self.source} has no {keys[0]} (looked for {', '.join(keys)}{where}): "
+                f"is it a model's config.json? Add {keys[0]}"
+            )
+        return value
+
+
+def _model_dtype(cfg: _Config) -> tuple[str | None, int | None]:
+    found = cfg.find(_DTYPE_KEYS)
+    if found is None:
+        return None, None
+    key, value = found
+    name = ""
+    if isinstance(value, str):
+        name = value.strip().lower().removeprefix("torch.")
+        name = _DTYPE_ALIASES.get(name, name)
+    if name not in _MODEL_DTYPES:
+        raise ConfigError(
+            f"{cfg.source}: {key} = {value!r} is not a dtype memacct knows: use one of "
+            f"{', '.join(_MODEL_DTYPES)}"
+        )
+    return name, _KV_DTYPES[name]
+
+
+def _checkpoint_kv_dtype(cfg: _Config) -> str | None:
+    """The KV dtype a ModelOpt checkpoint declares, as vLLM resolves ``auto`` from it."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return None
+    producer = quant.get("producer")
+    method = str(quant.get("quant_method", ""))
+    is_modelopt = method.startswith("modelopt") or (
+        isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    )
+    if not is_modelopt:
+        return None
+    inner = quant.get("quantization")
+    inner = inner if isinstance(inner, Mapping) else quant
+    scheme = (
+        inner.get("kv_cache_scheme")
+        or quant.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or quant.get("kv_cache_quant_algo")
+    )
+    if scheme is None:
+        return None
+    fp8 = (
+        isinstance(scheme, Mapping)
+        and scheme.get("dynamic") is False
+        and scheme.get("num_bits") == 8
+        and scheme.get("type") == "float"
+    ) or (isinstance(scheme, str) and scheme.lower() == "fp8")
+    if fp8:
+        return "fp8_e4m3"
+    cfg.notes.append(
+        f"the checkpoint's KV-cache scheme {scheme!r} is not one memacct sizes: "
+        f"using the model dtype, as vLLM does"
+    )
+    return None
+
+
