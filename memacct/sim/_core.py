@@ -1,6 +1,6 @@
 """The caching-allocator model shared by every preset (the ``torch-cuda`` rules).
 
-See ``memacct.sim.allocator`` for the public face and SIMULATOR.md for the facts
+See ``memacct.sim.allocator`` for the public face and ``docs/simulator.md`` for the facts
 modelled. Everything here is written for speed on the malloc/free hot path:
 ``__slots__`` classes, plain attribute access, one int key per free block and
 incremental statistics; :meth:`CachingAllocator._recount_stats` recomputes the
@@ -57,9 +57,11 @@ _BASE_ADDRESS = 0x7F00_0000_0000
 _ADDRESS_ALIGN = 2 * MiB
 """New segments start on this boundary, as device virtual addresses do."""
 
-# Block states.
+# Block states (not statistics: ``allocated_bytes`` is a statistic, ``IN_USE`` a state).
 FREE = 0
-ALLOCATED = 1
+"""Cached: mapped memory no tensor uses."""
+IN_USE = 1
+"""Handed out by ``malloc`` and not yet freed."""
 UNMAPPED = 2
 """Virtual address space without memory behind it (expandable segments only)."""
 
@@ -510,7 +512,7 @@ class CachingAllocator:
         elif self._track_inactive_split and (block.prev is not None or nxt is not None):
             ps.inactive_split -= 1
             ps.inactive_split_bytes -= block.size
-        block.state = ALLOCATED
+        block.state = IN_USE
         block.requested = size
         addr = block.addr
         self._live[addr] = block
@@ -771,7 +773,7 @@ class CachingAllocator:
 
     def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
         """``(pool, address, size, [(block address, size, state)])`` for every segment."""
-        names = {FREE: "free", ALLOCATED: "allocated", UNMAPPED: "unmapped"}
+        names = {FREE: "free", IN_USE: "in_use", UNMAPPED: "unmapped"}
         out = []
         for pool in self._pools:
             for addr in sorted(pool.segments):
@@ -807,7 +809,7 @@ class CachingAllocator:
                         raise AssertionError(f"broken block chain at {b.addr:#x}")
                     if b.state != UNMAPPED:
                         counts["reserved_bytes"] += b.size
-                    if b.state == ALLOCATED:
+                    if b.state == IN_USE:
                         live_seen += 1
                         if self._live.get(b.addr) is not b:
                             raise AssertionError(f"allocated block {b.addr:#x} not live")

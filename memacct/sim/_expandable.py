@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from memacct.sim._core import (
     _ADDR_MASK,
-    ALLOCATED,
     FREE,
+    IN_USE,
     KEY_SHIFT,
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -125,7 +125,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
                 start = below
             room = 0
             b: _Block | None = start
-            while room < rounded and b is not None and b.state != ALLOCATED:
+            while room < rounded and b is not None and b.state != IN_USE:
                 room += b.size
                 b = b.next
             if room >= rounded:

@@ -1,13 +1,17 @@
 """Simulated caching allocators: faithful models of the real ones' fragmentation.
 
-Each preset models one framework's device allocator (facts in SIMULATOR.md):
+Each preset models one framework's device allocator (facts and sources in
+``docs/simulator.md``):
 
 =========================  ==============================================================
 ``torch-cuda``             PyTorch's CUDA caching allocator (:class:`CachingAllocator`)
 ``torch-cuda-expandable``  the same with ``expandable_segments:True``
                            (:class:`ExpandableSegmentsAllocator`)
 ``npu``                    Ascend torch_npu's allocator (:class:`NpuCachingAllocator`)
-``mindspore``              MindSpore's memory pool (:class:`MindSporeMemoryPool`)
+``mindspore``              MindSpore's VMM memory pool, the default on Ascend 910B
+                           (:class:`MindSporeMemoryPool`)
+``mindspore-block``        MindSpore's block pool, used when VMM is off
+                           (:class:`MindSporeBlockPool`)
 =========================  ==============================================================
 
 :func:`make_allocator` builds one by name over a :class:`DeviceMemory`;
@@ -28,7 +32,7 @@ from memacct.sim._core import (
     format_size,
 )
 from memacct.sim._expandable import ExpandableSegmentsAllocator
-from memacct.sim._mindspore import MindSporeMemoryPool
+from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool, mindspore_options
 from memacct.sim._npu import NpuCachingAllocator
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "DeviceMemory",
     "ExpandableSegmentsAllocator",
     "InvalidPointerError",
+    "MindSporeBlockPool",
     "MindSporeMemoryPool",
     "NpuCachingAllocator",
     "SimOutOfMemory",
@@ -52,6 +57,7 @@ ALLOCATOR_PRESETS: dict[str, type[CachingAllocator]] = {
         ExpandableSegmentsAllocator,
         NpuCachingAllocator,
         MindSporeMemoryPool,
+        MindSporeBlockPool,
     )
 }
 """Allocator presets by name."""
@@ -63,12 +69,16 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
     Args:
         name: a key of :data:`ALLOCATOR_PRESETS`.
         device_memory: where the allocator maps its memory from.
-        **options: preset options (``mindspore``: ``unit_bytes``).
+        **options: preset options. ``mindspore``: ``vmm`` (``False`` gives the
+            ``mindspore-block`` preset), ``budget_bytes`` (``max_device_memory``),
+            ``version``; ``mindspore-block``: ``unit_bytes``, ``budget_bytes``, ``version``.
 
     Raises:
         InvalidInputError: ``name`` is not a preset (the message lists the
             presets), or an option is unknown or invalid.
     """
+    if name == "mindspore":
+        name, options = mindspore_options(options)
     try:
         cls = ALLOCATOR_PRESETS[name]
     except (KeyError, TypeError):

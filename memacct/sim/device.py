@@ -78,7 +78,9 @@ class SimDevice:
         name: device name in reports; defaults to the preset name (or
             ``sim-<total_bytes>`` for a custom capacity).
         allocator_options: options of the allocator preset (``mindspore``:
-            ``unit_bytes``, its ``mempool_block_size``).
+            ``vmm``, ``budget_bytes`` (``max_device_memory``), ``version``;
+            ``mindspore-block``: ``unit_bytes`` (``mempool_block_size``),
+            ``budget_bytes``, ``version``).
 
     Raises:
         InvalidInputError: unknown preset or allocator, or a capacity that is
