@@ -40,7 +40,7 @@ from memacct.sim.traces.mindformers import (
 )
 from memacct.units import GiB
 
-__all__ = ["PUBLISHED", "SeedPlan", "run_seed_case", "serve_after_start", "main"]
+__all__ = ["PUBLISHED", "SeedPlan", "main", "run_seed_case", "serve_after_start"]
 
 PUBLISHED = {
     ("qwen2.5-7b", "allocated_peak"): (37.85 * GiB, 44292),

@@ -8,9 +8,9 @@ that account, so a change to the pool, the graph or the worker arithmetic shows 
 from __future__ import annotations
 
 import pytest
+from memacct_bench.seed_cases import PUBLISHED, run_seed_case, serve_after_start, start
 
 from memacct.units import GiB, MiB
-from memacct_bench.seed_cases import PUBLISHED, run_seed_case, serve_after_start, start
 
 
 @pytest.fixture(scope="module")
