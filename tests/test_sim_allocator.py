@@ -344,7 +344,14 @@ def test_memory_stats_keys_follow_torchs_scheme_exactly() -> None:
         for s in stats
         for p in ("all", "small_pool", "large_pool")
         for m in ("current", "peak", "allocated", "freed")
-    } | {"num_alloc_retries", "num_ooms"}
+    } | {
+        f"oversize_{s}.{m}"
+        for s in ("allocations", "segments")
+        for m in ("current", "peak", "allocated", "freed")
+    } | {
+        "num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
+        "num_device_free", "max_split_size",
+    }
     assert set(alloc.memory_stats()) == expected
     assert list(alloc.memory_stats()) == sorted(expected)
 

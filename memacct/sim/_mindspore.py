@@ -73,6 +73,13 @@ def _check_budget(budget_bytes: object) -> int | None:
     return budget_bytes
 
 
+def _no_streams(stream: object) -> InvalidInputError:
+    return InvalidInputError(
+        f"stream={stream!r}: the simulated MindSpore pool models the default stream only "
+        "(docs/simulator.md); allocate on stream 0"
+    )
+
+
 def _check_version(version: object) -> str:
     if version not in MINDSPORE_VERSIONS:
         raise InvalidInputError(
@@ -219,13 +226,15 @@ class MindSporeMemoryPool(CachingAllocator):
 
     # ---------------------------------------------------------------- malloc/free
 
-    def malloc(self, size: int, *, persistent: bool = False) -> int:
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
         """Allocate ``size`` bytes from the persistent or the common allocator.
 
         Raises:
             SimOutOfMemory: no buffer fits even after eager free and a new virtual range.
-            InvalidInputError: ``size`` is negative or not an int.
+            InvalidInputError: ``size`` is negative or not an int, or ``stream`` is not 0.
         """
+        if stream:
+            raise _no_streams(stream)
         if size.__class__ is not int or size <= 0:
             size = _check_size(size)
             if size == 0:
@@ -647,8 +656,10 @@ class MindSporeBlockPool(CachingAllocator):
         """The pool budget in bytes (``None`` until the first request sets the default)."""
         return self._budget
 
-    def malloc(self, size: int, *, persistent: bool = False) -> int:
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
         """Allocate as described in the class docstring."""
+        if stream:
+            raise _no_streams(stream)
         if self._budget is None:
             self._budget = default_budget(self._device.free)
         if persistent and self._small.segments and size.__class__ is int and size > 0:

@@ -8,6 +8,8 @@ Each preset models one framework's device allocator (facts and sources in
 ``torch-cuda-expandable``  the same with ``expandable_segments:True``
                            (:class:`ExpandableSegmentsAllocator`)
 ``npu``                    Ascend torch_npu's allocator (:class:`NpuCachingAllocator`)
+``npu-expandable``         the same with ``expandable_segments:True``
+                           (:class:`NpuExpandableAllocator`)
 ``mindspore``              MindSpore's VMM memory pool, the default on Ascend 910B
                            (:class:`MindSporeMemoryPool`)
 ``mindspore-block``        MindSpore's block pool, used when VMM is off
@@ -33,7 +35,7 @@ from memacct.sim._core import (
 )
 from memacct.sim._expandable import ExpandableSegmentsAllocator
 from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool, mindspore_options
-from memacct.sim._npu import NpuCachingAllocator
+from memacct.sim._npu import NpuCachingAllocator, NpuExpandableAllocator
 
 __all__ = [
     "ALLOCATOR_PRESETS",
@@ -44,6 +46,7 @@ __all__ = [
     "MindSporeBlockPool",
     "MindSporeMemoryPool",
     "NpuCachingAllocator",
+    "NpuExpandableAllocator",
     "SimOutOfMemory",
     "SimpleDeviceMemory",
     "format_size",
@@ -56,6 +59,7 @@ ALLOCATOR_PRESETS: dict[str, type[CachingAllocator]] = {
         CachingAllocator,
         ExpandableSegmentsAllocator,
         NpuCachingAllocator,
+        NpuExpandableAllocator,
         MindSporeMemoryPool,
         MindSporeBlockPool,
     )
@@ -69,7 +73,10 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
     Args:
         name: a key of :data:`ALLOCATOR_PRESETS`.
         device_memory: where the allocator maps its memory from.
-        **options: preset options. ``mindspore``: ``vmm`` (``False`` gives the
+        **options: preset options. ``torch-cuda``, ``torch-cuda-expandable``,
+            ``npu``, ``npu-expandable``: ``max_split_size_mb``,
+            ``roundup_power2_divisions``, ``garbage_collection_threshold``.
+            ``mindspore``: ``vmm`` (``False`` gives the
             ``mindspore-block`` preset), ``budget_bytes`` (``max_device_memory``),
             ``version``; ``mindspore-block``: ``unit_bytes``, ``budget_bytes``, ``version``.
 

@@ -22,6 +22,7 @@ _DEFAULT_TRUTH = {
 # the others give each large tensor its own segment rounded up to a multiple.
 _GROWTH_ROUNDING: dict[str, Literal["multiple", "packed", "doubling"]] = {
     "torch-cuda-expandable": "packed",
+    "npu-expandable": "packed",
     "mindspore": "packed",
     "mindspore-block": "doubling",
 }
