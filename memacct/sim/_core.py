@@ -32,6 +32,7 @@ __all__ = [
     "CachingAllocator",
     "DeviceMemory",
     "InvalidPointerError",
+    "InvalidTypeError",
     "PrivatePool",
     "SimOutOfMemory",
     "SimpleDeviceMemory",
@@ -125,6 +126,10 @@ class SimOutOfMemory(MemacctError, RuntimeError):
     def __reduce__(self) -> tuple[type[SimOutOfMemory], tuple[str], dict[str, int]]:
         # Keeps the numbers across pickling (multiprocessing, pytest-xdist).
         return (type(self), (str(self.args[0]),), dict(self.__dict__))
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """An argument of the wrong type (also a :class:`TypeError`, as torch raises)."""
 
 
 class InvalidPointerError(InvalidInputError):
@@ -460,6 +465,69 @@ def _check_gc_threshold(value: object) -> float:
     return float(value)
 
 
+def _split_settings(text: str) -> list[str]:
+    """Split ``a:1,b:[x:1,y:2]`` at the commas outside brackets."""
+    items: list[str] = []
+    depth = 0
+    current = ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        items.append(current)
+    return [item for item in items if item.strip()]
+
+
+def _int_setting(values: dict[str, str], key: str) -> int:
+    try:
+        return int(values[key])
+    except ValueError:
+        raise InvalidInputError(
+            f"allocator setting {key} must be an int, got {values[key]!r}"
+        ) from None
+
+
+def _float_setting(values: dict[str, str], key: str) -> float:
+    try:
+        return float(values[key])
+    except ValueError:
+        raise InvalidInputError(
+            f"allocator setting {key} must be a number, got {values[key]!r}"
+        ) from None
+
+
+def _parse_buckets(text: str) -> dict[int, int]:
+    """``[64:8,128:2,>:1]`` -> divisions by log2(size in MiB); ``-1`` for ``>``."""
+    buckets: dict[int, int] = {}
+    last = 0
+    for item in text.strip("[]").split(","):
+        key, _, value = item.partition(":")
+        divisions = _check_divisions(int(value))
+        if key.strip() == ">":
+            buckets[-1] = divisions
+            continue
+        mib = int(key)
+        if mib <= 0 or mib & (mib - 1):
+            raise InvalidInputError(
+                f"roundup_power2_divisions interval {mib} MiB must be a power of 2"
+            )
+        bucket = mib.bit_length() - 1
+        for b in range(last, bucket + 1):
+            buckets.setdefault(b, divisions)
+        last = bucket + 1
+    if -1 in buckets:
+        for b in range(last, 40):
+            buckets.setdefault(b, buckets[-1])
+    return buckets
+
+
 def _roundup_power2(size: int, divisions: int, rounded: int) -> int:
     """torch's ``roundup_power2_next_division`` for sizes above ``512 x divisions``."""
     if size <= MIN_BLOCK_SIZE * divisions:
@@ -553,9 +621,12 @@ class CachingAllocator:
         self._stream_pools: dict[tuple[int, int], tuple[_Pool, _Pool]] = {}
         self._private: dict[int, PrivatePool] = {}
         self._capture: PrivatePool | None = None
-        self._slow = self._divisions > 1
+        self._division_buckets: dict[int, int] = {}
+        self._slow_rounding = self._divisions > 1
+        self._slow = self._slow_rounding
         """Requests take the slow path (rounding setting, a private pool in use)."""
         self._allowed: int | None = None
+        self._fraction = 1.0
         self.num_sync_all_streams = 0
         self.num_device_alloc = 0
         self.num_device_free = 0
@@ -598,8 +669,73 @@ class CachingAllocator:
     def round_size(self, size: int) -> int:
         """The block size a request of ``size`` bytes (> 0) needs before any split rule."""
         rounded = (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
-        if self._divisions > 1:
-            return _roundup_power2(size + self._pad, self._divisions, rounded)
+        if self._slow_rounding:
+            return self._roundup(size, rounded)
+        return rounded
+
+    def configure(self, settings: str) -> None:
+        """Apply allocator settings as ``PYTORCH_CUDA_ALLOC_CONF`` spells them.
+
+        Like ``torch.cuda.memory._set_allocator_settings``, every call starts from
+        the defaults: keys not named are reset. Keys: ``max_split_size_mb``,
+        ``roundup_power2_divisions`` (``4`` or ``[64:8,128:2,>:1]``, sizes in MiB),
+        ``garbage_collection_threshold``, ``expandable_segments`` (must match the
+        preset).
+
+        Raises:
+            InvalidInputError: an unknown key or an invalid value (named).
+        """
+        values: dict[str, str] = {}
+        for item in _split_settings(settings):
+            key, sep, value = item.partition(":")
+            key = key.strip()
+            if not sep or not key:
+                raise InvalidInputError(
+                    f"allocator setting {item!r} is not key:value; e.g. max_split_size_mb:128"
+                )
+            values[key] = value.strip()
+        known = {
+            "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+            "expandable_segments",
+        }
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidInputError(
+                f"Unrecognized allocator setting {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            )
+        if "expandable_segments" in values:
+            wanted = values["expandable_segments"] == "True"
+            if wanted != (self._refit is True):
+                raise InvalidInputError(
+                    f"expandable_segments:{values['expandable_segments']} does not match the "
+                    f"{self.name} preset; choose the preset with(out) -expandable instead"
+                )
+        self._max_split = _check_max_split(
+            _int_setting(values, "max_split_size_mb") if "max_split_size_mb" in values else None
+        )
+        self._gc_threshold = _check_gc_threshold(
+            _float_setting(values, "garbage_collection_threshold")
+            if "garbage_collection_threshold" in values else None
+        )
+        self._divisions = 0
+        self._division_buckets = {}
+        text = values.get("roundup_power2_divisions")
+        if text is not None and text.startswith("["):
+            self._division_buckets = _parse_buckets(text)
+        elif text is not None:
+            self._divisions = _check_divisions(_int_setting(values, "roundup_power2_divisions"))
+        self._slow_rounding = self._divisions > 1 or bool(self._division_buckets)
+        self._slow = self._slow_rounding or self._capture is not None
+
+    def _roundup(self, size: int, rounded: int) -> int:
+        """Rounding under ``roundup_power2_divisions`` (torch's ``round_size``)."""
+        n = size + self._pad
+        divisions = self._divisions
+        if self._division_buckets:
+            bucket = max(0, n.bit_length() - 1 - 20)  # log2 of the size in MiB
+            divisions = self._division_buckets.get(bucket, self._division_buckets.get(-1, 0))
+        if divisions > 1:
+            return _roundup_power2(n, divisions, rounded)
         return rounded
 
     def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
@@ -806,7 +942,7 @@ class CachingAllocator:
                 ``set_per_process_memory_fraction`` checks).
         """
         if not isinstance(fraction, float):
-            raise InvalidInputError(
+            raise InvalidTypeError(
                 f"Invalid type for fraction argument, must be float, got {fraction!r}: "
                 "pass e.g. 0.5"
             )
@@ -816,13 +952,12 @@ class CachingAllocator:
                 "of the device between 0 and 1"
             )
         self._allowed = int(fraction * self._device.total)
+        self._fraction = fraction
 
     @property
     def memory_fraction(self) -> float:
         """The cap set by :meth:`set_memory_fraction` (1.0 when unset)."""
-        if self._allowed is None:
-            return 1.0
-        return self._allowed / self._device.total
+        return self._fraction
 
     # ------------------------------------------------------- private pools
 
@@ -850,7 +985,7 @@ class CachingAllocator:
         if pool is not None and pool.released:
             raise InvalidInputError(f"{pool!r} was released; make a new private pool")
         self._capture = pool
-        self._slow = self._divisions > 1 or pool is not None
+        self._slow = self._slow_rounding or pool is not None
 
     def release_pool(self, pool: PrivatePool) -> None:
         """The pool's owner is gone: its free segments may go back to the device.
@@ -1050,8 +1185,8 @@ class CachingAllocator:
 
     def _route(self, size: int, rounded: int, stream: int) -> tuple[_Pool, int]:
         """Pool and rounded size of a request on the slow path (settings, streams, pools)."""
-        if self._divisions > 1:
-            rounded = _roundup_power2(size + self._pad, self._divisions, rounded)
+        if self._slow_rounding:
+            rounded = self._roundup(size, rounded)
         small = rounded <= self._small_max
         if self._capture is not None:
             pools = self._capture.pools
