@@ -257,7 +257,7 @@ class SimDevice:
             self._allocator.reset_accumulated_memory_stats()
 
     def set_allocator_settings(self, settings: str) -> None:
-        """Apply ``PYTORCH_CUDA_ALLOC_CONF``-style settings; see :meth:`CachingAllocator.configure`."""
+        """Apply ``PYTORCH_CUDA_ALLOC_CONF``-style settings (see ``CachingAllocator.configure``)."""
         with self._lock:
             self._allocator.configure(settings)
 
