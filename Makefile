@@ -53,6 +53,11 @@ bench: install
 	$(PY) benchmarks/bench_allocator.py
 	$(PY) -m memacct_bench.seed_cases
 
+# On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the
+# same trace on the simulator, a JSON report (docs/hardware.md). Without one: says so, exit 0.
+hardware: install
+	$(PY) tools/hardware.py --output out/hardware-report.json
+
 # The seed's published vllm-mindspore cases replayed on the simulated device
 # (docs/simulator.md, "The seed's cases").
 seed-cases: install
