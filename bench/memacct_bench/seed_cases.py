@@ -226,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {case} | {policy} | {pub_gib:.2f} GiB / {pub_blocks} | "
               f"{gib:.2f} GiB / {blocks} | {dev_pct:+.1f}% |")
     for policy in ("allocated_peak", "reserved"):
+        pub_bytes, pub_blocks = PUBLISHED[("deepseek-v3-tp16", policy)]
+        print(f"| deepseek-v3-tp16 | {policy} | {pub_bytes / GiB:.2f} GiB / {pub_blocks} | "
+              "not reproduced (docs/simulator.md) | - |")
+    for policy in ("allocated_peak", "reserved"):
         plan = run_seed_case("qwen2.5-7b", "ascend-910b-32gb", policy)
         oom = serve_after_start(plan)
         print(f"910B4 (32 GB), {policy}: {plan.kv_bytes / GiB:.2f} GiB / {plan.num_blocks} "

@@ -80,3 +80,28 @@ def test_qwen_910b4_runs_out_of_memory_when_the_kv_cache_exceeds_the_slack() -> 
 def test_the_profile_charges_no_memory_outside_the_pool(qwen_64gb: dict[str, int]) -> None:
     assert qwen_64gb["non_pool_reserved_flavour"] == qwen_64gb["non_pool_allocated_flavour"] == 0
     assert qwen_64gb["reserved_increase"] % (2 * MiB) == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "case"),
+    [("qwen2.5-7b", 1, "qwen2.5-7b"), ("deepseek-v3", 16, "deepseek-v3-tp16")],
+)
+def test_published_block_counts_follow_memacct_kv_bytes_per_token(
+    model: str, tp: int, case: str
+) -> None:
+    # The published GiB and block counts agree with memacct's planner: blocks of 16 tokens
+    # of KVCacheSpec.bytes_per_token (57344 B for Qwen2.5-7B, 70272 B for DeepSeek-V3 MLA).
+    from memacct.planner import load_model_preset
+    from memacct.planner.spec import KVCacheSpec
+
+    spec = KVCacheSpec.from_hf_config(load_model_preset(model), tensor_parallel_size=tp)
+    for policy in ("allocated_peak", "reserved"):
+        published_bytes, blocks = PUBLISHED[(case, policy)]
+        assert abs(blocks * 16 * spec.bytes_per_token - published_bytes) < 0.006 * GiB
+
+
+def test_deepseek_published_gap_is_the_documented_569_blocks() -> None:
+    gap = PUBLISHED[("deepseek-v3-tp16", "allocated_peak")][1] - PUBLISHED[
+        ("deepseek-v3-tp16", "reserved")][1]
+    assert gap == 569
+    assert round(gap * 16 * 70272 / GiB, 3) == 0.596
