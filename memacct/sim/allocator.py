@@ -75,7 +75,9 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
         device_memory: where the allocator maps its memory from.
         **options: preset options. ``torch-cuda``, ``torch-cuda-expandable``,
             ``npu``, ``npu-expandable``: ``max_split_size_mb``,
-            ``roundup_power2_divisions``, ``garbage_collection_threshold``.
+            ``roundup_power2_divisions``, ``garbage_collection_threshold``;
+            ``torch-cuda`` and ``npu`` also ``expandable_segments`` (``True``
+            gives their ``-expandable`` preset).
             ``mindspore``: ``vmm`` (``False`` gives the
             ``mindspore-block`` preset), ``budget_bytes`` (``max_device_memory``),
             ``version``; ``mindspore-block``: ``unit_bytes``, ``budget_bytes``, ``version``.
@@ -86,6 +88,15 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
     """
     if name == "mindspore":
         name, options = mindspore_options(options)
+    elif name in ("torch-cuda", "npu") and "expandable_segments" in options:
+        options = dict(options)
+        expandable = options.pop("expandable_segments")
+        if not isinstance(expandable, bool):
+            raise InvalidInputError(
+                f"expandable_segments must be True or False, got {expandable!r}"
+            )
+        if expandable:
+            name = f"{name}-expandable"
     try:
         cls = ALLOCATOR_PRESETS[name]
     except (KeyError, TypeError):

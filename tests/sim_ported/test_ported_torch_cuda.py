@@ -328,7 +328,8 @@ def test_streams_keep_their_own_free_blocks() -> None:
 
 
 def test_npu_preset_has_expandable_segments() -> None:
-    dev = SimDevice("ascend-910b-64gb", "npu-expandable")
+    dev = SimDevice("ascend-910b-64gb", "npu", allocator_options={"expandable_segments": True})
+    assert dev.allocator.name == "npu-expandable"
     ptrs = [dev.malloc(50 * MiB) for _ in range(8)]
     for p in ptrs[::2]:
         dev.free(p)
