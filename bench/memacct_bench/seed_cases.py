@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from memacct.engines.forward import replay
 from memacct.planner import load_model_preset
+from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct.sim.traces.mindformers import (
     Qwen2Graph,
@@ -40,7 +41,14 @@ from memacct.sim.traces.mindformers import (
 )
 from memacct.units import GiB
 
-__all__ = ["PUBLISHED", "SeedPlan", "main", "run_seed_case", "serve_after_start"]
+__all__ = [
+    "PUBLISHED",
+    "SeedPlan",
+    "kv_cache_tensors",
+    "main",
+    "run_seed_case",
+    "serve_after_start",
+]
 
 PUBLISHED = {
     ("qwen2.5-7b", "allocated_peak"): (37.85 * GiB, 44292),
@@ -82,6 +90,18 @@ class SeedPlan:
     num_blocks: int
     allocated_peak_increase: int
     reserved_increase: int
+
+
+def kv_cache_tensors(spec: KVCacheSpec, num_blocks: int, block_size: int = BLOCK_SIZE) -> list[int]:
+    """Bytes of each KV-cache tensor vllm-mindspore's cache engine allocates, in order.
+
+    MHA/GQA: a key and a value tensor per layer (``get_kv_cache_shape`` starts with 2,
+    one tensor per entry); MLA: one latent tensor per layer (shape starts with 1).
+    """
+    per_layer = num_blocks * block_size * spec.bytes_per_token // spec.num_layers
+    if spec.attention == "mla":
+        return [per_layer] * spec.num_layers
+    return [per_layer // 2] * (2 * spec.num_layers)
 
 
 def _load(dev: SimDevice, graph: Qwen2Graph) -> list[int]:
@@ -188,10 +208,10 @@ def serve_after_start(
         plan.model, plan.device, max_num_batched_tokens=max_num_batched_tokens,
         context_bytes=context_bytes,
     )
-    per_tensor = plan.num_blocks * BLOCK_SIZE * graph.kv_bytes_per_token
+    spec = KVCacheSpec.from_hf_config(load_model_preset(plan.model))
     try:
-        for _ in range(2 * graph.layers):
-            dev.malloc(per_tensor)
+        for nbytes in kv_cache_tensors(spec, plan.num_blocks):
+            dev.malloc(nbytes)
         done = 0
         while done < prompt_tokens:
             chunk = min(max_num_batched_tokens, prompt_tokens - done)

@@ -8,7 +8,13 @@ that account, so a change to the pool, the graph or the worker arithmetic shows 
 from __future__ import annotations
 
 import pytest
-from memacct_bench.seed_cases import PUBLISHED, run_seed_case, serve_after_start, start
+from memacct_bench.seed_cases import (
+    PUBLISHED,
+    kv_cache_tensors,
+    run_seed_case,
+    serve_after_start,
+    start,
+)
 
 from memacct.units import GiB, MiB
 
@@ -105,3 +111,15 @@ def test_deepseek_published_gap_is_the_documented_569_blocks() -> None:
         ("deepseek-v3-tp16", "reserved")][1]
     assert gap == 569
     assert round(gap * 16 * 70272 / GiB, 3) == 0.596
+
+
+def test_vllm_mindspore_keeps_k_and_v_per_layer_and_one_latent_per_mla_layer() -> None:
+    from memacct.planner import load_model_preset
+    from memacct.planner.spec import KVCacheSpec
+
+    qwen = KVCacheSpec.from_hf_config(load_model_preset("qwen2.5-7b"))
+    tensors = kv_cache_tensors(qwen, 100)
+    assert len(tensors) == 56 and set(tensors) == {100 * 16 * 4 * 128 * 2}
+    ds = KVCacheSpec.from_hf_config(load_model_preset("deepseek-v3"), tensor_parallel_size=16)
+    tensors = kv_cache_tensors(ds, 100)
+    assert len(tensors) == 61 and set(tensors) == {100 * 16 * (512 + 64) * 2}
