@@ -337,14 +337,23 @@ def test_unknown_modelopt_kv_scheme_falls_back_to_model_dtype() -> None:
     assert any("'NVFP4'" in note for note in spec.notes)
 
 
-def test_auto_without_a_config_dtype_is_config_error_with_the_fix() -> None:
-    with pytest.raises(ConfigError, match=r"no torch_dtype or dtype.*kv_cache_dtype='bfloat16'"):
-        spec_of("gpt-oss-20b")
+def test_auto_without_a_config_dtype_is_bfloat16_as_vllm_runs_it() -> None:
+    spec = spec_of("gpt-oss-20b")
+    assert spec.kv_dtype == "bfloat16"
+    assert any("no torch_dtype or dtype" in note for note in spec.notes)
 
 
 def test_newer_dtype_key_is_read_when_torch_dtype_is_absent() -> None:
-    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype=..., dtype="float32"))
-    assert (spec.dtype, spec.bytes_per_token) == ("float32", 2 * 4 * 8 * 64 * 4)
+    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype=..., dtype="float16"))
+    assert (spec.dtype, spec.bytes_per_token) == ("float16", 2 * 4 * 8 * 64 * 2)
+
+
+def test_float32_checkpoint_gets_a_bfloat16_cache_as_engines_run_it() -> None:
+    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"))
+    assert (spec.dtype, spec.kv_dtype, spec.bytes_per_token) == (
+        "float32", "bfloat16", 2 * 4 * 8 * 64 * 2)
+    explicit = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"), kv_cache_dtype="float32")
+    assert explicit.bytes_per_token == 2 * 4 * 8 * 64 * 4
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int4", 16, "bf"])
@@ -395,7 +404,7 @@ def test_gpt2_style_keys_are_understood() -> None:
     config = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024,
               "torch_dtype": "float32"}
     spec = KVCacheSpec.from_hf_config(config)
-    assert spec.bytes_per_token == 2 * 12 * 12 * 64 * 4
+    assert spec.bytes_per_token == 2 * 12 * 12 * 64 * 2
     assert spec.max_position_embeddings == 1024
 
 

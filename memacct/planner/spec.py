@@ -61,6 +61,7 @@ from memacct.planner.config import (
 __all__ = [
     "KVCacheSpec",
     "LayerGroup",
+    "LayerSpec",
     "kv_dtype_bytes",
     "pipeline_partition",
 ]
@@ -136,6 +137,46 @@ class LayerGroup(BaseModel):
         return self.num_layers * self.bytes_per_token_per_layer
 
 
+LayerKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
+
+
+class LayerSpec(BaseModel):
+    """One layer of the model, as a KV-cache manager sees it (one rank).
+
+    Attributes:
+        kind: ``"full"`` (attends to every token), ``"sliding"`` (a window),
+            ``"chunked"`` (chunked local attention, Llama 4), ``"mla"``
+            (multi-head latent attention), ``"mamba"`` (a per-request state:
+            Mamba, gated delta net and other linear attention) or ``"none"``
+            (a layer with no cache, e.g. Nemotron-H's MLP layers).
+        bytes_per_token: KV-cache bytes one token needs in this layer on one
+            rank (0 for ``mamba`` and ``none`` layers and for KV-sharing layers).
+        window: tokens a sliding layer attends to (``None`` otherwise).
+        chunk: the attention chunk of a chunked layer (``None`` otherwise).
+        state_bytes: bytes of one request's state on one rank (``mamba`` only).
+        state_kind: ``"mamba2"``, ``"mamba1"`` or ``"gdn"`` (``mamba`` only).
+        shares_kv_with: the layer whose KV cache this layer reads instead of
+            keeping its own (KV sharing, Gemma-3n), or ``None``.
+    """
+
+    model_config = _FROZEN
+
+    kind: LayerKind
+    bytes_per_token: int = Field(default=0, ge=0)
+    window: int | None = Field(default=None, gt=0)
+    chunk: int | None = Field(default=None, gt=0)
+    state_bytes: int | None = Field(default=None, gt=0)
+    state_kind: Literal["mamba1", "mamba2", "gdn"] | None = None
+    shares_kv_with: int | None = Field(default=None, ge=0)
+
+    @property
+    def has_cache(self) -> bool:
+        """Whether the layer keeps a cache of its own."""
+        if self.shares_kv_with is not None or self.kind == "none":
+            return False
+        return self.kind == "mamba" or self.bytes_per_token > 0
+
+
 class KVCacheSpec(BaseModel):
     """The KV-cache geometry of a model on one rank (contract).
 
@@ -174,9 +215,16 @@ class KVCacheSpec(BaseModel):
         experts_per_token: experts each token is routed to, else ``None``.
         moe_intermediate_size: one expert's MLP hidden size, else ``None``.
         num_shared_experts: always-active experts (DeepSeek), else ``None``.
-        layer_groups: this rank's layers grouped by per-token cost and window.
+        layer_groups: this rank's attention layers grouped by per-token cost
+            and window (layers without a KV cache of their own are left out).
         bytes_per_token: KV-cache bytes one token needs on this rank, all
             its layers together.
+        layers: every layer of the model (all stages), one :class:`LayerSpec`
+            each, sized for one rank; empty for a spec built by hand, which
+            the engines then read from ``layer_groups``.
+        state_dtype_bytes: bytes per element of Mamba/linear-attention state
+            (``mamba_ssm_dtype`` when the config gives it, else the model
+            dtype), for hybrids only.
         notes: assumptions made while reading the config, one sentence each.
     """
 
@@ -211,13 +259,20 @@ class KVCacheSpec(BaseModel):
     num_shared_experts: int | None = Field(default=None, ge=0)
     layer_groups: tuple[LayerGroup, ...] = Field(min_length=1)
     bytes_per_token: int = Field(gt=0)
+    layers: tuple[LayerSpec, ...] = ()
+    state_dtype_bytes: int | None = Field(default=None, gt=0)
     notes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCacheSpec:
         layers = sum(g.num_layers for g in self.layer_groups)
-        if layers != self.num_layers:
+        if layers > self.num_layers:
             raise ValueError(f"layer_groups hold {layers} layers, num_layers is {self.num_layers}")
+        if self.layers and len(self.layers) != self.total_num_layers:
+            raise ValueError(
+                f"layers lists {len(self.layers)} layers, total_num_layers is "
+                f"{self.total_num_layers}"
+            )
         per_token = sum(g.bytes_per_token for g in self.layer_groups)
         if per_token != self.bytes_per_token:
             raise ValueError(
@@ -382,17 +437,47 @@ def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None
         )
         return declared
     if model_dtype is None:
-        raise ConfigError(
-            f"{cfg.source} has no torch_dtype or dtype, so kv_cache_dtype='auto' has nothing "
-            f"to follow: pass the dtype the engine runs, e.g. kv_cache_dtype='bfloat16'"
+        # vLLM reads a missing dtype as float32 and runs float32 checkpoints in bfloat16.
+        cfg.notes.append(
+            f"{cfg.source} has no torch_dtype or dtype: kv_cache_dtype='auto' is bfloat16, "
+            f"as vLLM runs it; pass kv_cache_dtype if the engine runs another dtype"
         )
+        return "bfloat16"
+    if model_dtype == "float32":
+        # vLLM (vllm/config/model.py _resolve_auto_dtype) and SGLang run float32
+        # checkpoints in the device's preferred 16-bit dtype: bfloat16 on CUDA.
+        cfg.notes.append(
+            "the checkpoint is float32: kv_cache_dtype='auto' is bfloat16, as engines run it; "
+            "pass kv_cache_dtype='float32' for a float32 KV cache"
+        )
+        return "bfloat16"
     return model_dtype
 
 
-def _layer_windows(cfg: _Config, num_layers: int) -> list[int | None]:
-    """Each layer's sliding window (``None``: full attention)."""
+_Kind = tuple[str, int | None]  # (kind, window or chunk) of one layer
+
+
+def _layer_kinds(cfg: _Config, num_layers: int) -> list[_Kind]:
+    """Each layer's kind and window or chunk, as the model's code decides it.
+
+    Kinds: ``full``, ``sliding`` (with its window), ``chunked`` (with its
+    chunk), ``gdn``/``mamba2`` (linear-attention or Mamba state) and ``none``.
+    """
     window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    # Cohere2 attends to [pos - window, pos]: window + 1 tokens.
+    span = None if window is None else window + (1 if cfg.model_type == "cohere2" else 0)
+    chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
+    if cfg.model_type == "llama4_text" or (cfg.model_type == "llama4" and chunk is not None):
+        return _llama4_kinds(cfg, num_layers, chunk)
+    if cfg.model_type == "nemotron_h":
+        return _nemotron_h_kinds(cfg, num_layers)
     layer_types = cfg.get("layer_types")
+    if layer_types is None and cfg.model_type == "qwen3_next":
+        interval = cfg.integer(("full_attention_interval",), _MAX_LAYERS) or 4
+        layer_types = [
+            "linear_attention" if (i + 1) % interval else "full_attention"
+            for i in range(num_layers)
+        ]
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
             count = len(layer_types) if isinstance(layer_types, list) else type(layer_types)
@@ -400,47 +485,80 @@ def _layer_windows(cfg: _Config, num_layers: int) -> list[int | None]:
                 f"{cfg.source}: layer_types must list one type per layer ({num_layers}), "
                 f"got {count}: fix layer_types or num_hidden_layers"
             )
-        windows: list[int | None] = []
+        kinds: list[_Kind] = []
         for i, kind in enumerate(layer_types):
             if kind == "sliding_attention":
-                if window is None:
+                if span is None:
                     raise ConfigError(
                         f"{cfg.source}: layer_types[{i}] is 'sliding_attention' but "
                         f"sliding_window is not set: add sliding_window"
                     )
-                windows.append(window)
-            elif kind in ("full_attention", "chunked_attention"):
-                windows.append(None)
+                kinds.append(("sliding", span))
+            elif kind in ("full_attention", "attention"):
+                kinds.append(("full", None))
+            elif kind == "chunked_attention":
+                kinds.append(("chunked", chunk) if chunk is not None else ("full", None))
+            elif kind == "linear_attention" and cfg.model_type in _GDN_TYPES:
+                kinds.append(("gdn", None))
+            elif kind in ("mamba", "linear_attention") and cfg.model_type in _MAMBA2_TYPES:
+                kinds.append(("mamba2", None))
             else:
                 raise ConfigError(
                     f"{cfg.source}: layer_types[{i}] = {kind!r}: memacct sizes "
-                    f"'full_attention', 'sliding_attention' and 'chunked_attention' layers; "
-                    f"other kinds (linear attention, state-space layers) keep a per-request "
-                    f"state it does not model"
+                    f"'full_attention', 'sliding_attention' and 'chunked_attention' layers, "
+                    f"Qwen3-Next's 'linear_attention' and Granite-4.0-H's 'mamba'; this "
+                    f"kind keeps a per-request state memacct does not model for "
+                    f"{cfg.model_type}"
                 )
-        if "chunked_attention" in layer_types:
-            cfg.notes.append(_CHUNKED_NOTE)
-        return windows
-    if window is None:
-        return [None] * num_layers
+        return kinds
+    if span is None:
+        return [("full", None)] * num_layers
     if cfg.get("use_sliding_window") is False:
         cfg.notes.append(f"sliding_window {window} ignored: use_sliding_window is false")
-        return [None] * num_layers
+        return [("full", None)] * num_layers
     pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), _MAX_LAYERS)
     if pattern is not None:
         # Every pattern-th layer (1-based) attends globally; the rest slide.
-        return [None if (i + 1) % pattern == 0 else window for i in range(num_layers)]
+        return [("full", None) if (i + 1) % pattern == 0 else ("sliding", span)
+                for i in range(num_layers)]
     window_layers = cfg.integer(("max_window_layers",), _MAX_LAYERS, low=0)
     if window_layers is not None and cfg.get("use_sliding_window") is True:
         # Qwen2's rule: the first max_window_layers layers attend globally.
-        return [window if i >= window_layers else None for i in range(num_layers)]
-    return [window] * num_layers
+        return [("sliding", span) if i >= window_layers else ("full", None)
+                for i in range(num_layers)]
+    return [("sliding", span)] * num_layers
 
 
-_CHUNKED_NOTE = (
-    "chunked local attention layers are counted as full attention, as vLLM counts "
-    "them unless its hybrid KV-cache manager is enabled"
-)
+_GDN_TYPES = ("qwen3_next",)
+_MAMBA2_TYPES = ("granitemoehybrid",)
+
+
+def _llama4_kinds(cfg: _Config, num_layers: int, chunk: int | None) -> list[_Kind]:
+    """Llama 4: layers without RoPE attend globally, the others to their chunk."""
+    nope = cfg.get("no_rope_layers")
+    if not nope:
+        interval = cfg.integer(("no_rope_layer_interval",), _MAX_LAYERS) or 4
+        nope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if not isinstance(nope, list) or len(nope) != num_layers:
+        raise ConfigError(
+            f"{cfg.source}: no_rope_layers must list one flag per layer ({num_layers}): "
+            f"fix no_rope_layers"
+        )
+    if chunk is None:
+        return [("full", None)] * num_layers
+    return [("full", None) if flag == 0 else ("chunked", chunk) for flag in nope]
+
+
+def _nemotron_h_kinds(cfg: _Config, num_layers: int) -> list[_Kind]:
+    """Nemotron-H: ``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP or MoE (no cache)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != num_layers:
+        raise ConfigError(
+            f"{cfg.source}: hybrid_override_pattern must have one character per layer "
+            f"({num_layers}): fix hybrid_override_pattern"
+        )
+    table: dict[str, _Kind] = {"M": ("mamba2", None), "*": ("full", None)}
+    return [table.get(c, ("none", None)) for c in pattern]
 
 
 def _kv_heads(cfg: _Config, num_heads: int) -> int:
@@ -498,15 +616,109 @@ def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int
     return 1
 
 
-def _group_stage(windows: Sequence[int | None], per_layer: int) -> tuple[LayerGroup, ...]:
+def _group_stage(layers: Sequence[LayerSpec], per_layer: int) -> tuple[LayerGroup, ...]:
     counts: dict[int | None, int] = {}
-    for window in windows:
-        counts[window] = counts.get(window, 0) + 1
+    for layer in layers:
+        if layer.bytes_per_token:
+            window = layer.window if layer.kind == "sliding" else None
+            counts[window] = counts.get(window, 0) + 1
     order = sorted(counts, key=lambda w: -1 if w is None else w)
     return tuple(
         LayerGroup(num_layers=counts[w], bytes_per_token_per_layer=per_layer, sliding_window=w)
         for w in order
     )
+
+
+def _layer_specs(
+    cfg: _Config, kinds: Sequence[_Kind], per_layer: int, state_bytes: dict[str, int]
+) -> list[LayerSpec]:
+    """One :class:`LayerSpec` per layer; the last ``num_kv_shared_layers`` share KV."""
+    num_layers = len(kinds)
+    shared = cfg.integer(("num_kv_shared_layers",), _MAX_LAYERS, low=0) or 0
+    if shared >= num_layers:
+        raise ConfigError(
+            f"{cfg.source}: num_kv_shared_layers = {shared} leaves no layer of the "
+            f"{num_layers} with a KV cache of its own: fix num_kv_shared_layers"
+        )
+    first_shared = num_layers - shared
+    layers: list[LayerSpec] = []
+    for i, (kind, size) in enumerate(kinds):
+        if kind in ("gdn", "mamba2"):
+            layers.append(LayerSpec(kind="mamba", state_bytes=state_bytes[kind], state_kind=kind))
+            continue
+        if kind == "none":
+            layers.append(LayerSpec(kind="none"))
+            continue
+        target: int | None = None
+        if i >= first_shared:
+            # Shared layers read the last earlier layer of the same kind (Gemma-3n).
+            same = [j for j in range(first_shared) if kinds[j] == (kind, size)]
+            target = same[-1] if same else first_shared - 1
+        layers.append(LayerSpec(
+            kind=kind,  # type: ignore[arg-type]
+            bytes_per_token=0 if target is not None else per_layer,
+            window=size if kind == "sliding" else None,
+            chunk=size if kind == "chunked" else None,
+            shares_kv_with=target,
+        ))
+    if shared:
+        cfg.notes.append(
+            f"the last {shared} layers share the KV cache of earlier layers "
+            f"(num_kv_shared_layers) and keep none of their own"
+        )
+    return layers
+
+
+def _state_bytes(
+    cfg: _Config, kinds: Sequence[_Kind], hidden: int, tp: int, dtype_bytes: int | None
+) -> tuple[dict[str, int], int | None]:
+    """Bytes of one request's state per Mamba / linear-attention layer, on one rank."""
+    present = {kind for kind, _ in kinds if kind in ("gdn", "mamba2")}
+    if not present:
+        return {}, None
+    model_bytes = dtype_bytes or 2
+    ssm_name = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
+    ssm_bytes = model_bytes
+    if isinstance(ssm_name, str):
+        name = _DTYPE_ALIASES.get(ssm_name.lower().removeprefix("torch."), ssm_name.lower())
+        ssm_bytes = _KV_DTYPES.get(name, model_bytes)
+    sizes: dict[str, int] = {}
+    if "gdn" in present:
+        nk = cfg.required(("linear_num_key_heads",), _MAX_HEADS)
+        nv = cfg.required(("linear_num_value_heads",), _MAX_HEADS)
+        dk = cfg.required(("linear_key_head_dim",), _MAX_DIM)
+        dv = cfg.required(("linear_value_head_dim",), _MAX_DIM)
+        kernel = cfg.required(("linear_conv_kernel_dim",), _MAX_DIM)
+        conv_dim = dk * nk * 2 + dv * nv
+        _check_divides(cfg, tp, {"linear_num_value_heads": nv, "linear conv dim": conv_dim})
+        conv = conv_dim // tp * (kernel - 1)
+        temporal = nv // tp * dv * dk
+        sizes["gdn"] = conv * model_bytes + temporal * ssm_bytes
+    if "mamba2" in present:
+        heads = cfg.required(("mamba_n_heads", "mamba_num_heads"), _MAX_HEADS)
+        head_dim = cfg.required(("mamba_d_head", "mamba_head_dim"), _MAX_DIM)
+        state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), _MAX_DIM)
+        groups = cfg.required(("mamba_n_groups", "n_groups"), _MAX_HEADS)
+        kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
+        expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
+        inner = expand * hidden if expand is not None else heads * head_dim
+        # Groups that do not divide the TP size are replicated up to it.
+        groups += 0 if groups % tp == 0 else tp - groups
+        conv_dim = inner + 2 * groups * state
+        _check_divides(cfg, tp, {"mamba heads": heads, "mamba conv dim": conv_dim})
+        sizes["mamba2"] = (conv_dim // tp * (kernel - 1)) * model_bytes + (
+            heads // tp * head_dim * state
+        ) * ssm_bytes
+    return sizes, ssm_bytes
+
+
+def _check_divides(cfg: _Config, tp: int, values: dict[str, int]) -> None:
+    for name, value in values.items():
+        if value % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {value} {name} of "
+                f"{cfg.source}: use a tensor_parallel_size that divides {value}"
+            )
 
 
 def _build_spec(
@@ -546,8 +758,6 @@ def _build_spec(
         kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
         per_layer = 2 * kv_heads * head_dim * kv_bytes
 
-    if cfg.get("attention_chunk_size") is not None and _CHUNKED_NOTE not in cfg.notes:
-        cfg.notes.append(_CHUNKED_NOTE)
     mtp_layers = cfg.integer(("num_nextn_predict_layers",), _MAX_LAYERS, low=0)
     if mtp_layers:
         cfg.notes.append(
@@ -555,18 +765,30 @@ def _build_spec(
             f"cache only when the engine runs them for speculative decoding"
         )
 
-    windows = _layer_windows(cfg, num_layers)
+    kinds = _layer_kinds(cfg, num_layers)
+    if attention == "mla":
+        kinds = [("mla", None) if kind == "full" else (kind, size) for kind, size in kinds]
+    state_bytes, state_dtype_bytes = _state_bytes(cfg, kinds, hidden, tp, dtype_bytes)
+    layers = _layer_specs(cfg, kinds, per_layer, state_bytes)
     stages = pipeline_partition(num_layers, pp)
     starts = [sum(stages[:i]) for i in range(pp)]
 
-    def stage_key(stage: int) -> tuple[int, int]:
-        layer_windows = windows[starts[stage] : starts[stage] + stages[stage]]
-        return len(layer_windows), sum(w is None for w in layer_windows)
+    def stage_layers(stage: int) -> list[LayerSpec]:
+        return [x for x in layers[starts[stage] : starts[stage] + stages[stage]] if x.has_cache]
 
-    # Every layer costs the same per token, so the stage with the most layers needs the most
+    def stage_key(stage: int) -> tuple[int, int, int]:
+        kv = [x for x in stage_layers(stage) if x.bytes_per_token]
+        return len(kv), sum(x.kind in ("full", "mla") for x in kv), stages[stage]
+
+    # Every KV layer costs the same per token, so the stage with the most of them needs the most
     # cache; among equals, the one with more full-attention layers needs more for long requests.
     stage = max(range(pp), key=stage_key)
-    groups = _group_stage(windows[starts[stage] : starts[stage] + stages[stage]], per_layer)
+    groups = _group_stage(stage_layers(stage), per_layer)
+    if not groups:
+        raise ConfigError(
+            f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "
+            f"use fewer pipeline stages"
+        )
 
     num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), _MAX_HEADS)
     experts_per_token = cfg.integer(
@@ -577,7 +799,14 @@ def _build_spec(
             f"{cfg.source}: {experts_per_token} experts per token exceeds the {num_experts} "
             f"experts: fix num_experts_per_tok"
         )
-    intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
+    found = cfg.find(("intermediate_size", "ffn_dim", "n_inner"))
+    if found is not None and isinstance(found[1], list) and found[1]:
+        # Per-layer sizes (Gemma-3n): the largest one bounds the MLP.
+        intermediate: int | None = max(
+            cfg.check_int(found[0], v, high=_MAX_INTERMEDIATE) for v in found[1]
+        )
+    else:
+        intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
     moe_intermediate = cfg.integer(("moe_intermediate_size",), _MAX_INTERMEDIATE)
     if moe_intermediate is None and num_experts is not None:
         moe_intermediate = intermediate
@@ -617,6 +846,8 @@ def _build_spec(
         ),
         layer_groups=groups,
         bytes_per_token=sum(g.bytes_per_token for g in groups),
+        layers=tuple(layers),
+        state_dtype_bytes=state_dtype_bytes,
         notes=tuple(dict.fromkeys(cfg.notes)),
     )
 
