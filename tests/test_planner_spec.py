@@ -93,6 +93,10 @@ FIXTURES = [
     ("deepseek-v3", {"kv_cache_dtype": "fp8"}, 61 * MLA * 1),
     ("deepseek-v2-lite", {}, 27 * MLA * 2),
     ("deepseek-v2-lite", {"tensor_parallel_size": 2}, 27 * MLA * 2),
+    ("cohere2-7b", {}, 2 * 32 * 8 * 128 * 2),
+    ("gemma-3n-e4b", {}, 2 * 20 * 2 * 256 * 2),  # 15 of 35 layers share earlier layers' KV
+    ("qwen3-next-80b-a3b", {}, 2 * 12 * 2 * 256 * 2),  # 12 full-attention layers, 36 GDN
+    ("granite-4.0-h-small", {}, 2 * 4 * 8 * 128 * 2),  # 4 attention layers, 36 Mamba2
 ]
 
 
@@ -243,17 +247,18 @@ def test_null_sliding_window_means_full_attention() -> None:
     assert windows(spec_of("mixtral-8x7b")) == [(32, None)]
 
 
-def test_chunked_attention_is_counted_as_full_attention() -> None:
+def test_llama4_rope_layers_are_chunked_and_every_fourth_is_global() -> None:
     spec = spec_of("llama-4-scout")
-    assert windows(spec) == [(48, None)]
-    assert any("chunked" in note for note in spec.notes)
+    assert windows(spec) == [(48, None)]  # per-token cost: chunked layers cost as full ones
+    kinds = [(layer.kind, layer.chunk) for layer in spec.layers]
+    assert kinds == ([("chunked", 8192)] * 3 + [("full", None)]) * 12
 
 
-def test_chunked_attention_in_layer_types_is_full_attention() -> None:
+def test_chunked_attention_in_layer_types_needs_a_chunk_size() -> None:
     config = tiny(layer_types=["chunked_attention", "full_attention"] * 2)
-    spec = KVCacheSpec.from_hf_config(config)
-    assert windows(spec) == [(4, None)]
-    assert any("chunked" in note for note in spec.notes)
+    assert [x.kind for x in KVCacheSpec.from_hf_config(config).layers] == ["full"] * 4
+    chunked = KVCacheSpec.from_hf_config(config | {"attention_chunk_size": 1024})
+    assert [x.kind for x in chunked.layers] == ["chunked", "full"] * 2
 
 
 def test_layer_types_of_wrong_length_is_config_error() -> None:

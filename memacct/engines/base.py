@@ -141,6 +141,10 @@ class KVManager(Protocol):
         """The engine's KV cache for ``budget_bytes`` of cache on each rank."""
         ...
 
+    def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
+        """``layout`` with ``num_blocks`` blocks (ranks agreeing on the fewest)."""
+        ...
+
     def log_lines(self, layout: KVLayout) -> list[str]:
         """The lines the engine logs about this KV cache, in its words."""
         ...

@@ -169,6 +169,14 @@ class SglangKVManager:
         tokens = int(budget // cell) // page * page
         return tokens, int(tokens * SWA_FULL_TOKENS_RATIO) // page * page
 
+    def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
+        """``layout`` with ``num_blocks`` pages (SGLang only warns about a small pool)."""
+        tokens = num_blocks * layout.block_size
+        return layout.model_copy(update={
+            "num_blocks": num_blocks, "kv_tokens": tokens,
+            "max_concurrency": tokens / layout.max_model_len,
+        })
+
     def log_lines(self, layout: KVLayout) -> list[str]:
         """SGLang's start-up lines about its KV pool."""
         lines = [f"KV Cache is allocated. #tokens: {layout.kv_tokens}"]

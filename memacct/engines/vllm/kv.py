@@ -335,6 +335,26 @@ class VllmKVManager:
             notes=tuple(notes),
         )
 
+    def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
+        """``layout`` with ``num_blocks`` blocks, refused as vLLM refuses (null block held back).
+
+        Raises:
+            InsufficientMemoryError: one request no longer fits.
+        """
+        if (num_blocks - 1) * layout.block_bytes < layout.request_bytes:
+            raise InsufficientMemoryError(
+                f"{num_blocks} blocks of {layout.block_bytes} bytes leave "
+                f"{(num_blocks - 1) * layout.block_bytes} bytes after vLLM's null block, less "
+                f"than one request of max_model_len={layout.max_model_len} needs "
+                f"({layout.request_bytes} bytes): lower max_model_len or give every rank more "
+                f"KV-cache memory"
+            )
+        concurrency = num_blocks / layout.blocks_per_request
+        return layout.model_copy(update={
+            "num_blocks": num_blocks, "max_concurrency": concurrency,
+            "kv_tokens": int(concurrency * layout.max_model_len),
+        })
+
     def log_lines(self, layout: KVLayout) -> list[str]:
         """vLLM 0.33's start-up lines about the KV cache."""
         return [
