@@ -444,7 +444,7 @@ def test_max_model_len_that_does_not_fit_names_the_largest_that_does() -> None:
     assert "To serve one request of max_model_len=131072" in message
     assert f"{131072 * TOKEN} bytes" in message
     # vLLM holds its null block back before it estimates.
-    assert f"estimated maximum model length is {(budget_blocks - 1) * 16}" in message
+    assert f"largest max_model_len that fits is {(budget_blocks - 1) * 16}" in message
     assert info.value.estimated_max_model_len == (budget_blocks - 1) * 16
 
 

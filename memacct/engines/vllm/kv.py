@@ -305,8 +305,9 @@ class VllmKVManager:
                     f"To serve one request of max_model_len={max_len}, vLLM {VLLM_VERSION} needs "
                     f"{format_gib(needed)} ({needed} bytes) of KV cache, more than the "
                     f"{format_gib(available)} ({available} bytes) available after its null "
-                    f"block. The estimated maximum model length is {estimate}: set "
-                    f"max_model_len to at most {estimate}, or give the KV cache more memory",
+                    f"block. vLLM's estimate of the largest max_model_len that fits is "
+                    f"{estimate}: set max_model_len to at most {estimate}, or give the KV cache "
+                    f"more memory",
                     estimated_max_model_len=estimate,
                 )
         stage_blocks = tuple(budget_bytes // bpb for bpb in stage_bpb)
