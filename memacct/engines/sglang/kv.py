@@ -93,11 +93,12 @@ class SglangKVManager:
             )
         page = settings.block_size
         hybrid = spec.model_type in _HYBRID_SWA_TYPES
-        stage_tokens: list[tuple[int, int | None]] = []
+        stage_tokens: list[tuple[int, int | None, float]] = []
         for layers in _stage_layers(spec):
             stage_tokens.append(self._stage_pool(spec, layers, budget_bytes, page, hybrid))
-        full = min(t for t, _ in stage_tokens)
-        swa_values = [s for _, s in stage_tokens if s is not None]
+        full = min(t for t, _, _ in stage_tokens)
+        cell = max(c for t, _, c in stage_tokens if t == full)
+        swa_values = [s for _, s, _ in stage_tokens if s is not None]
         swa = min(swa_values) if swa_values else None
         if full <= 0:
             raise InsufficientMemoryError(
@@ -123,16 +124,16 @@ class SglangKVManager:
                 f"the pool ({full} tokens) is smaller than one request of {length} tokens: "
                 f"SGLang only warns"
             )
-        cell = self._full_cell(spec, spec.layers)
         groups = _groups(spec.layers, page, swa is not None)
         return KVLayout(
             engine=self.name,
             engine_version=self.version,
             budget_bytes=budget_bytes,
             block_size=page,
-            block_bytes=max(cell * page, 1),
+            # A split pool's token costs a fraction of a byte more; round down.
+            block_bytes=max(int(cell) * page, 1),
             num_blocks=full // page,
-            stage_blocks=tuple(t // page for t, _ in stage_tokens),
+            stage_blocks=tuple(t // page for t, _, _ in stage_tokens),
             max_model_len=length,
             blocks_per_request=-(-length // page),
             kv_tokens=full,
@@ -141,15 +142,11 @@ class SglangKVManager:
             notes=tuple(notes),
         )
 
-    @staticmethod
-    def _full_cell(spec: KVCacheSpec, layers: Sequence[LayerSpec]) -> int:
-        per = max((x.bytes_per_token for x in layers), default=0)
-        return per * sum(1 for x in layers if x.bytes_per_token)
-
     def _stage_pool(
         self, spec: KVCacheSpec, layers: Sequence[LayerSpec], budget: int, page: int,
         hybrid: bool,
-    ) -> tuple[int, int | None]:
+    ) -> tuple[int, int | None, float]:
+        """Pool tokens, sliding-pool tokens and bytes per pool token of one stage."""
         kv = [x for x in layers if x.bytes_per_token]
         if not hybrid:
             cell = sum(x.bytes_per_token for x in kv)
@@ -157,17 +154,17 @@ class SglangKVManager:
                 raise InvalidInputError(
                     f"a pipeline stage of {spec.model_name} holds no KV layer: use fewer stages"
                 )
-            return budget // cell // page * page, None
+            return budget // cell // page * page, None, float(cell)
         full = [x for x in kv if x.kind in ("full", "mla")]
         local = [x for x in kv if x.kind in ("sliding", "chunked")]
         full_bytes = sum(x.bytes_per_token for x in full)
         swa_bytes = sum(x.bytes_per_token for x in local)
         if not full:
             tokens = budget // swa_bytes // page * page
-            return tokens, tokens
+            return tokens, tokens, float(swa_bytes)
         cell = full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes
         tokens = int(budget // cell) // page * page
-        return tokens, int(tokens * SWA_FULL_TOKENS_RATIO) // page * page
+        return tokens, int(tokens * SWA_FULL_TOKENS_RATIO) // page * page, cell
 
     def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
         """``layout`` with ``num_blocks`` pages (SGLang only warns about a small pool)."""
