@@ -201,7 +201,9 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); without --profile "
     "the plan needs no device.",
 )
-@click.option("--block-size", type=int, default=None, help="Default: the engine's (vLLM 16, SGLang 1).")
+@click.option(
+    "--block-size", type=int, default=None, help="Default: the engine's (vLLM 16, SGLang 1)."
+)
 @click.option("--max-model-len", type=int, default=None)
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)

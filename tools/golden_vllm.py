@@ -87,7 +87,7 @@ def import_vllm(src: str) -> dict[str, Any]:
     sys.path.insert(0, src)
     for name in ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn"):
         _stub(name)
-    import vllm  # noqa: F401
+    import vllm
     from vllm.config.vllm import VllmConfig
     from vllm.distributed.utils import get_pp_indices
     from vllm.v1.core import kv_cache_config_builder as builder_mod
@@ -244,10 +244,7 @@ def build_specs(v: dict[str, Any], cfg: dict[str, Any], *, tp: int, pp: int, blo
 
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16,
              "float32": torch.bfloat16}[str(cfg["_dtype"]).replace("torch.", "")]
-    if cache_dtype.startswith("fp8"):
-        torch_dtype = torch.float8_e4m3fn
-    else:
-        torch_dtype = dtype
+    torch_dtype = torch.float8_e4m3fn if cache_dtype.startswith("fp8") else dtype
     mode = v["get_kv_quant_mode"](cache_dtype)
     heads = cfg["num_attention_heads"]
     kinds = layer_kinds(cfg)
@@ -440,7 +437,7 @@ def main() -> int:
         keys = list(grid)
         seen: set[tuple[Any, ...]] = set()
         for values in itertools.product(*(grid[k] for k in keys)):
-            row = dict(zip(keys, values))
+            row = dict(zip(keys, values, strict=True))
             row["max_model_len"] = full_len if row["max_model_len"] == "full" else row[
                 "max_model_len"]
             key = tuple(row.values())
@@ -464,7 +461,7 @@ def main() -> int:
     table = {
         "vllm_version": v["version"],
         "generator": "tools/golden_vllm.py",
-        "grid": {k: [x if not isinstance(x, bool) else x for x in val] for k, val in grid.items()},
+        "grid": grid,
         "emulated": {
             "device": "H100 (SM90), CUDA platform, V2 model runner",
             "kv_cache_layout": "LBNHC",

@@ -8,6 +8,7 @@ memacct's own lines, then the lines the engine itself logs (vLLM 0.33:
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -209,6 +210,13 @@ class KVCachePlan(BaseModel):
             raise ValueError("target_allocation exceeds total_memory")
         if self.kv_cache_used_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
             raise ValueError("kv_cache_used_bytes + allocator_reserve_bytes exceeds kv_cache_bytes")
+        # True division of absurd integers overflows here: load_model_json reports it.
+        concurrency = (
+            self.kv_tokens / self.max_model_len if self.engine == "sglang"
+            else self.num_blocks / self.blocks_per_request
+        )
+        if not math.isclose(self.max_concurrency, concurrency, rel_tol=1e-9):
+            raise ValueError(f"max_concurrency ({self.max_concurrency}) must be {concurrency}")
         if self.agreement is not None and self.num_blocks != self.agreement.min:
             raise ValueError("num_blocks must equal the agreed minimum")
         return self

@@ -162,9 +162,9 @@ class SglangKVManager:
         if not full:
             tokens = budget // swa_bytes // page * page
             return tokens, tokens, float(swa_bytes)
-        cell = full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes
-        tokens = int(budget // cell) // page * page
-        return tokens, int(tokens * SWA_FULL_TOKENS_RATIO) // page * page, cell
+        split_cell = full_bytes + SWA_FULL_TOKENS_RATIO * swa_bytes
+        tokens = int(budget // split_cell) // page * page
+        return tokens, int(tokens * SWA_FULL_TOKENS_RATIO) // page * page, split_cell
 
     def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
         """``layout`` with ``num_blocks`` pages (SGLang only warns about a small pool)."""

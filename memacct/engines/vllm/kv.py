@@ -99,7 +99,7 @@ def _layers(spec: KVCacheSpec) -> tuple[LayerSpec, ...]:
     for group in spec.layer_groups:
         kind = "sliding" if group.sliding_window is not None else (
             "mla" if spec.attention == "mla" else "full")
-        layers += [LayerSpec(kind=kind, bytes_per_token=group.bytes_per_token_per_layer,  # type: ignore[arg-type]
+        layers += [LayerSpec(kind=kind, bytes_per_token=group.bytes_per_token_per_layer,
                              window=group.sliding_window)] * group.num_layers
     return tuple(layers)
 
