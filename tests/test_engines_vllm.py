@@ -198,3 +198,10 @@ def test_the_log_lines_are_vllm_033s() -> None:
 
 def test_max_num_seqs_does_not_enter_the_plan() -> None:
     assert plan("gemma-2-9b", max_num_seqs=1) == plan("gemma-2-9b", max_num_seqs=4096)
+
+
+def test_fp8_ds_mla_is_656_bytes_per_token_per_layer() -> None:
+    deepseek = spec("deepseek-v3", kv_cache_dtype="fp8_ds_mla")
+    assert deepseek.bytes_per_token == 61 * 656
+    with pytest.raises(InvalidInputError, match="not an MLA model"):
+        spec("llama-3.1-8b", kv_cache_dtype="fp8_ds_mla")

@@ -69,6 +69,10 @@ __all__ = [
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
+FP8_DS_MLA = "fp8_ds_mla"
+# Bytes per token per layer of DeepSeek-V3.2's sparse-MLA KV format (docs/engines.md).
+FP8_DS_MLA_BYTES = 656
+
 
 
 def kv_dtype_bytes(kv_cache_dtype: str) -> tuple[str, int]:
@@ -89,6 +93,8 @@ def kv_dtype_bytes(kv_cache_dtype: str) -> tuple[str, int]:
         )
     name = kv_cache_dtype.strip().lower().removeprefix("torch.")
     name = _DTYPE_ALIASES.get(name, name)
+    if name == FP8_DS_MLA:
+        return name, 1
     if name not in _KV_DTYPES:
         choices = ", ".join(["auto", *_KV_DTYPES, *_DTYPE_ALIASES])
         raise InvalidInputError(f"unknown kv_cache_dtype {kv_cache_dtype!r}: use one of {choices}")
@@ -497,7 +503,7 @@ def _build_spec(
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
     dtype, dtype_bytes = _model_dtype(cfg)
     kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
-    kv_bytes = _KV_DTYPES[kv_dtype]
+    kv_bytes = 1 if kv_dtype == FP8_DS_MLA else _KV_DTYPES[kv_dtype]
 
     lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
     rope_dim: int | None = None
@@ -513,8 +519,16 @@ def _build_spec(
         total_kv_heads = kv_heads = 1
         # One latent serves both keys and values, and every TP rank keeps all of it.
         per_layer = head_dim * kv_bytes
+        if kv_dtype == FP8_DS_MLA:
+            # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
+            per_layer = FP8_DS_MLA_BYTES
     else:
         attention = "mha"
+        if kv_dtype == FP8_DS_MLA:
+            raise InvalidInputError(
+                f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
+                f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
+            )
         head_dim = _head_dim(cfg, hidden, num_heads)
         total_kv_heads = _kv_heads(cfg, num_heads)
         kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
