@@ -645,3 +645,66 @@ def test_each_load_returns_a_fresh_dict() -> None:
 
 def test_from_preset_names_the_spec_after_the_preset() -> None:
     assert KVCacheSpec.from_preset("qwen3-8b").model_name == "qwen3-8b"
+
+
+# --- per-layer kinds: hybrids, state sizes, KV sharing ------------------------------------------
+
+
+def test_qwen3_next_has_gdn_state_layers_and_every_fourth_full() -> None:
+    spec = spec_of("qwen3-next-80b-a3b", tensor_parallel_size=2)
+    assert [x.kind for x in spec.layers] == (["mamba"] * 3 + ["full"]) * 12
+    conv = (2 * 16 * 128 + 32 * 128) // 2 * 3
+    recurrent = 32 // 2 * 128 * 128
+    assert spec.layers[0].state_bytes == (conv + recurrent) * 2
+    assert spec.layers[0].state_kind == "gdn"
+
+
+def test_granite_h_mamba_layers_count_in_the_pipeline_split() -> None:
+    spec = spec_of("granite-4.0-h-small", pipeline_parallel_size=2)
+    assert spec.pipeline_layers == (20, 20)
+    assert [i for i, x in enumerate(spec.layers) if x.kind == "full"] == [5, 15, 25, 35]
+    assert spec.num_layers == 20 and sum(g.num_layers for g in spec.layer_groups) == 2
+
+
+def test_gemma_3n_shared_layers_read_the_last_layer_of_their_kind() -> None:
+    spec = spec_of("gemma-3n-e4b")
+    shared = {i: x.shares_kv_with for i, x in enumerate(spec.layers) if x.shares_kv_with}
+    assert sorted(shared) == list(range(20, 35))
+    assert {shared[i] for i in shared if spec.layers[i].kind == "sliding"} == {18}
+    assert {shared[i] for i in shared if spec.layers[i].kind == "full"} == {19}
+    assert any("share the KV cache" in note for note in spec.notes)
+
+
+def test_cohere2_sliding_layers_see_their_window_plus_one() -> None:
+    assert windows(spec_of("cohere2-7b")) == [(8, None), (24, 4097)]
+
+
+def test_nemotron_h_pattern_gives_mamba_attention_and_cacheless_layers() -> None:
+    config = {
+        "model_type": "nemotron_h", "num_hidden_layers": 6, "hybrid_override_pattern": "M-M*-E",
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
+        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 2,
+        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
+    }
+    spec = KVCacheSpec.from_hf_config(config)
+    assert [x.kind for x in spec.layers] == ["mamba", "none", "mamba", "full", "none", "none"]
+    assert spec.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 2
+    assert spec.bytes_per_token == 2 * 2 * 64 * 2
+    with pytest.raises(ConfigError, match="hybrid_override_pattern"):
+        KVCacheSpec.from_hf_config(config | {"hybrid_override_pattern": "M*"})
+
+
+def test_a_pipeline_stage_without_kv_layers_cannot_be_planned_for_vllm() -> None:
+    from memacct.engines import get_engine
+    from memacct.engines.base import KVSettings
+
+    config = {
+        "model_type": "nemotron_h", "num_hidden_layers": 4, "hybrid_override_pattern": "*MM-",
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
+        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 16, "n_groups": 1,
+        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
+    }
+    spec = KVCacheSpec.from_hf_config(config, pipeline_parallel_size=4)
+    assert spec.pipeline_stage == 0
+    with pytest.raises(InvalidInputError, match="holds no KV-cache layer"):
+        get_engine("vllm").kv.plan(spec, 2**30, KVSettings(max_model_len=4096))

@@ -16,6 +16,12 @@ cache one token needs on one rank, for:
   fewer KV heads than ranks) and pipeline parallelism (layers split across
   stages as vLLM splits them; the stage with the most cache decides).
 
+It also lists every layer of the model as a :class:`LayerSpec`
+(:mod:`memacct.planner.layers`): full, sliding, chunked local (Llama 4), MLA,
+Mamba2 / gated-delta-net state with its bytes per request (Granite-4.0-H,
+Qwen3-Next, Nemotron-H), cache-less and KV-sharing layers (Gemma-3n). The
+engines' KV-cache managers (:mod:`memacct.engines`) plan from that list.
+
 Example::
 
     >>> from memacct.planner import KVCacheSpec, load_model_preset
