@@ -325,26 +325,20 @@ def plan_cmd(
         console.print(f"plot written to {plot_path}", markup=False)
 
 
-_BYTE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-               "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-
-
 def _parse_bytes(text: str) -> int:
-    """``20GiB``, ``512MiB``, ``1.5G`` or a plain byte count, as whole bytes."""
-    raw = text.strip().lower().replace("_", "")
-    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(number):].strip()
+    """``--kv-cache-memory-bytes``: ``20GiB``, ``512MiB`` or a plain byte count (at least 1)."""
+    from memacct.units import parse_size
+
     try:
-        value = float(number) * _BYTE_UNITS[unit]
-    except (KeyError, ValueError):
-        value = float("nan")
-    if not (math.isfinite(value) and value >= 1):
+        value = parse_size(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"--kv-cache-memory-bytes {exc}") from None
+    if value < 1:
         raise InvalidInputError(
-            f"--kv-cache-memory-bytes {text!r} is not a size: give bytes or a number with "
-            f"KiB, MiB, GiB or TiB, e.g. 20GiB"
+            f"--kv-cache-memory-bytes {text!r} is not a size the KV cache can have: give at "
+            f"least one byte, e.g. 20GiB"
         )
-    return int(value)
+    return value
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:
