@@ -448,7 +448,19 @@ class TransformerWorkload:
                 f"{self.max_num_seqs}): an engine never schedules it"
             )
 
-    def _build_step(self, num_tokens: int, num_seqs: int) -> list[int]:
+    def forward_trace(self, num_tokens: int, num_seqs: int) -> list[int]:
+        """The allocation trace of the model's forward pass alone, without sampling.
+
+        What a CUDA graph of a batch of ``num_tokens`` captures (vLLM captures
+        the model, never the sampler). Not cached.
+
+        Raises:
+            InvalidInputError: as :meth:`step_trace`.
+        """
+        self._check_step(num_tokens, num_seqs)
+        return self._build_step(num_tokens, num_seqs, sample=False)
+
+    def _build_step(self, num_tokens: int, num_seqs: int, *, sample: bool = True) -> list[int]:
         s = self.shape
         t = num_tokens
         dt = s.dtype_bytes
@@ -473,7 +485,10 @@ class TransformerWorkload:
         # Final norm is fused and in place; then the residual stream is gone.
         assert residual is not None
         tr.free(residual)
-        self._sample(tr, hidden, num_seqs)
+        if sample:
+            self._sample(tr, hidden, num_seqs)
+        else:
+            tr.free(hidden)
         tr.free(logits_indices, attn_meta)
         assert not tr.live, "a step trace must free everything it allocates"
         return tr.ops

@@ -1,0 +1,329 @@
+"""vLLM's start-up, as it bears on memory: what one rank holds before the KV cache.
+
+vLLM (V1 engine; rules of the release in :data:`VERSION`) sizes the KV cache
+of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``)::
+
+    kv_cache_bytes = total x gpu_memory_utilization
+                     - weights - activation peak - non-torch growth - CUDA-graph estimate
+
+:func:`estimate_startup` computes every term offline, without a device:
+
+* **weights**: :func:`memacct.planner.weights.estimate_weights` (the engine's
+  per-rank sharding and quantized layouts);
+* **activation peak** of the profile run (``gpu_model_runner.py``,
+  ``profile_run``): a dummy forward over ``max_num_batched_tokens`` tokens,
+  then the dummy sampler over ``max_num_seqs`` rows of logits with top-k and
+  top-p on. The sampler's peak is :data:`SAMPLER_BYTES_PER_LOGIT` bytes per
+  (row x vocabulary entry) on every rank (the logits are gathered whole
+  under TP), which is why it grows with the vocabulary, not the model;
+* **non-torch growth**: memory outside PyTorch's allocator that appears after
+  the engine's own baseline snapshot (NCCL and custom all-reduce buffers
+  under TP), :data:`NON_TORCH_TP1_BYTES` / :data:`NON_TORCH_TP_BYTES`;
+* **CUDA graphs**: the pool of the largest captured batch, charged by
+  default as vLLM 0.33 does and zero with ``enforce_eager``.
+
+Defaults follow ``vllm serve`` per device class when the user sets none
+(``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``). Sources and
+measurements of each term are in ``docs/engines.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memacct.engines.forward import TransformerWorkload
+from memacct.errors import InvalidInputError
+from memacct.planner.spec import KVCacheSpec
+from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
+from memacct.units import GiB, MiB
+
+__all__ = [
+    "NON_TORCH_TP1_BYTES",
+    "NON_TORCH_TP_BYTES",
+    "SAMPLER_BYTES_PER_LOGIT",
+    "VERSION",
+    "StartupEstimate",
+    "StartupSettings",
+    "VllmStartup",
+    "batch_defaults",
+    "capture_sizes",
+    "trace_peak",
+]
+
+VERSION = "0.33"
+
+SAMPLER_BYTES_PER_LOGIT = 36
+"""Bytes per logit the dummy sampler holds at its peak, besides the model-dtype logits.
+
+The float32 copy (4), the sorted values (4) and int64 indices (8) of the
+top-k/top-p sort, the int64 positions the sort starts from (8), and the
+sort's scratch copy of keys and values (12): 36, plus the model-dtype logits
+(2 for bf16): 38 bytes. Seven vLLM 0.11 start-ups on H100 with max_num_seqs
+1024 measured 37.4-38.9 bytes per logit (docs/accuracy.md).
+"""
+
+NON_TORCH_TP1_BYTES = round(0.13 * GiB)
+"""Non-torch growth after vLLM's baseline on one GPU (cuBLAS/attention workspaces): 0.13 GiB
+measured on H100 by vLLM 0.11 for five models of 0.6B-32B."""
+
+NON_TORCH_TP_BYTES = round(0.55 * GiB)
+"""The same under tensor parallelism (NCCL and custom all-reduce buffers): 0.54-0.55 GiB
+measured at TP2 on H100 (Qwen3-32B, Llama-3.3-70B)."""
+
+_GRAPH_OVERHEAD_BYTES = 2 * MiB
+"""Per captured graph: its kernels' parameter buffers and the graph object (order of MiB)."""
+
+
+def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
+    """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) for a device.
+
+    ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 8192
+    tokens and 1024 sequences on a device of at least 70 GiB that is not an
+    A100 (H100, H200, B200, MI300X), else 2048 and 256.
+    """
+    if total_memory >= 70 * GiB and "a100" not in device_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    """The batch sizes vLLM captures CUDA graphs for by default.
+
+    1, 2, 4, then every 8 up to 256 and every 16 above, up to
+    ``min(2 x max_num_seqs, 512)`` (``vllm/config/compilation.py``).
+    """
+    largest = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
+    return [s for s in sizes if s <= largest]
+
+
+def trace_peak(trace: Sequence[int]) -> int:
+    """The largest live byte count of an allocation trace (see :mod:`memacct.engines.forward`)."""
+    sizes: list[int] = []
+    live = peak = 0
+    for op in trace:
+        if op >= 0:
+            sizes.append(op)
+            live += op
+            peak = max(peak, live)
+        else:
+            live -= sizes[~op]
+    return peak
+
+
+@dataclass(frozen=True)
+class StartupSettings:
+    """The engine settings a start-up depends on (``None``: the engine's default)."""
+
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+    charge_cudagraphs: bool = True
+    mxfp4_layout: str | None = None
+
+
+@dataclass(frozen=True)
+class StartupEstimate:
+    """One rank right before the KV cache is allocated, and the KV budget the engine computes.
+
+    All sizes in bytes. ``kv_cache_bytes`` may be negative: the engine then
+    refuses to start.
+    """
+
+    engine: str
+    version: str
+    total_memory: int
+    gpu_memory_utilization: float
+    requested_memory: int
+    weights_memory: int
+    activation_peak: int
+    non_allocator_increase: int
+    cudagraph_memory: int
+    cudagraph_charged: bool
+    kv_cache_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    weights: WeightEstimate
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def non_kv_cache_memory(self) -> int:
+        """Weights + activation peak + non-torch growth (+ graphs where charged)."""
+        graphs = self.cudagraph_memory if self.cudagraph_charged else 0
+        return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
+
+
+def _device_class(device_name: str) -> str:
+    name = device_name.lower()
+    if any(k in name for k in ("h100", "h200", "h800", "h20")):
+        return "hopper"
+    if any(k in name for k in ("b200", "b100", "gb200", "rtx-5090", "blackwell")):
+        return "blackwell"
+    return "marlin"
+
+
+class VllmStartup:
+    """vLLM's start-up model (V1 engine).
+
+    Attributes:
+        name: the engine's name.
+        version: the vLLM release whose rules this follows.
+        sampler_bytes_per_logit: bytes per logit of the dummy sampler,
+            besides the model-dtype logits.
+        non_torch: (one GPU, tensor parallel) non-torch growth.
+    """
+
+    name = "vllm"
+    version = VERSION
+    sampler_bytes_per_logit = SAMPLER_BYTES_PER_LOGIT
+    non_torch = (NON_TORCH_TP1_BYTES, NON_TORCH_TP_BYTES)
+    graphs = True
+
+    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+        return batch_defaults(total_memory, device_name)
+
+    def estimate(
+        self,
+        config: Mapping[str, Any],
+        *,
+        total_memory: int,
+        device_name: str = "",
+        settings: StartupSettings | None = None,
+        weights: WeightEstimate | None = None,
+    ) -> StartupEstimate:
+        """Estimate one rank's start-up on a device of ``total_memory`` bytes.
+
+        Args:
+            config: the model's ``config.json``.
+            total_memory: the device's total memory as the runtime reports it.
+            device_name: the device's name (selects the engine's defaults and
+                the MXFP4 kernel layout).
+            settings: the engine's settings; ``None`` fields take its defaults.
+            weights: the weights when known already (e.g. from a checkpoint).
+
+        Raises:
+            InvalidInputError: a setting out of range.
+            ConfigError: the config lacks a size the estimate needs.
+        """
+        s = settings or StartupSettings()
+        if not 0 < s.gpu_memory_utilization <= 1:
+            raise InvalidInputError(
+                f"gpu_memory_utilization must be in (0, 1], got {s.gpu_memory_utilization!r}"
+            )
+        if isinstance(total_memory, bool) or not isinstance(total_memory, int) or total_memory <= 0:
+            raise InvalidInputError(f"total_memory must be a positive byte count, got {total_memory!r}")
+        notes: list[str] = []
+        d_tokens, d_seqs = self.defaults(total_memory, device_name)
+        tokens = s.max_num_batched_tokens or d_tokens
+        seqs = s.max_num_seqs or d_seqs
+        if s.max_num_batched_tokens is None or s.max_num_seqs is None:
+            notes.append(
+                f"{self.name} defaults on this device: max_num_batched_tokens {d_tokens}, "
+                f"max_num_seqs {d_seqs}"
+            )
+        layout = s.mxfp4_layout or _device_class(device_name)
+        if weights is None:
+            weights = estimate_weights(
+                config, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
+            )
+        spec = KVCacheSpec.from_hf_config(
+            dict(config), kv_cache_dtype=_kv_dtype(config, s.kv_cache_dtype),
+            tensor_parallel_size=s.tensor_parallel_size,
+        )
+        activation = self.activation_peak(config, spec, tokens, seqs, s)
+        tp = s.tensor_parallel_size
+        non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
+        graphs = 0 if (s.enforce_eager or not self.graphs) else self.cudagraph_memory(
+            config, spec, seqs, tokens, s
+        )
+        requested = int(total_memory * s.gpu_memory_utilization)
+        charged = s.charge_cudagraphs and graphs > 0
+        kv = requested - weights.total_bytes - activation - non_torch - (graphs if charged else 0)
+        return StartupEstimate(
+            engine=self.name,
+            version=self.version,
+            total_memory=total_memory,
+            gpu_memory_utilization=s.gpu_memory_utilization,
+            requested_memory=requested,
+            weights_memory=weights.total_bytes,
+            activation_peak=activation,
+            non_allocator_increase=non_torch,
+            cudagraph_memory=graphs,
+            cudagraph_charged=charged,
+            kv_cache_bytes=kv,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=seqs,
+            weights=weights,
+            notes=tuple(notes),
+        )
+
+    def _workload(
+        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int, s: StartupSettings
+    ) -> TransformerWorkload:
+        return TransformerWorkload(
+            spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs,
+            block_size=s.block_size, max_model_len=s.max_model_len,
+        )
+
+    def sampler_peak(self, spec: KVCacheSpec, config: Mapping[str, Any], seqs: int) -> int:
+        """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary."""
+        vocab = int(spec.vocab_size or 0)
+        logits_dtype = spec.dtype_bytes or 2
+        return seqs * vocab * (logits_dtype + self.sampler_bytes_per_logit)
+
+    def activation_peak(
+        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int, s: StartupSettings
+    ) -> int:
+        """The profile run's peak: the larger of the forward pass and the sampler after it."""
+        work = self._workload(config, spec, tokens, seqs, s)
+        forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
+        hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
+        return max(forward, hidden + self.sampler_peak(spec, config, seqs))
+
+    def cudagraph_memory(
+        self, config: Mapping[str, Any], spec: KVCacheSpec, seqs: int, tokens: int, s: StartupSettings
+    ) -> int:
+        """The graph pool: the forward of the largest captured batch, plus each graph's overhead.
+
+        Graphs are captured largest first into one shared pool, so the pool
+        holds the activations of the largest batch; each graph adds its own
+        small buffers.
+        """
+        sizes = capture_sizes(seqs)
+        largest = min(max(sizes), tokens)
+        work = self._workload(config, spec, max(tokens, largest), max(seqs, largest), s)
+        pool = trace_peak(work.forward_trace(largest, largest))
+        return pool + len(sizes) * _GRAPH_OVERHEAD_BYTES
+
+
+def _kv_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
+    """vLLM's ``auto`` for a config that names no dtype: it serves such models in bfloat16."""
+    if kv_cache_dtype.strip().lower() != "auto":
+        return kv_cache_dtype
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, Mapping) else config
+    if merged.get("torch_dtype") is None and merged.get("dtype") is None:
+        quant = merged.get("quantization_config")
+        if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):
+            return kv_cache_dtype
+        return "bfloat16"
+    if str(merged.get("torch_dtype") or merged.get("dtype")).lower() in ("float32", "torch.float32"):
+        return "bfloat16"
+    return kv_cache_dtype
+
+
+STARTUP = VllmStartup()
+"""vLLM's start-up model, for ``Engine(startup=...)``."""
+
+
+def with_settings(settings: StartupSettings, **changes: Any) -> StartupSettings:
+    """A copy of ``settings`` with ``changes`` applied."""
+    return replace(settings, **changes)
