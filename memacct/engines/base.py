@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "StartupModel"]
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,26 @@ class Engine:
     version: str
     kv: Any
     startup: Any = None
+
+
+class StartupModel(Protocol):
+    """An engine's start-up as it bears on memory (``engines/<name>/startup.py``)."""
+
+    name: str
+    version: str
+
+    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+        ...
+
+    def estimate(
+        self,
+        config: Mapping[str, Any],
+        *,
+        total_memory: int,
+        device_name: str = "",
+        settings: Any = None,
+        weights: Any = None,
+    ) -> Any:
+        """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget."""
+        ...
