@@ -93,7 +93,7 @@ class QuantScheme:
     label: str = ""
 
     def skips(self, module: str) -> bool:
-        """Whether the module called ``module`` (``model.layers.0.self_attn.q_proj``) stays unquantized."""
+        """Whether the module ``module`` (``model.layers.0.self_attn.q_proj``) stays unquantized."""
         for pattern in self.skip:
             if fnmatch.fnmatchcase(module, pattern) or fnmatch.fnmatchcase(module, pattern + ".*"):
                 return True
@@ -108,7 +108,7 @@ class QuantScheme:
         return False
 
     def linear_bytes(self, out_features: int, in_features: int) -> int:
-        """Device bytes of one linear layer of ``out_features x in_features`` (this rank's shard)."""
+        """Device bytes of one ``out_features x in_features`` linear layer (this rank's shard)."""
         elems = out_features * in_features
         total = _ceil_div(int(elems * self.weight_bits), 8)
         if self.block is not None:
@@ -193,31 +193,54 @@ def _compressed_tensors(quant: Mapping[str, Any]) -> QuantScheme:
     if kind == "float" and bits == 4:
         # NVFP4: FP8 scale per 16 elements plus a global FP32 scale.
         return QuantScheme(
-            "compressed-tensors", 4, group_size=int(group_size or 16), scale_bytes=FP8,
-            tensor_scales=2 * FP32, skip=skip, label="compressed-tensors nvfp4",
+            "compressed-tensors",
+            4,
+            group_size=int(group_size or 16),
+            scale_bytes=FP8,
+            tensor_scales=2 * FP32,
+            skip=skip,
+            label="compressed-tensors nvfp4",
         )
     if kind == "float":
         if strategy == "block" and isinstance(block, Sequence) and len(block) == 2:
             return QuantScheme(
-                "compressed-tensors", 8, block=(int(block[0]), int(block[1])), scale_bytes=FP32,
-                skip=skip, label="compressed-tensors fp8 (block)",
+                "compressed-tensors",
+                8,
+                block=(int(block[0]), int(block[1])),
+                scale_bytes=FP32,
+                skip=skip,
+                label="compressed-tensors fp8 (block)",
             )
         return QuantScheme(
-            "compressed-tensors", bits, per_channel=strategy == "channel", scale_bytes=FP32,
-            tensor_scales=FP32 * (2 if strategy != "channel" else 0), skip=skip,
+            "compressed-tensors",
+            bits,
+            per_channel=strategy == "channel",
+            scale_bytes=FP32,
+            tensor_scales=FP32 * (2 if strategy != "channel" else 0),
+            skip=skip,
             label=f"compressed-tensors fp8 ({strategy})",
         )
     if strategy == "group" and isinstance(group_size, int) and group_size > 0:
         actorder = weights.get("actorder")
         return QuantScheme(
-            "compressed-tensors", bits, group_size=group_size, scale_bytes=FP16,
-            zero_bits=0 if symmetric else bits, g_idx=actorder == "group", skip=skip,
+            "compressed-tensors",
+            bits,
+            group_size=group_size,
+            scale_bytes=FP16,
+            zero_bits=0 if symmetric else bits,
+            g_idx=actorder == "group",
+            skip=skip,
             label=f"compressed-tensors int{bits} (group {group_size})",
         )
     return QuantScheme(
-        "compressed-tensors", bits, per_channel=strategy == "channel", scale_bytes=FP32,
-        zero_bits=0 if symmetric else bits, tensor_scales=0 if strategy == "channel" else FP32,
-        skip=skip, label=f"compressed-tensors int{bits} ({strategy})",
+        "compressed-tensors",
+        bits,
+        per_channel=strategy == "channel",
+        scale_bytes=FP32,
+        zero_bits=0 if symmetric else bits,
+        tensor_scales=0 if strategy == "channel" else FP32,
+        skip=skip,
+        label=f"compressed-tensors int{bits} ({strategy})",
     )
 
 
@@ -245,14 +268,23 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         skip = _skip_list(quant, "ignored_layers", "modules_to_not_convert")
         if isinstance(block, Sequence) and len(block) == 2:
             return QuantScheme(
-                "fp8", 8, block=(int(block[0]), int(block[1])), scale_bytes=FP32, skip=skip,
+                "fp8",
+                8,
+                block=(int(block[0]), int(block[1])),
+                scale_bytes=FP32,
+                skip=skip,
                 label=f"fp8 (block {block[0]}x{block[1]})",
             )
         return QuantScheme("fp8", 8, tensor_scales=2 * FP32, skip=skip, label="fp8 (per-tensor)")
     if method == "fbgemm_fp8":
         return QuantScheme(
-            "fbgemm_fp8", 8, per_channel=True, scale_bytes=FP32, tensor_scales=FP32,
-            skip=_skip_list(quant, "modules_to_not_convert"), label="fbgemm fp8 (per-channel)",
+            "fbgemm_fp8",
+            8,
+            per_channel=True,
+            scale_bytes=FP32,
+            tensor_scales=FP32,
+            skip=_skip_list(quant, "modules_to_not_convert"),
+            label="fbgemm fp8 (per-channel)",
         )
     if method == "compressed-tensors":
         return _compressed_tensors(quant)
@@ -261,8 +293,13 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         skip = _skip_list(quant, "exclude_modules", "ignore")
         if "fp4" in algo.lower() or method == "modelopt_fp4":
             return QuantScheme(
-                method, 4, group_size=_int(quant, "group_size", 16), scale_bytes=FP8,
-                tensor_scales=2 * FP32, skip=skip, label="modelopt nvfp4",
+                method,
+                4,
+                group_size=_int(quant, "group_size", 16),
+                scale_bytes=FP8,
+                tensor_scales=2 * FP32,
+                skip=skip,
+                label="modelopt nvfp4",
             )
         if algo.upper() == "FP8":
             return QuantScheme(method, 8, tensor_scales=2 * FP32, skip=skip, label="modelopt fp8")
@@ -271,25 +308,40 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         )
     if method == "mxfp4":
         return QuantScheme(
-            "mxfp4", 4, group_size=32, scale_bytes=1, experts_only=True,
-            skip=_skip_list(quant, "modules_to_not_convert"), label="mxfp4 (experts)",
+            "mxfp4",
+            4,
+            group_size=32,
+            scale_bytes=1,
+            experts_only=True,
+            skip=_skip_list(quant, "modules_to_not_convert"),
+            label="mxfp4 (experts)",
         )
     if method in ("awq", "awq_marlin"):
         bits = _int(quant, "bits", _int(quant, "w_bit", 4))
         group = _int(quant, "group_size", _int(quant, "q_group_size", 128))
         zero = bool(quant.get("zero_point", True))
         return QuantScheme(
-            method, bits, group_size=group if group > 0 else None, per_channel=group <= 0,
-            scale_bytes=FP16, zero_bits=bits if zero else 0,
-            skip=_skip_list(quant, "modules_to_not_convert"), label=f"awq int{bits} (group {group})",
+            method,
+            bits,
+            group_size=group if group > 0 else None,
+            per_channel=group <= 0,
+            scale_bytes=FP16,
+            zero_bits=bits if zero else 0,
+            skip=_skip_list(quant, "modules_to_not_convert"),
+            label=f"awq int{bits} (group {group})",
         )
     if method in ("gptq", "gptq_marlin"):
         bits = _int(quant, "bits", 4)
         group = _int(quant, "group_size", 128)
         sym = bool(quant.get("sym", True))
         return QuantScheme(
-            method, bits, group_size=group if group > 0 else None, per_channel=group <= 0,
-            scale_bytes=FP16, zero_bits=bits, g_idx=True,
+            method,
+            bits,
+            group_size=group if group > 0 else None,
+            per_channel=group <= 0,
+            scale_bytes=FP16,
+            zero_bits=bits,
+            g_idx=True,
             skip=_skip_list(quant, "modules_to_not_convert", "dynamic"),
             label=f"gptq int{bits} (group {group}{', sym' if sym else ''})",
         )
@@ -299,12 +351,20 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
             double = bool(quant.get("bnb_4bit_use_double_quant", False))
             # One absmax per 64 weights: FP32, or uint8 plus FP32 per 256 absmax when nested.
             return QuantScheme(
-                "bitsandbytes", 4, group_size=64, scale_bytes=1 if double else FP32,
-                skip=skip, label="bitsandbytes nf4",
+                "bitsandbytes",
+                4,
+                group_size=64,
+                scale_bytes=1 if double else FP32,
+                skip=skip,
+                label="bitsandbytes nf4",
             )
         if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
             return QuantScheme(
-                "bitsandbytes", 8, per_channel=True, scale_bytes=FP32, skip=skip,
+                "bitsandbytes",
+                8,
+                per_channel=True,
+                scale_bytes=FP32,
+                skip=skip,
                 label="bitsandbytes int8",
             )
         raise UnknownQuantizationError(

@@ -57,11 +57,33 @@ VOCAB_PADDING = 64
 _MAX_HEADER = 100 * 2**20  # safetensors caps its JSON header at 100 MB
 
 _DTYPE_BYTES = {
-    "float32": 4, "fp32": 4, "float": 4, "f32": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "f16": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "f8_e4m3": 1, "f8_e5m2": 1,
-    "int8": 1, "i8": 1, "uint8": 1, "u8": 1, "bool": 1,
-    "int16": 2, "i16": 2, "int32": 4, "i32": 4, "int64": 8, "i64": 8, "f64": 8, "float64": 8,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "f32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "f16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "f8_e4m3": 1,
+    "f8_e5m2": 1,
+    "int8": 1,
+    "i8": 1,
+    "uint8": 1,
+    "u8": 1,
+    "bool": 1,
+    "int16": 2,
+    "i16": 2,
+    "int32": 4,
+    "i32": 4,
+    "int64": 8,
+    "i64": 8,
+    "f64": 8,
+    "float64": 8,
 }
 
 Source = Literal["auto", "checkpoint", "transformers", "formula"]
@@ -128,7 +150,12 @@ def _role(name: str) -> str:
     low = name.lower()
     if any(k in low for k in ("vision", "visual", "image", "mm_projector", "multi_modal")):
         return "vision"
-    if "embed_tokens" in low or "wte" in low or "word_embeddings" in low or low.endswith("tok_embeddings.weight"):
+    if (
+        "embed_tokens" in low
+        or "wte" in low
+        or "word_embeddings" in low
+        or low.endswith("tok_embeddings.weight")
+    ):
         return "embedding"
     if low.startswith("lm_head") or ".lm_head" in low or low.endswith("output.weight"):
         return "lm_head"
@@ -157,9 +184,10 @@ def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int |
     if role in ("norms", "router"):
         return elems
     low = name.lower()
-    if role in ("attention", "vision") and num_kv_heads is not None and num_kv_heads < tp:
-        if re.search(r"(k_proj|v_proj)", low):
-            return elems // num_kv_heads if num_kv_heads else elems  # one replicated KV head
+    kv_replicated = num_kv_heads is not None and 0 < num_kv_heads < tp
+    if role == "attention" and kv_replicated and re.search(r"(k_proj|v_proj)", low):
+        assert num_kv_heads is not None
+        return elems // num_kv_heads  # each rank holds one whole, replicated KV head
     if low.endswith(".bias") and _ROW.search(low):
         return elems  # a row-parallel layer's bias is added once, whole on every rank
     if role == "experts" or _COLUMN.search(low) or _ROW.search(low) or role == "vision":
@@ -174,7 +202,8 @@ def _header(path: Path) -> dict[str, Any]:
     (length,) = struct.unpack("<Q", read_prefix(path, "safetensors file", 0, 8))
     if length <= 0 or length > _MAX_HEADER:
         raise ConfigError(
-            f"safetensors file {str(path)!r} declares a {length}-byte header: not a safetensors file"
+            f"safetensors file {str(path)!r} declares a {length}-byte header: "
+            "not a safetensors file"
         )
     text = read_prefix(path, "safetensors file", 8, length).decode("utf-8", errors="replace")
     return loads_json_object(text, f"safetensors header of {path.name}")
@@ -206,8 +235,8 @@ def safetensors_weights(
     files = _checkpoint_files(root)
     if not files:
         raise ConfigError(
-            f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in safetensors "
-            "format, or the config.json alone for an estimate from the architecture"
+            f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
+            "safetensors format, or the config.json alone for an estimate from the architecture"
         )
     kv = _num_kv_heads(config)
     dt = dtype_bytes(config)
@@ -220,7 +249,11 @@ def safetensors_weights(
             shape = tuple(int(d) for d in entry.get("shape", ()))
             size = _DTYPE_BYTES.get(str(entry.get("dtype", "")).lower(), 2)
             # The engine casts unquantized float tensors to the serving dtype.
-            if size == 4 and str(entry.get("dtype", "")).upper() == "F32" and not name.endswith("scale"):
+            if (
+                size == 4
+                and str(entry.get("dtype", "")).upper() == "F32"
+                and not name.endswith("scale")
+            ):
                 size = dt
             role = _role(name)
             if role == "lm_head" and tied:
@@ -257,9 +290,9 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
     cfg_dict = {k: v for k, v in config.items() if k != "quantization_config"}
     model_type = cfg_dict.get("model_type")
     try:
-        hf_config = transformers.AutoConfig.for_model(str(model_type), **{
-            k: v for k, v in cfg_dict.items() if k != "model_type"
-        })
+        hf_config = transformers.AutoConfig.for_model(
+            str(model_type), **{k: v for k, v in cfg_dict.items() if k != "model_type"}
+        )
         with torch.device("meta"):
             try:
                 model = transformers.AutoModelForCausalLM.from_config(hf_config)
@@ -300,10 +333,15 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 
 def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp: int) -> int:
     experts, a, b = shape
-    # transformers stores fused experts as (experts, in, out) or (experts, out, in); the
-    # intermediate dimension is the one tensor parallelism splits, the smaller for gate_up.
-    out_f, in_f = (a, b) if "down" not in name else (a, b)
-    return quant.experts_bytes(experts, _ceil_div(out_f, tp), in_f, mxfp4_pad=(1, 1))
+    # transformers keeps fused experts as (experts, in, out); tensor parallelism splits the
+    # intermediate dimension, the larger one of gate_up and the smaller one of down.
+    inter_first = "down" in name
+    out_f, in_f = (b, a)
+    if inter_first:
+        in_f = _ceil_div(in_f, tp)
+    else:
+        out_f = _ceil_div(out_f, tp)
+    return quant.experts_bytes(experts, out_f, in_f, mxfp4_pad=(1, 1))
 
 
 # ---------------------------------------------------------------- hand-written formulas
@@ -356,10 +394,7 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int, experts: int) -> set[int]:
     step = _int(cfg, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
     mlp_only = cfg.get("mlp_only_layers") or []
     only = {int(i) for i in mlp_only if isinstance(i, int)}
-    return {
-        i for i in range(layers)
-        if i >= first_dense and (i + 1) % step == 0 and i not in only
-    }
+    return {i for i in range(layers) if i >= first_dense and (i + 1) % step == 0 and i not in only}
 
 
 def formula_weights(
@@ -392,7 +427,9 @@ def formula_weights(
     vocab = _need(cfg, "vocab_size", "vocab_size")
     model_type = str(cfg.get("model_type", ""))
     experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
-    intermediate = _int(cfg, "intermediate_size", "intermediate_size_mlp", "ffn_dim", default=0) or 0
+    intermediate = (
+        _int(cfg, "intermediate_size", "intermediate_size_mlp", "ffn_dim", default=0) or 0
+    )
     dense_i = _int(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
     moe_i = _int(cfg, "moe_intermediate_size", default=intermediate) or intermediate
     if not experts and not dense_i:
@@ -459,8 +496,16 @@ def formula_weights(
                 acc.add("router", experts * dt)  # router bias
             im = _ceil_div(moe_i, tp)
             if quant is not None and (quant.experts_only or not quant.skips(f"{p}.mlp.experts")):
-                acc.add("experts", quant.experts_bytes(experts, 2 * im, h, mxfp4_pad=(2 * mxfp4_pad[0], mxfp4_pad[1])))
-                acc.add("experts", quant.experts_bytes(experts, h, im, mxfp4_pad=(mxfp4_pad[1], mxfp4_pad[0])))
+                acc.add(
+                    "experts",
+                    quant.experts_bytes(
+                        experts, 2 * im, h, mxfp4_pad=(2 * mxfp4_pad[0], mxfp4_pad[1])
+                    ),
+                )
+                acc.add(
+                    "experts",
+                    quant.experts_bytes(experts, h, im, mxfp4_pad=(mxfp4_pad[1], mxfp4_pad[0])),
+                )
                 if quant.method == "mxfp4":
                     im_p = _ceil_div(im, mxfp4_pad[0]) * mxfp4_pad[0]
                     h_p = _ceil_div(h, mxfp4_pad[1]) * mxfp4_pad[1]
@@ -557,4 +602,3 @@ def estimate_weights(
     if source == "transformers":
         return meta_weights(config, tensor_parallel_size=tensor_parallel_size)
     return formula_weights(config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad)
-

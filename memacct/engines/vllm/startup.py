@@ -219,7 +219,9 @@ class VllmStartup:
                 f"gpu_memory_utilization must be in (0, 1], got {s.gpu_memory_utilization!r}"
             )
         if isinstance(total_memory, bool) or not isinstance(total_memory, int) or total_memory <= 0:
-            raise InvalidInputError(f"total_memory must be a positive byte count, got {total_memory!r}")
+            raise InvalidInputError(
+                f"total_memory must be a positive byte count, got {total_memory!r}"
+            )
         notes: list[str] = []
         d_tokens, d_seqs = self.defaults(total_memory, device_name)
         tokens = s.max_num_batched_tokens or d_tokens
@@ -235,14 +237,17 @@ class VllmStartup:
                 config, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
             )
         spec = KVCacheSpec.from_hf_config(
-            dict(config), kv_cache_dtype=_kv_dtype(config, s.kv_cache_dtype),
+            dict(config),
+            kv_cache_dtype=_kv_dtype(config, s.kv_cache_dtype),
             tensor_parallel_size=s.tensor_parallel_size,
         )
         activation = self.activation_peak(config, spec, tokens, seqs, s)
         tp = s.tensor_parallel_size
         non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
-        graphs = 0 if (s.enforce_eager or not self.graphs) else self.cudagraph_memory(
-            config, spec, seqs, tokens, s
+        graphs = (
+            0
+            if (s.enforce_eager or not self.graphs)
+            else self.cudagraph_memory(config, spec, seqs, tokens, s)
         )
         requested = int(total_memory * s.gpu_memory_utilization)
         charged = s.charge_cudagraphs and graphs > 0
@@ -266,11 +271,20 @@ class VllmStartup:
         )
 
     def _workload(
-        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int, s: StartupSettings
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        tokens: int,
+        seqs: int,
+        s: StartupSettings,
     ) -> TransformerWorkload:
         return TransformerWorkload(
-            spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-            block_size=s.block_size, max_model_len=s.max_model_len,
+            spec,
+            config,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=seqs,
+            block_size=s.block_size,
+            max_model_len=s.max_model_len,
         )
 
     def sampler_peak(self, spec: KVCacheSpec, config: Mapping[str, Any], seqs: int) -> int:
@@ -280,7 +294,12 @@ class VllmStartup:
         return seqs * vocab * (logits_dtype + self.sampler_bytes_per_logit)
 
     def activation_peak(
-        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int, s: StartupSettings
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        tokens: int,
+        seqs: int,
+        s: StartupSettings,
     ) -> int:
         """The profile run's peak: the larger of the forward pass and the sampler after it."""
         work = self._workload(config, spec, tokens, seqs, s)
@@ -289,7 +308,12 @@ class VllmStartup:
         return max(forward, hidden + self.sampler_peak(spec, config, seqs))
 
     def cudagraph_memory(
-        self, config: Mapping[str, Any], spec: KVCacheSpec, seqs: int, tokens: int, s: StartupSettings
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        seqs: int,
+        tokens: int,
+        s: StartupSettings,
     ) -> int:
         """The graph pool: the forward of the largest captured batch, plus each graph's overhead.
 
@@ -315,7 +339,10 @@ def _kv_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
         if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):
             return kv_cache_dtype
         return "bfloat16"
-    if str(merged.get("torch_dtype") or merged.get("dtype")).lower() in ("float32", "torch.float32"):
+    if str(merged.get("torch_dtype") or merged.get("dtype")).lower() in (
+        "float32",
+        "torch.float32",
+    ):
         return "bfloat16"
     return kv_cache_dtype
 
