@@ -240,7 +240,7 @@ def safetensors_weights(
         )
     kv = _num_kv_heads(config)
     dt = dtype_bytes(config)
-    tied = bool(_text(config).get("tie_word_embeddings", False))
+    tied = bool(_text(config).get("tie_word_embeddings", True))
     by_role: dict[str, int] = {}
     for path in files:
         for name, entry in _header(path).items():
@@ -313,7 +313,10 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
         elems = _shard_elems(name, shape, tp, kv)
         nbytes = elems * dt
         module = name.rsplit(".", 1)[0]
-        if quant is not None and name.endswith("weight") and not quant.skips(module):
+        fused_expert = role == "experts" and len(shape) == 3
+        if quant is not None and (name.endswith("weight") or fused_expert) and not quant.skips(
+            module
+        ):
             if role == "experts" and len(shape) == 3:
                 nbytes = _quantized_experts(quant, name, shape, tp)
             elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
@@ -440,7 +443,8 @@ def formula_weights(
     acc = _Acc()
     pv = _padded_vocab(vocab, tp)
     acc.add("embedding", pv * h * dt)
-    if not cfg.get("tie_word_embeddings", False):
+    # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied.
+    if not cfg.get("tie_word_embeddings", True):
         acc.add("lm_head", pv * h * dt)
 
     def linear(module: str, out_f: int, in_f: int, role: str) -> None:
@@ -459,6 +463,8 @@ def formula_weights(
     shared_i = (_int(cfg, "shared_expert_intermediate_size", default=0) or 0) or (
         (_int(cfg, "n_shared_experts", default=0) or 0) * moe_i
     )
+    if model_type.startswith("llama4"):
+        shared_i = intermediate  # Llama 4's MoE layers add one shared expert of the same width
     for i in range(layers):
         p = f"model.layers.{i}"
         acc.add("norms", norms * h * dt)
@@ -601,4 +607,16 @@ def estimate_weights(
         raise ConfigError("source='checkpoint' needs a checkpoint directory with safetensors files")
     if source == "transformers":
         return meta_weights(config, tensor_parallel_size=tensor_parallel_size)
-    return formula_weights(config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad)
+    try:
+        return formula_weights(
+            config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad
+        )
+    except ConfigError as formula_error:
+        if source == "formula":
+            raise
+        # A size the formulas need is missing from config.json (Gemma 3 leaves its
+        # vocabulary to transformers' defaults): the meta-device model knows it.
+        try:
+            return meta_weights(config, tensor_parallel_size=tensor_parallel_size)
+        except ConfigError:
+            raise formula_error from None
