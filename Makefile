@@ -12,7 +12,7 @@ BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(filter-out backends/_template/%,
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 91
 
-.PHONY: install demo test test-core test-all lint bench fuzz docs clean
+.PHONY: install demo test test-core test-all lint bench fuzz docs clean accuracy
 
 $(STAMP): pyproject.toml bench/pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ lint: install
 bench: install
 	$(VENV)/bin/memacct bench --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
+	$(PY) benchmarks/bench_offline_plan.py
+
+# Replays the real start-up logs of tests/data/startup_logs/ and writes docs/accuracy.md.
+accuracy: install
+	$(PY) tools/accuracy.py --output docs/accuracy.md
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see
 # docs/reliability.md for the last run's figures).
