@@ -23,7 +23,9 @@ H100 = DEVICE_INFO["h100-80gb"].total_bytes
     [("h100-80gb", (8192, 1024)), ("h200-141gb", (8192, 1024)), ("a100-80gb", (2048, 256)),
      ("l4-24gb", (2048, 256)), ("rtx-4090-24gb", (2048, 256))],
 )  # fmt: skip
-def test_vllm_serve_defaults_follow_the_device_class(device: str, expected: tuple[int, int]) -> None:
+def test_vllm_serve_defaults_follow_the_device_class(
+    device: str, expected: tuple[int, int]
+) -> None:
     assert batch_defaults(DEVICE_INFO[device].total_bytes, device) == expected
 
 

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _accuracy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("memacct_accuracy", ROOT / "tools" / "accuracy.py")
+    path = ROOT / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("memacct_accuracy", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -122,7 +122,8 @@ def _write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) ->
 def _tiny_checkpoint(root: Path) -> None:
     config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_hidden_layers": 1, "intermediate_size": 128,
-              "vocab_size": 1000, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}  # fmt: skip
+              "vocab_size": 1000, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16"}  # fmt: skip
     (root / "config.json").write_text(json.dumps(config))
     _write_safetensors(root / "model-00001-of-00002.safetensors", {
         "model.embed_tokens.weight": ("BF16", [1000, 64]),

@@ -293,11 +293,13 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
         hf_config = transformers.AutoConfig.for_model(
             str(model_type), **{k: v for k, v in cfg_dict.items() if k != "model_type"}
         )
+        causal_lm: Any = transformers.AutoModelForCausalLM
+        any_model: Any = transformers.AutoModel
         with torch.device("meta"):
             try:
-                model = transformers.AutoModelForCausalLM.from_config(hf_config)
+                model = causal_lm.from_config(hf_config)
             except ValueError:
-                model = transformers.AutoModel.from_config(hf_config)
+                model = any_model.from_config(hf_config)
     except Exception as exc:  # transformers raises many kinds for an unknown architecture
         raise ConfigError(
             f"transformers cannot build model_type {model_type!r} ({type(exc).__name__}: {exc}); "
