@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from memacct.errors import InvalidInputError, MemacctError
 from memacct.sim._freeset import FreeSet
-from memacct.units import GiB, KiB, MiB
+from memacct.units import MiB, format_size
 
 __all__ = [
     "KEY_SHIFT",
@@ -62,17 +62,6 @@ FREE = 0
 ALLOCATED = 1
 UNMAPPED = 2
 """Virtual address space without memory behind it (expandable segments only)."""
-
-
-def format_size(num_bytes: int) -> str:
-    """Human-readable size as in torch's messages: ``512 bytes``, ``2.00 MiB``, ``79.19 GiB``."""
-    if num_bytes < KiB:
-        return f"{num_bytes} bytes"
-    if num_bytes < MiB:
-        return f"{num_bytes / KiB:.2f} KiB"
-    if num_bytes < GiB:
-        return f"{num_bytes / MiB:.2f} MiB"
-    return f"{num_bytes / GiB:.2f} GiB"
 
 
 class SimOutOfMemory(MemacctError, RuntimeError):
