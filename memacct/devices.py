@@ -14,10 +14,10 @@ reading was found. :func:`resolve_device` also accepts short names (``h100``,
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from memacct.errors import InvalidInputError
+from memacct.units import parse_size
 
 __all__ = ["DEVICE_INFO", "DEVICE_PRESETS", "DeviceInfo", "parse_memory_size", "resolve_device"]
 
@@ -218,28 +218,22 @@ DEVICE_PRESETS: dict[str, int] = {info.name: info.total_bytes for info in _INFO}
 """Device presets: visible capacity in bytes by name."""
 
 _ALIASES = {alias: info.name for info in _INFO for alias in info.aliases}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|mib|mb|tib|tb|b)?\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "mib": 2**20, "mb": 10**6, "gib": 2**30, "gb": 10**9, "tib": 2**40, "tb": 10**12}
-
-
 def parse_memory_size(text: str) -> int:
-    """Bytes of a size such as ``24GiB``, ``80 GB`` or ``25769803776``.
+    """Bytes of a device size such as ``24GiB``, ``80GB`` or ``25769803776`` (:func:`parse_size`).
 
     Raises:
-        InvalidInputError: not a positive size with a known unit.
+        InvalidInputError: not a size, or below 1 GiB (no model fits).
     """
-    match = _SIZE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise InvalidInputError(
-            f"device memory {text!r} is not a size: give e.g. 24GiB, 80GB or a number of bytes"
-        )
-    value = float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()]
-    if value < 2**30:
+    try:
+        value = parse_size(text) if isinstance(text, str) else -1
+    except ValueError as exc:
+        raise InvalidInputError(f"device memory: {exc}") from None
+    if value < _GIB:
         raise InvalidInputError(
             f"device memory {text!r} is below 1 GiB: no model fits; give the device's total "
             "(e.g. 24GiB)"
         )
-    return int(value)
+    return value
 
 
 def resolve_device(name: str) -> DeviceInfo:

@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from memacct.checks import check_int, check_optional_int
 from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InsufficientMemoryError, InvalidInputError, MemacctError
 from memacct.measure import snapshot
@@ -391,14 +392,11 @@ def plan_offline(
                 f"no device given: planned for an {info.label} ({info.name}, "
                 f"{format_gib(info.total_bytes)}); pass --device or --device-memory"
             )
-    for name, value in (("tensor_parallel_size", tensor_parallel_size), ("block_size", block_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
-    for name, opt in (("max_num_batched_tokens", max_num_batched_tokens),
-                      ("max_num_seqs", max_num_seqs),
-                      ("max_model_len", max_model_len)):  # fmt: skip
-        if opt is not None and (isinstance(opt, bool) or not isinstance(opt, int) or opt <= 0):
-            raise InvalidInputError(f"{name} must be a positive integer, got {opt!r}")
+    check_int("tensor_parallel_size", tensor_parallel_size)
+    check_int("block_size", block_size)
+    check_optional_int("max_num_batched_tokens", max_num_batched_tokens)
+    check_optional_int("max_num_seqs", max_num_seqs)
+    check_optional_int("max_model_len", max_model_len)
     kv_dtype = _kv_dtype(config, kv_cache_dtype)
     spec = KVCacheSpec.from_hf_config(
         dict(config), kv_cache_dtype=kv_dtype, tensor_parallel_size=tensor_parallel_size
