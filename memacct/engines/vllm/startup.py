@@ -57,11 +57,13 @@ VERSION = "0.33"
 SAMPLER_BYTES_PER_LOGIT = 36
 """Bytes per logit the dummy sampler holds at its peak, besides the model-dtype logits.
 
-The float32 copy (4), the sorted values (4) and int64 indices (8) of the
-top-k/top-p sort, the int64 positions the sort starts from (8), and the
-sort's scratch copy of keys and values (12): 36, plus the model-dtype logits
-(2 for bf16): 38 bytes. Seven vLLM 0.11 start-ups on H100 with max_num_seqs
-1024 measured 37.4-38.9 bytes per logit (docs/accuracy.md).
+``vllm/v1/sample/ops/topk_topp_sampler.py`` (the sort path of
+``apply_top_k_top_p``): the float32 logits (4), the sorted values (4) and their
+int64 indices (8), the top-k and top-p masks (1 + 1), the softmax over the sorted
+values (4), and the sort's own scratch (14, the part measured rather than read:
+seven vLLM 0.11 start-ups on H100 with max_num_seqs 1024 measured 37.4-38.9 bytes
+per logit in all, docs/accuracy.md). Releases that route batches of 8 or more
+through a Triton top-k/top-p kernel instead of the sort hold less.
 """
 
 NON_TORCH_TP1_BYTES = round(0.13 * GiB)
@@ -305,7 +307,8 @@ class VllmStartup:
         work = self._workload(config, spec, tokens, seqs, s)
         forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
         hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
-        return max(forward, hidden + self.sampler_peak(spec, config, seqs))
+        # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
+        return max(forward, hidden + self.sampler_peak(spec, config, min(seqs, tokens)))
 
     def cudagraph_memory(
         self,
