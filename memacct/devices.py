@@ -154,19 +154,20 @@ _INFO = (
     ),
     DeviceInfo(
         "ascend-910b-64gb",
-        _gib(61.27),
+        65_452_113_920,
         "Huawei Ascend 910B (64 GB)",
-        "reading",
-        "vllm-ascend's log: 'Free memory on device (60.86/61.27 GiB)' "
-        "(vllm-project/vllm-ascend#8289)",
+        "derived",
+        "earlier memacct preset (60.96 GiB), kept for the scenarios that name it; a 910B "
+        "log reads 61.27 GiB, which the 910B1-B3 presets carry",
         ("910b",),
     ),
     DeviceInfo(
         "ascend-910b1-64gb",
         _gib(61.27),
         "Huawei Ascend 910B1",
-        "derived",
-        "same 64 GB HBM as the 910B reading",
+        "reading",
+        "vllm-ascend's log: 'Free memory on device (60.86/61.27 GiB)' on a 64 GB 910B "
+        "(vllm-project/vllm-ascend#8289)",
         ("910b1",),
     ),
     DeviceInfo(

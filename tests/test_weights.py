@@ -177,3 +177,15 @@ def test_meta_device_and_formulas_agree_on_every_preset() -> None:
         text = formula.total_bytes - formula.by_role.get("buffers", 0)
         text -= formula.by_role.get("vision", 0) - meta.by_role.get("vision", 0)
         assert text == pytest.approx(meta.total_bytes, rel=0.005), name
+
+
+def test_the_simulated_engines_tensors_agree_with_the_weight_formulas() -> None:
+    from memacct.engines.forward import TransformerWorkload
+
+    for name in ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen3-30b-a3b", "mixtral-8x7b"):
+        for tp in (1, 2):
+            config = load_model_preset(name)
+            work = TransformerWorkload.from_config(config, tensor_parallel_size=tp)
+            formula = formula_weights(config, tensor_parallel_size=tp)
+            expected = formula.total_bytes - formula.by_role.get("buffers", 0)
+            assert sum(work.parameter_tensors()) == pytest.approx(expected, rel=0.01), (name, tp)

@@ -259,6 +259,7 @@ def safetensors_weights(
             if role == "lm_head" and tied:
                 continue
             by_role[role] = by_role.get(role, 0) + _shard_elems(name, shape, tp, kv) * size
+    by_role["buffers"] = by_role.get("buffers", 0) + _rotary_bytes(config)
     quant = parse_quantization(config)
     return WeightEstimate(
         sum(by_role.values()), by_role, "checkpoint", quant.label if quant else None, tp
@@ -531,20 +532,30 @@ def formula_weights(
             linear(f"{p}.mlp.gate_up_proj", 2 * di, h, "mlp")
             linear(f"{p}.mlp.down_proj", h, di, "mlp")
     acc.add("norms", h * dt)
-    # The rotary embedding's cos/sin cache: one per model, max_position x rotary_dim in the
-    # model dtype (vLLM's get_rope caches it as a buffer loaded with the weights).
-    rotary = (_int(cfg, "qk_rope_head_dim", default=0) or 0) if mla else head_dim
-    factor = cfg.get("partial_rotary_factor")
-    if isinstance(factor, (int, float)) and 0 < factor < 1:
-        rotary = int(rotary * factor)
-    positions = _int(cfg, "max_position_embeddings", default=0) or 0
-    acc.add("buffers", positions * rotary * dt)
+    acc.add("buffers", _rotary_bytes(config))
     vision = config.get("vision_config")
     if isinstance(vision, Mapping):
         acc.add("vision", _vision_bytes(vision, h, tp, dt))
     return WeightEstimate(
         sum(acc.by_role.values()), acc.by_role, "formula", quant.label if quant else None, tp
     )
+
+
+def _rotary_bytes(config: Mapping[str, Any]) -> int:
+    """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
+    in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
+    cfg = _text(config)
+    heads = _int(cfg, "num_attention_heads", default=0) or 0
+    hidden = _int(cfg, "hidden_size", default=0) or 0
+    if cfg.get("kv_lora_rank") is not None:
+        rotary = _int(cfg, "qk_rope_head_dim", default=64) or 64
+    else:
+        rotary = _int(cfg, "head_dim", default=hidden // heads if heads else 0) or 0
+    factor = cfg.get("partial_rotary_factor")
+    if isinstance(factor, (int, float)) and 0 < factor < 1:
+        rotary = int(rotary * factor)
+    positions = _int(cfg, "max_position_embeddings", default=0) or 0
+    return positions * rotary * dtype_bytes(config)
 
 
 def _vision_bytes(vision: Mapping[str, Any], text_hidden: int, tp: int, dt: int) -> int:
