@@ -307,6 +307,23 @@ def _largest_len(spec: KVCacheSpec, used: int, block_size: int, chunk: int, limi
     return low
 
 
+def _startup_model(engine: str) -> Any:
+    """The start-up model of ``engine`` (imported on use: each pulls in its own rules)."""
+    if engine == "vllm":
+        from memacct.engines.vllm.startup import STARTUP as vllm
+
+        return vllm
+    if engine == "vllm-ascend":
+        from memacct.engines.vllm_ascend.startup import STARTUP as ascend
+
+        return ascend
+    if engine == "sglang":
+        from memacct.engines.sglang.startup import STARTUP as sglang
+
+        return sglang
+    raise InvalidInputError(f"engine {engine!r} is not known: use one of vllm, vllm-ascend, sglang")
+
+
 def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> int:
     """The smallest power-of-two multiple of ``tp`` whose weights leave room for the rest."""
     from memacct.planner.weights import estimate_weights
@@ -366,18 +383,11 @@ def plan_offline(
         ConfigError: the config lacks a size the estimate needs.
         UnknownQuantizationError: the checkpoint's quantization is not one memacct can size.
     """
-    import importlib
-
     from memacct.devices import DEVICE_INFO, resolve_device
     from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
     from memacct.planner.weights import estimate_weights, mxfp4_padding
 
-    modules = {"vllm": "memacct.engines.vllm.startup",
-               "vllm-ascend": "memacct.engines.vllm_ascend.startup",
-               "sglang": "memacct.engines.sglang.startup"}  # fmt: skip
-    if engine not in modules:
-        raise InvalidInputError(f"engine {engine!r} is not known: use one of {', '.join(modules)}")
-    startup = importlib.import_module(modules[engine]).STARTUP
+    startup = _startup_model(engine)
     defaulted = device is None and device_memory is None
     notes: list[str] = []
     if device_memory is not None:
