@@ -121,3 +121,15 @@ def test_a_request_longer_than_the_cache_does_not_fit_and_says_the_longest() -> 
 def test_quantized_gpt_oss_fits_on_an_l4() -> None:
     plan = plan_offline(load_model_preset("gpt-oss-20b"), device="l4")
     assert plan.fits and plan.weights_memory < 15 * GIB and plan.kv_cache_dtype == "bfloat16"
+
+
+def test_sglang_plan_reads_the_utilization_as_mem_fraction_static() -> None:
+    config = load_model_preset("qwen3-8b")
+    low = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.7)
+    high = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.8)
+    assert high.kv_cache_bytes - low.kv_cache_bytes == int(H100 * 0.8) - int(H100 * 0.7)
+
+
+def test_an_unknown_engine_is_named() -> None:
+    with pytest.raises(InvalidInputError, match="engine 'tgi' is not known"):
+        plan_offline(load_model_preset("qwen3-8b"), engine="tgi")

@@ -431,7 +431,16 @@ def plan_offline(
         weights = estimate_weights(
             config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
         )
-    settings = StartupSettings(
+    settings_type = StartupSettings
+    extra: dict[str, Any] = {}
+    if engine == "sglang":
+        from memacct.engines.sglang.startup import SglangSettings
+
+        # SGLang's one budget knob: --gpu-memory-utilization stands for mem_fraction_static.
+        settings_type = SglangSettings
+        extra["mem_fraction_static"] = gpu_memory_utilization
+    settings = settings_type(
+        **extra,
         tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_len,
