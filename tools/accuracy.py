@@ -147,6 +147,19 @@ def summary(rows: list[Replayed], name: str, *, v1_only: bool) -> tuple[int, flo
     return len(errs), statistics.median(errs), max(errs), sum(e <= 0.05 for e in errs)
 
 
+def _status(rows: list[Replayed]) -> str:
+    n, median, _worst, within = summary(rows, "kv_cache", v1_only=True)
+    wn, _wmed, wworst, _wwithin = summary(rows, "weights", v1_only=False)
+    share = within / n if n else 0.0
+    return (
+        f"Status: KV cache within 5% on {within} of {n} V1-era cases ({100 * share:.0f}%: "
+        f"{'meets' if share >= 0.8 else 'below'} the 80% target), median {100 * median:.1f}% "
+        f"({'meets' if median <= 0.03 else 'misses'} the 3% target); weights within "
+        f"{100 * wworst:.1f}% on all {wn} cases with a known checkpoint "
+        f"({'meets' if wworst <= 0.02 else 'misses'} the 2% target)."
+    )
+
+
 def render(rows: list[Replayed]) -> str:
     """docs/accuracy.md."""
     out = [
@@ -176,11 +189,25 @@ def render(rows: list[Replayed]) -> str:
                     f"| {name} | {label} | {n} | {100 * med:.1f}% | {100 * worst:.1f}% | "
                     f"{within}/{n} |"
                 )
+    kv = [r for r in rows if r.case["v1"] is True and r.error("kv_cache") is not None]
+    if kv:
+        gib_errors = [abs((r.estimated["kv_cache"] or 0) - (r.logged["kv_cache"] or 0)) for r in kv]
+        agree = sum(
+            ((r.estimated["kv_cache"] or 0) > 0) == ((r.logged["kv_cache"] or 0) > 0) for r in kv
+        )
+        out += [
+            "",
+            f"KV cache on V1-era logs in GiB: median absolute error "
+            f"{statistics.median(gib_errors):.2f} GiB, worst {max(gib_errors):.2f} GiB; the "
+            f"verdict (room for a KV cache or none) agrees on {agree} of {len(kv)} cases.",
+        ]
     out += [
         "",
         "Targets (issue 11): on V1-era logs the KV-cache size within 5% on at least 80% of",
         "cases with a median absolute error of at most 3%; weights within 2% on every case",
         "with a known checkpoint.",
+        "",
+        _status(rows),
         "",
         "## Per case",
         "",
