@@ -189,3 +189,52 @@ def test_the_simulated_engines_tensors_agree_with_the_weight_formulas() -> None:
             formula = formula_weights(config, tensor_parallel_size=tp)
             expected = formula.total_bytes - formula.by_role.get("buffers", 0)
             assert sum(work.parameter_tensors()) == pytest.approx(expected, rel=0.01), (name, tp)
+
+
+def _ct(weights: dict[str, Any]) -> dict[str, Any]:
+    return {"quantization_config": {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("weights", "label", "bytes_per_weight"),
+    [
+        ({"num_bits": 8, "type": "float", "strategy": "channel"}, "fp8 (channel)", 1.0),
+        ({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+         "fp8 (block)", 1.0),
+        ({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+         "nvfp4", 0.5),
+        ({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+          "symmetric": False}, "int4 (group 128)", 0.5),
+        ({"num_bits": 8, "type": "int", "strategy": "channel"}, "int8 (channel)", 1.0),
+    ],
+)  # fmt: skip
+def test_compressed_tensors_schemes(
+    weights: dict[str, Any], label: str, bytes_per_weight: float
+) -> None:
+    scheme = parse_quantization(_ct(weights))
+    assert scheme is not None and label in scheme.label
+    size = scheme.linear_bytes(4096, 4096)
+    # Scales add at most one FP8 byte per 16 weights (NVFP4): 12.5% of a 4-bit weight.
+    assert bytes_per_weight * 4096 * 4096 <= size <= 1.13 * bytes_per_weight * 4096 * 4096
+
+
+def test_compressed_tensors_without_groups_and_unknown_modelopt_are_errors() -> None:
+    with pytest.raises(UnknownQuantizationError, match="no config_groups"):
+        parse_quantization({"quantization_config": {"quant_method": "compressed-tensors"}})
+    with pytest.raises(UnknownQuantizationError, match="quant_algo 'W4A8'"):
+        parse_quantization(
+            {"quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8"}}
+        )
+
+
+def test_mla_and_fp8_block_checkpoints_are_sized() -> None:
+    w = formula_weights(load_model_preset("deepseek-v3"), tensor_parallel_size=8)
+    # 671B parameters, mostly FP8 experts, over 8 ranks: about 78 GiB per rank.
+    assert 75 * GIB < w.total_bytes < 82 * GIB
+    assert w.quantization is not None and "block" in w.quantization
+
+
+def test_multimodal_towers_are_counted() -> None:
+    w = formula_weights(load_model_preset("llama-4-scout"))
+    assert w.by_role["vision"] > 0.5 * GIB
