@@ -9,7 +9,12 @@ from memacct.engines.sglang.startup import STARTUP as SGLANG
 from memacct.engines.sglang.startup import SglangSettings
 from memacct.engines.start import plan_offline, position_limit
 from memacct.engines.vllm.startup import STARTUP as VLLM
-from memacct.engines.vllm.startup import StartupSettings, batch_defaults, capture_sizes
+from memacct.engines.vllm.startup import (
+    StartupSettings,
+    batch_defaults,
+    capture_sizes,
+    full_capture_sizes,
+)
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
@@ -33,6 +38,8 @@ def test_capture_sizes_stop_at_twice_the_sequences_or_512() -> None:
     assert capture_sizes(4) == [1, 2, 4, 8]
     sizes = capture_sizes(1024)
     assert sizes[-1] == 512 and len(sizes) == 51
+    # "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" at vLLM's 256-sequence default.
+    assert (len(capture_sizes(256)), len(full_capture_sizes(256))) == (51, 35)
 
 
 def test_the_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> None:
