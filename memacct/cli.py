@@ -204,6 +204,11 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option("--pipeline-parallel-size", type=int, default=1, show_default=True)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (offline plan).")
+@click.option(
+    "--engine-version",
+    default=None,
+    help="Follow this engine release offline (e.g. 0.11.0); default: the newest modelled.",
+)
 @click.option("--truth-source", default=None, help="allocated_peak, reserved or auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
 @click.option(
@@ -228,6 +233,7 @@ def plan_cmd(
     pipeline_parallel_size: int,
     kv_cache_dtype: str,
     enforce_eager: bool,
+    engine_version: str | None,
     truth_source: str | None,
     as_json: bool,
     plot_path: str | None,
@@ -256,7 +262,7 @@ def plan_cmd(
             config, model_name, checkpoint, device_preset, device_memory, allocator, utilization,
             block_size, max_model_len, max_num_batched_tokens, max_num_seqs,
             tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, enforce_eager,
-            truth_source, as_json, plot_path,
+            truth_source, as_json, plot_path, engine_version=engine_version,
         )  # fmt: skip
         return
     spec = KVCacheSpec.from_hf_config(
@@ -265,6 +271,11 @@ def plan_cmd(
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
+    if engine_version is not None or enforce_eager:
+        raise InvalidInputError(
+            "--engine-version and --enforce-eager shape the offline plan; a saved profile "
+            "already measured the engine (drop --profile to plan offline)"
+        )
     if truth_source is not None:
         raise InvalidInputError(
             "--truth-source applies when profiling; a saved profile already resolved "
@@ -333,6 +344,7 @@ def _plan_offline_cmd(
     as_json: bool,
     plot_path: str | None,
     engine: str = "vllm",
+    engine_version: str | None = None,
 ) -> None:
     from memacct.devices import parse_memory_size
     from memacct.engines.start import plan_offline
@@ -368,6 +380,7 @@ def _plan_offline_cmd(
         kv_cache_dtype=kv_cache_dtype,
         block_size=block_size,
         checkpoint=checkpoint,
+        engine_version=engine_version,
     )
     if plot_path is not None:
         _plot_offline(plan, plot_path)

@@ -234,3 +234,14 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
     snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
     assert len({s.timestamp for s in snaps}) == 3
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_offline_plan_follows_an_older_engine_release(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "llama-3.1-8b", "--device", "h100", "--json"]
+    assert main([*base, "--engine-version", "0.11.0"]) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert main(base) == 0
+    new = json.loads(capsys.readouterr().out)
+    assert old["engine_version"] == "0.11.0" and not old["cudagraph_charged"]
+    assert old["activation_peak"] > new["activation_peak"]
+    assert main([*base, "--engine-version", "latest"]) == 2

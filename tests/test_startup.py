@@ -42,15 +42,25 @@ def test_capture_sizes_stop_at_twice_the_sequences_or_512() -> None:
     assert (len(capture_sizes(256)), len(full_capture_sizes(256))) == (51, 35)
 
 
-def test_the_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> None:
+def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> None:
     config = load_model_preset("llama-3.1-70b")
+    old = {"engine_version": "0.11.0"}
     one = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                        settings=StartupSettings(tensor_parallel_size=4))  # fmt: skip
+                        settings=StartupSettings(tensor_parallel_size=4, **old))  # fmt: skip
     two = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                        settings=StartupSettings(tensor_parallel_size=8))  # fmt: skip
+                        settings=StartupSettings(tensor_parallel_size=8, **old))  # fmt: skip
     # 1024 rows x 128256 logits x 38 bytes, on every rank.
     assert one.activation_peak == pytest.approx(1024 * 128256 * 38, rel=0.03)
     assert two.activation_peak == pytest.approx(one.activation_peak, rel=0.01)
+
+
+def test_releases_with_the_triton_sampler_hold_less_and_charge_graphs() -> None:
+    config = load_model_preset("llama-3.1-8b")
+    old = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(engine_version="0.11.0"))  # fmt: skip
+    new = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    assert new.activation_peak < 0.5 * old.activation_peak
+    assert new.cudagraph_charged and not old.cudagraph_charged
 
 
 def test_non_torch_growth_rises_under_tensor_parallelism() -> None:

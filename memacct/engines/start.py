@@ -357,6 +357,7 @@ def plan_offline(
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
     checkpoint: str | os.PathLike[str] | None = None,
+    engine_version: str | None = None,
 ) -> OfflinePlan:
     """Plan an engine's KV cache offline: does the model fit on the device, and how many requests.
 
@@ -376,6 +377,9 @@ def plan_offline(
         kv_cache_dtype: as for :meth:`KVCacheSpec.from_hf_config`.
         block_size: tokens per KV-cache block.
         checkpoint: a checkpoint directory: weights from its safetensors headers.
+        engine_version: the engine release to follow (``0.11.0``): the sampler's path and
+            whether CUDA graphs are charged changed between vLLM releases; default the
+            newest memacct models.
 
     Raises:
         InvalidInputError: an argument out of range, an unknown device or engine, or
@@ -407,6 +411,13 @@ def plan_offline(
     check_optional_int("max_num_batched_tokens", max_num_batched_tokens)
     check_optional_int("max_num_seqs", max_num_seqs)
     check_optional_int("max_model_len", max_model_len)
+    if engine_version is not None:
+        from memacct.engines.vllm.startup import parse_version
+
+        if parse_version(engine_version) is None:
+            raise InvalidInputError(
+                f"engine version {engine_version!r} is not a release number: give e.g. 0.11.0"
+            )
     kv_dtype = _kv_dtype(config, kv_cache_dtype)
     spec = KVCacheSpec.from_hf_config(
         dict(config), kv_cache_dtype=kv_dtype, tensor_parallel_size=tensor_parallel_size
@@ -449,6 +460,7 @@ def plan_offline(
         enforce_eager=enforce_eager,
         kv_cache_dtype=kv_dtype,
         block_size=block_size,
+        engine_version=engine_version,
     )
     est = startup.estimate(
         config, total_memory=total, device_name=dev_name, settings=settings, weights=weights

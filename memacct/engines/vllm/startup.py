@@ -29,6 +29,7 @@ measurements of each term are in ``docs/engines.md``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,9 +41,12 @@ from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padd
 from memacct.units import GiB, MiB
 
 __all__ = [
+    "CUDAGRAPH_CHARGED_SINCE",
     "NON_TORCH_TP1_BYTES",
     "NON_TORCH_TP_BYTES",
     "SAMPLER_BYTES_PER_LOGIT",
+    "SAMPLER_TRITON_BYTES_PER_LOGIT",
+    "TRITON_SAMPLER_SINCE",
     "VERSION",
     "StartupEstimate",
     "StartupSettings",
@@ -50,6 +54,7 @@ __all__ = [
     "batch_defaults",
     "capture_sizes",
     "full_capture_sizes",
+    "parse_version",
     "trace_peak",
 ]
 
@@ -75,10 +80,36 @@ NON_TORCH_TP_BYTES = round(0.55 * GiB)
 """The same under tensor parallelism (NCCL and custom all-reduce buffers): 0.54-0.55 GiB
 measured at TP2 on H100 (Qwen3-32B, Llama-3.3-70B)."""
 
-_GRAPH_OVERHEAD_BYTES = 1 * MiB
-"""Per captured graph: its executable's kernel parameters and the outputs it keeps. Qwen3-0.6B
-(28 layers) grew 0.10 GiB capturing 102 graphs (51 piecewise, 51 full) in vLLM 0.11 on H100,
-with a pool of a few MiB: about 1 MiB per graph."""
+SAMPLER_TRITON_BYTES_PER_LOGIT = 12
+"""The same on the Triton top-k/top-p path (vllm-project/vllm#33538, from the February 2026
+releases on, for batches of 8 or more): the kernel masks the float32 logits in place, then
+``random_sample`` holds the float32 logits (4), their softmax (4) and the exponential draws
+of the same shape (4), plus :data:`SAMPLER_TRITON_BUFFER_BYTES`."""
+
+SAMPLER_TRITON_BUFFER_BYTES = 80 * MiB
+"""The Triton top-k/top-p kernel's own buffers ("around ~80MiB of extra VRAM",
+vllm-project/vllm#33538)."""
+
+TRITON_SAMPLER_SINCE = (0, 17)
+"""The first release memacct takes to carry the Triton top-k/top-p sampler: #33538 merged in
+February 2026, and the vLLM 0.21 start-up of docs/accuracy.md (Qwen3-8B on an RTX A5000)
+leaves no room for the sort path's 38 bytes per logit."""
+
+CUDAGRAPH_CHARGED_SINCE = (0, 21)
+"""vLLM charges its CUDA-graph estimate by default since v0.21.0 (its start-up log says so)."""
+
+GRAPH_BYTES_PER_LAYER_WIDTH = 36
+"""Per captured graph, bytes per (layer x hidden unit): its kernels' parameter buffers and
+the outputs it keeps. Qwen3-0.6B (28 x 1024) grew 0.10 GiB capturing 102 graphs in vLLM 0.11;
+vLLM 0.21 estimated 0.52 GiB for Qwen3-8B (36 x 4096) and 86 graphs: 35-40 bytes each."""
+
+
+def parse_version(text: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a release such as ``0.11.0``, ``0.11.x`` or ``v0.6.5.dev``; else None."""
+    if not isinstance(text, str):
+        return None
+    match = re.match(r"\s*v?(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
@@ -140,8 +171,9 @@ class StartupSettings:
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"
     block_size: int = 16
-    charge_cudagraphs: bool = True
+    charge_cudagraphs: bool | None = None
     mxfp4_layout: str | None = None
+    engine_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +288,8 @@ class VllmStartup:
             kv_cache_dtype=_kv_dtype(config, s.kv_cache_dtype),
             tensor_parallel_size=s.tensor_parallel_size,
         )
-        activation = self.activation_peak(config, spec, tokens, seqs, s)
+        version = parse_version(s.engine_version) or parse_version(self.version)
+        activation = self.activation_peak(config, spec, tokens, seqs, s, version)
         tp = s.tensor_parallel_size
         non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
         graphs = (
@@ -265,11 +298,14 @@ class VllmStartup:
             else self.cudagraph_memory(config, spec, seqs, tokens, s)
         )
         requested = int(total_memory * s.gpu_memory_utilization)
-        charged = s.charge_cudagraphs and graphs > 0
+        charge = s.charge_cudagraphs
+        if charge is None:
+            charge = version is None or version >= CUDAGRAPH_CHARGED_SINCE
+        charged = charge and graphs > 0
         kv = requested - weights.total_bytes - activation - non_torch - (graphs if charged else 0)
         return StartupEstimate(
             engine=self.name,
-            version=self.version,
+            version=s.engine_version or self.version,
             total_memory=total_memory,
             gpu_memory_utilization=s.gpu_memory_utilization,
             requested_memory=requested,
@@ -302,11 +338,27 @@ class VllmStartup:
             max_model_len=s.max_model_len,
         )
 
-    def sampler_peak(self, spec: KVCacheSpec, config: Mapping[str, Any], seqs: int) -> int:
-        """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary."""
+    def sampler_peak(
+        self,
+        spec: KVCacheSpec,
+        config: Mapping[str, Any],
+        seqs: int,
+        version: tuple[int, int] | None = None,
+    ) -> int:
+        """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary.
+
+        The sort path before :data:`TRITON_SAMPLER_SINCE`, the Triton path from it on
+        (for 8 rows or more; ``None``: this model's release).
+        """
         vocab = int(spec.vocab_size or 0)
         logits_dtype = spec.dtype_bytes or 2
-        return seqs * vocab * (logits_dtype + self.sampler_bytes_per_logit)
+        per_logit = self.sampler_bytes_per_logit
+        extra = 0
+        version = version or parse_version(self.version)
+        triton = self.sampler_bytes_per_logit == SAMPLER_BYTES_PER_LOGIT and seqs >= 8
+        if triton and (version is None or version >= TRITON_SAMPLER_SINCE):
+            per_logit, extra = SAMPLER_TRITON_BYTES_PER_LOGIT, SAMPLER_TRITON_BUFFER_BYTES
+        return seqs * vocab * (logits_dtype + per_logit) + extra
 
     def activation_peak(
         self,
@@ -315,13 +367,15 @@ class VllmStartup:
         tokens: int,
         seqs: int,
         s: StartupSettings,
+        version: tuple[int, int] | None = None,
     ) -> int:
         """The profile run's peak: the larger of the forward pass and the sampler after it."""
         work = self._workload(config, spec, tokens, seqs, s)
         forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
         hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
         # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
-        return max(forward, hidden + self.sampler_peak(spec, config, min(seqs, tokens)))
+        rows = min(seqs, tokens)
+        return max(forward, hidden + self.sampler_peak(spec, config, rows, version))
 
     def cudagraph_memory(
         self,
@@ -344,7 +398,8 @@ class VllmStartup:
         largest = min(max(sizes), tokens)
         work = self._workload(config, spec, max(tokens, largest), max(seqs, largest), s)
         pool = trace_peak(work.forward_trace(largest, largest))
-        return pool + graphs * _GRAPH_OVERHEAD_BYTES
+        per_graph = GRAPH_BYTES_PER_LAYER_WIDTH * spec.num_layers * spec.hidden_size
+        return pool + graphs * per_graph
 
 
 def _kv_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
