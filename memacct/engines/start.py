@@ -13,9 +13,13 @@ the start-up of one rank of an engine such as vLLM, in the engine's order:
 5. ``memacct.memory_profiling(...)`` around one dummy forward pass of
    ``max_num_batched_tokens`` tokens with sampling for ``max_num_seqs`` rows.
 
-It is what ``memacct plan --device`` runs and the first half of
-:func:`memacct.sim.run_scenario`, so the benchmark profiles exactly what a
-user plans from.
+It is the first half of :func:`memacct.sim.run_scenario` (the benchmark).
+
+:func:`plan_offline` is what ``memacct plan --model X --device Y`` runs: the
+engine's start-up estimated without any device, term by term as the engine
+computes it (``engines/<engine>/startup.py``), and a verdict a person reads
+first ("fits: N concurrent requests of L tokens" or "does not fit: ..." with
+what to change). It needs no simulator and answers in milliseconds.
 
 Example::
 
