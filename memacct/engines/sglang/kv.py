@@ -70,6 +70,7 @@ class SglangKVManager:
 
     name = "sglang"
     version = SGLANG_VERSION
+    default_block_size = 1  # SGLang's --page-size default (docs/engines.md)
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """SGLang's pools for ``budget_bytes`` of KV cache on each rank.
