@@ -7,9 +7,17 @@ the CLI prints it as one line and exits 2.
 
 from __future__ import annotations
 
+import math
+
+from pydantic import ConfigDict
+
 from memacct.errors import InvalidInputError
 
-__all__ = ["check_int", "check_optional_int"]
+__all__ = ["FROZEN", "check_fraction", "check_int", "check_optional_int"]
+
+FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+"""The pydantic config of every memacct value object: immutable, no unknown field,
+defaults checked."""
 
 
 def check_int(name: str, value: object, *, low: int = 1, high: int | None = None) -> int:
@@ -41,3 +49,22 @@ def check_optional_int(
 ) -> int | None:
     """:func:`check_int`, with ``None`` passed through (the argument is optional)."""
     return None if value is None else check_int(name, value, low=low, high=high)
+
+
+def check_fraction(name: str, value: object, *, what: str = "") -> float:
+    """``value`` as a ``float`` in ``(0, 1]``, such as ``gpu_memory_utilization``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: what the caller gave.
+        what: what the fraction means, appended to the range message.
+
+    Raises:
+        InvalidInputError: not a number (``bool`` included), or outside ``(0, 1]``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{name} must be a number in (0, 1], got {value!r}")
+    fraction = float(value)
+    if not (math.isfinite(fraction) and 0.0 < fraction <= 1.0):
+        raise InvalidInputError(f"{name} must be in (0, 1], got {value!r}{what}")
+    return fraction

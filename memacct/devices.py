@@ -14,14 +14,23 @@ reading was found. :func:`resolve_device` also accepts short names (``h100``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from memacct.checks import check_int
 from memacct.errors import InvalidInputError
-from memacct.units import parse_size
+from memacct.units import GiB, parse_size
 
-__all__ = ["DEVICE_INFO", "DEVICE_PRESETS", "DeviceInfo", "parse_memory_size", "resolve_device"]
+__all__ = [
+    "DEVICE_INFO",
+    "DEVICE_PRESETS",
+    "DeviceInfo",
+    "check_device",
+    "parse_memory_size",
+    "resolve_device",
+]
 
-_GIB = 2**30
+_GIB = GiB
 
 
 @dataclass(frozen=True)
@@ -252,3 +261,33 @@ def resolve_device(name: str) -> DeviceInfo:
             "total memory with --device-memory (e.g. 24GiB)"
         )
     return info
+
+
+def check_device(device: object) -> tuple[str | None, int | None, str | None]:
+    """``(preset, total_bytes, name)`` of a device given as a preset name, ``{"total_bytes": N}``
+    (optionally with ``"name"``) or a byte count: the one check of those three forms.
+
+    A preset name is returned as given (the simulated device refuses an unknown one
+    with the list of presets); a custom device has ``preset`` ``None``.
+
+    Raises:
+        InvalidInputError: none of the three forms, an unknown key, or a capacity that is
+            not a positive number of bytes.
+    """
+    if isinstance(device, str):
+        return device, None, None
+    if isinstance(device, Mapping):
+        extra = set(device) - {"total_bytes", "name"}
+        if "total_bytes" not in device or extra:
+            raise InvalidInputError(
+                f'a custom device is {{"total_bytes": N}} (optionally with "name"), got '
+                f"{dict(device)!r}"
+            )
+        name = device.get("name")
+        total = check_int("total_bytes", device["total_bytes"])
+        return None, total, name if isinstance(name, str) else None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return None, check_int("device", device), None
+    raise InvalidInputError(
+        f'device must be a preset name, {{"total_bytes": N}} or a number of bytes, got {device!r}'
+    )

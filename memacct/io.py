@@ -29,12 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.units import MiB
-
-
-def format_size(n: int) -> str:
-    """``16 MiB``-style size for messages."""
-    return f"{n // MiB} MiB ({n} bytes)" if n % MiB == 0 else f"{n} bytes"
+from memacct.units import MiB, format_size
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -88,7 +83,8 @@ def read_bytes_bounded(
         raise ConfigError(f"cannot read {what} {_describe(p)}: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise ConfigError(
-            f"{what} {_describe(p)} is larger than {format_size(limit)}, far more than any "
+            f"{what} {_describe(p)} is larger than {format_size(limit)} ({limit} bytes), "
+            "far more than any "
             f"real one: check that it is the right file"
         )
     return data

@@ -11,9 +11,12 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 
-def format_gib(num_bytes: int | float, digits: int = 2) -> str:
-    """Format a byte count as GiB, e.g. ``format_gib(3 * GiB) == "3.00GiB"``."""
-    return f"{num_bytes / GiB:.{digits}f}GiB"
+def format_gib(num_bytes: int | float, digits: int = 2, *, sep: str = "") -> str:
+    """Format a byte count as GiB, e.g. ``format_gib(3 * GiB) == "3.00GiB"``.
+
+    ``sep=" "`` prints ``3.00 GiB``, as vLLM's log lines do.
+    """
+    return f"{num_bytes / GiB:.{digits}f}{sep}GiB"
 
 
 def format_size(num_bytes: int) -> str:

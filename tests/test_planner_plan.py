@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +252,7 @@ def test_loading_invalid_json_profile_is_config_error(tmp_path: Path) -> None:
 def test_loading_a_profile_over_16_mib_is_config_error(tmp_path: Path) -> None:
     path = tmp_path / "profile.json"
     path.write_bytes(b" " * (16 * MiB + 1))
-    with pytest.raises(ConfigError, match="16 MiB"):
+    with pytest.raises(ConfigError, match=r"16\.00 MiB \(16777216 bytes\)"):
         load_profile(path)
 
 
@@ -344,7 +345,7 @@ def test_utilization_of_one_is_accepted() -> None:
 
 @pytest.mark.parametrize("block_size", [0, -16, 16.0, True])
 def test_block_size_not_positive_integer_is_invalid_input(block_size: Any) -> None:
-    message = rf"block_size must be a positive integer, got {block_size!r}"
+    message = rf"block_size must be (positive|an integer), got {re.escape(repr(block_size))}"
     with pytest.raises(InvalidInputError, match=message):
         plan(block_size=block_size)
 
@@ -355,7 +356,7 @@ def test_block_size_not_positive_integer_is_invalid_input(block_size: Any) -> No
      ("kv_cache_memory_bytes", -1), ("num_gpu_blocks_override", 0)],
 )
 def test_non_positive_lengths_and_overrides_are_invalid_input(name: str, value: int) -> None:
-    with pytest.raises(InvalidInputError, match=rf"{name} must be a positive integer, got {value}"):
+    with pytest.raises(InvalidInputError, match=rf"{name} must be positive, got {value}"):
         plan(**{name: value})
 
 

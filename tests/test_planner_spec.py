@@ -539,7 +539,7 @@ def test_non_utf8_file_is_config_error(tmp_path: Path) -> None:
 def test_file_over_16_mib_is_config_error(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(b" " * (16 * MiB + 1))
-    with pytest.raises(ConfigError, match="16 MiB"):
+    with pytest.raises(ConfigError, match=r"16\.00 MiB \(16777216 bytes\)"):
         KVCacheSpec.from_hf_config(path)
 
 

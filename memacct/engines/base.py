@@ -14,14 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from memacct.checks import FROZEN
 
 if TYPE_CHECKING:
     from memacct.planner.spec import KVCacheSpec
 
 __all__ = ["Engine", "KVGroup", "KVLayout", "KVManager", "KVSettings", "StartupModel"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
 class KVSettings(BaseModel):
@@ -41,7 +42,7 @@ class KVSettings(BaseModel):
             then keep extra state blocks in vLLM).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     block_size: int = Field(default=16, gt=0)
     max_model_len: int = Field(ge=-1)
@@ -68,7 +69,7 @@ class KVGroup(BaseModel):
             from the shared pool for this group.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     kind: str
     layers: tuple[int, ...]
@@ -99,7 +100,7 @@ class KVLayout(BaseModel):
         notes: rules applied that a reader would not guess, one sentence each.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     engine: str
     engine_version: str

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from memacct.checks import check_int
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.planner.spec import KVCacheSpec
 
@@ -271,8 +272,7 @@ class TransformerWorkload:
             ("max_num_seqs", max_num_seqs),
             ("block_size", block_size),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value)
         self.spec = spec
         self.shape = TransformerShape.from_spec(spec, config)
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -404,8 +404,7 @@ class TransformerWorkload:
         block (``num_blocks x block_size x per-layer bytes per token``), as
         vLLM allocates it; the allocator rounds each one.
         """
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
-            raise InvalidInputError(f"num_blocks must be a non-negative int, got {num_blocks!r}")
+        check_int("num_blocks", num_blocks, low=0)
         tokens = num_blocks * self.block_size
         return [tokens * per_layer for per_layer in self.shape.kv_bytes_per_token_per_layer]
 
@@ -437,8 +436,7 @@ class TransformerWorkload:
 
     def _check_step(self, num_tokens: int, num_seqs: int) -> None:
         for name, value in (("num_tokens", num_tokens), ("num_seqs", num_seqs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value)
         if num_seqs > num_tokens:
             raise InvalidInputError(
                 f"a step of {num_tokens} tokens cannot serve {num_seqs} sequences: every "

@@ -38,9 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from memacct.checks import check_int, check_optional_int
+from memacct.checks import FROZEN, check_int, check_optional_int
+from memacct.devices import check_device
 from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InsufficientMemoryError, InvalidInputError, MemacctError
 from memacct.measure import snapshot
@@ -93,27 +94,8 @@ def make_device(device: str | Mapping[str, Any] | int, allocator: str) -> SimDev
     Raises:
         InvalidInputError: an unknown preset or allocator, or a bad capacity.
     """
-    if isinstance(device, str):
-        return SimDevice(device, allocator)
-    if isinstance(device, Mapping):
-        extra = set(device) - {"total_bytes", "name"}
-        if "total_bytes" not in device or extra:
-            raise InvalidInputError(
-                f'a custom device is {{"total_bytes": N}} (optionally with "name"), got '
-                f"{dict(device)!r}"
-            )
-        name = device.get("name")
-        return SimDevice(
-            None,
-            allocator,
-            total_bytes=device["total_bytes"],
-            name=name if isinstance(name, str) else None,
-        )
-    if isinstance(device, int) and not isinstance(device, bool):
-        return SimDevice(None, allocator, total_bytes=device)
-    raise InvalidInputError(
-        f'device must be a preset name, {{"total_bytes": N}} or a number of bytes, got {device!r}'
-    )
+    preset, total, name = check_device(device)
+    return SimDevice(preset, allocator, total_bytes=total, name=name)
 
 
 def _stage(progress: bool, message: str) -> None:
@@ -166,8 +148,7 @@ def simulate_engine_start(
         ("context_bytes", context_bytes),
         ("other_process_bytes", other_process_bytes),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(f"{name} must be a non-negative int of bytes, got {value!r}")
+        check_int(name, value, low=0)
     spec = KVCacheSpec.from_hf_config(
         dict(config), kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size
     )
@@ -228,7 +209,7 @@ class OfflinePlan(BaseModel):
     person reads first, ``suggestions`` what to change when it does not fit.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = FROZEN
 
     model: str
     engine: str

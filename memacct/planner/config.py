@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memacct.errors import ConfigError, InvalidInputError
+from memacct.errors import ConfigError
 from memacct.io import read_json_object
 
 __all__ = ["read_config_file"]
@@ -124,19 +124,6 @@ def _raise_missing_config(path: Path) -> None:
     if str(path).strip().lower() in model_presets():
         hint = f" ({str(path)!r} is a model preset: use KVCacheSpec.from_preset)"
     raise ConfigError(f"config.json {str(path)!r} does not exist: check the path{hint}")
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _parallel_size(name: str, value: object) -> int:
-    size = _positive_int(name, value)
-    if size > _MAX_PARALLEL:
-        raise InvalidInputError(f"{name} {size} is implausible: at most {_MAX_PARALLEL}")
-    return size
 
 
 class _Config:

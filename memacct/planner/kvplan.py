@@ -12,8 +12,9 @@ import math
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from memacct.checks import FROZEN, check_int
 from memacct.engines.base import KVGroup, KVLayout
 from memacct.errors import InvalidInputError
 from memacct.io import atomic_write_text, read_text
@@ -25,7 +26,6 @@ __all__ = ["PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "Provenance"]
 
 PLAN_FORMAT_VERSION = 2
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 _NAME_WIDTH = 23  # the column vLLM's "Memory profiling results" block aligns values at
 
 
@@ -51,7 +51,7 @@ class Provenance(BaseModel):
             memory during profiling, ...), repeated so they travel with the plan.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     backend: str
     device: int = Field(ge=0)
@@ -80,7 +80,7 @@ class Agreement(BaseModel):
             single-rank no-op outside any process group.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     ranks: tuple[int, ...] = Field(min_length=1)
     min: int = Field(gt=0)
@@ -150,7 +150,7 @@ class KVCachePlan(BaseModel):
             growth granularity (0 for profiles that record neither).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     format_version: int = PLAN_FORMAT_VERSION
     engine: str = "vllm"
@@ -322,8 +322,7 @@ class KVCachePlan(BaseModel):
         """
         from memacct.engines import get_engine
 
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
-            raise InvalidInputError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+        check_int("num_blocks", num_blocks)
         if num_blocks * self.block_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
             raise InvalidInputError(
                 f"{num_blocks} blocks of {self.block_bytes} bytes exceed this plan's KV-cache "

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from memacct.checks import FROZEN
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.planner.config import (
     _DTYPE_ALIASES,
@@ -27,9 +28,8 @@ from memacct.planner.config import (
     _Config,
 )
 
-__all__ = ["LayerKind", "LayerSpec", "layer_kinds", "layer_specs", "state_bytes"]
+__all__ = ["LayerGroup", "LayerKind", "LayerSpec", "layer_kinds", "layer_specs", "state_bytes"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 LayerKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
 
@@ -53,7 +53,7 @@ class LayerSpec(BaseModel):
             keeping its own (KV sharing, Gemma-3n), or ``None``.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     kind: LayerKind
     bytes_per_token: int = Field(default=0, ge=0)
@@ -270,3 +270,25 @@ def _check_divides(cfg: _Config, tp: int, values: dict[str, int]) -> None:
                 f"tensor_parallel_size {tp} does not divide the {value} {name} of "
                 f"{cfg.source}: use a tensor_parallel_size that divides {value}"
             )
+
+
+class LayerGroup(BaseModel):
+    """Layers of one rank that cost the same per token and see the same window.
+
+    Attributes:
+        num_layers: how many layers of this rank are in the group.
+        bytes_per_token_per_layer: KV-cache bytes one token needs in one of them.
+        sliding_window: the attention window in tokens, or ``None`` for
+            layers that attend to the whole sequence.
+    """
+
+    model_config = FROZEN
+
+    num_layers: int = Field(gt=0)
+    bytes_per_token_per_layer: int = Field(gt=0)
+    sliding_window: int | None = Field(default=None, gt=0)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV-cache bytes one token needs in all layers of the group."""
+        return self.num_layers * self.bytes_per_token_per_layer

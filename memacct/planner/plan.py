@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from memacct._version import __version__
+from memacct.checks import check_fraction, check_int, check_optional_int
 from memacct.engines import get_engine
 from memacct.engines.base import KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
@@ -137,15 +138,17 @@ def plan_kv_cache(
     if not isinstance(spec, KVCacheSpec):
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
     kv_engine = get_engine(engine).kv
-    utilization = _check_utilization(gpu_memory_utilization)
-    block = _check_positive(
+    utilization = check_fraction(
+        "gpu_memory_utilization", gpu_memory_utilization, what=_UTILIZATION_MEANS
+    )
+    block = check_int(
         "block_size", block_size if block_size is not None else kv_engine.default_block_size
     )
     max_len = _resolve_max_model_len(max_model_len, spec)
-    batched = _check_optional("max_num_batched_tokens", max_num_batched_tokens)
-    seqs = _check_optional("max_num_seqs", max_num_seqs)
-    kv_override = _check_optional("kv_cache_memory_bytes", kv_cache_memory_bytes)
-    blocks_override = _check_optional("num_gpu_blocks_override", num_gpu_blocks_override)
+    batched = check_optional_int("max_num_batched_tokens", max_num_batched_tokens)
+    seqs = check_optional_int("max_num_seqs", max_num_seqs)
+    kv_override = check_optional_int("kv_cache_memory_bytes", kv_cache_memory_bytes)
+    blocks_override = check_optional_int("num_gpu_blocks_override", num_gpu_blocks_override)
     if kv_override is not None and blocks_override is not None:
         raise InvalidInputError(
             f"give kv_cache_memory_bytes ({kv_override}) or num_gpu_blocks_override "
@@ -369,35 +372,17 @@ def _fit_blocks(
     return low, result.fragmentation_allowance + rounding_bytes - low * block_bytes
 
 
-def _check_utilization(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(
-            f"gpu_memory_utilization must be a number in (0, 1], got {value!r}"
-        )
-    utilization = float(value)
-    if not (math.isfinite(utilization) and 0.0 < utilization <= 1.0):
-        raise InvalidInputError(
-            f"gpu_memory_utilization must be in (0, 1], got {value!r}: it is the fraction of "
-            f"the device's total memory this instance may hold (vLLM's default is 0.9)"
-        )
-    return utilization
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _check_optional(name: str, value: object) -> int | None:
-    return None if value is None else _check_positive(name, value)
+_UTILIZATION_MEANS = (
+    ": it is the fraction of the device's total memory this instance may hold "
+    "(vLLM's default is 0.9)"
+)
 
 
 def _resolve_max_model_len(value: object, spec: KVCacheSpec) -> int:
     if value == -1 and not isinstance(value, bool):
         return -1
     if value is not None:
-        return _check_positive("max_model_len", value)
+        return check_int("max_model_len", value)
     if spec.max_position_embeddings is None:
         raise InvalidInputError(
             f"the config of {spec.model_name} gives no max_position_embeddings: "

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from memacct.errors import ConfigError, InvalidInputError
+from memacct.checks import check_int
+from memacct.errors import ConfigError
 from memacct.io import loads_json_object, read_json_object, read_prefix
 from memacct.planner.config import _MODEL_TYPE_DEFAULTS
 from memacct.planner.quant import QuantScheme, parse_quantization
@@ -132,12 +133,6 @@ def _padded_vocab(vocab: int, tp: int) -> int:
     return _ceil_div(padded, tp)
 
 
-def _check_tp(tp: object) -> int:
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise InvalidInputError(f"tensor_parallel_size must be a positive integer, got {tp!r}")
-    return tp
-
-
 # ---------------------------------------------------------------- role of a parameter
 
 _COLUMN = re.compile(
@@ -230,7 +225,7 @@ def safetensors_weights(
     Raises:
         ConfigError: no ``config.json`` or no safetensors file, or a damaged header.
     """
-    tp = _check_tp(tensor_parallel_size)
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
     root = Path(directory)
     config = read_json_object(root / "config.json", "config.json")
     files = _checkpoint_files(root)
@@ -280,7 +275,7 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
     Raises:
         ConfigError: ``transformers`` is missing or does not know the architecture.
     """
-    tp = _check_tp(tensor_parallel_size)
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
     try:
         import torch
         import transformers
@@ -438,7 +433,7 @@ def formula_weights(
         ConfigError: a size the formulas need is missing.
         UnknownQuantizationError: the quantization method is not known.
     """
-    tp = _check_tp(tensor_parallel_size)
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
     cfg = _text(config)
     _refuse_state_layers(cfg)
     quant = parse_quantization(config)

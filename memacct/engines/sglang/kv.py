@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from memacct.engines.base import KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner.spec import KVCacheSpec, LayerSpec
+from memacct.units import GiB
 
 __all__ = [
     "SGLANG_VERSION",
@@ -82,8 +83,8 @@ def mamba_state_pool(spec: KVCacheSpec, budget_bytes: int) -> tuple[int, int]:
     most = max(sum(1 for x in stage if x.kind == "mamba") for stage in stages)
     per_slot = int(sum(per_layer) * most / len(per_layer))
     # SGLang works in GiB floats here (kv_cache_configurator.py _handle_max_mamba_cache).
-    rest_gib = budget_bytes / (1 << 30)
-    state_budget = rest_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) * (1 << 30)
+    rest_gib = budget_bytes / GiB
+    state_budget = rest_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) * GiB
     slots = int((state_budget - per_slot) // per_slot)
     if slots <= 0:
         raise InsufficientMemoryError(
@@ -93,8 +94,8 @@ def mamba_state_pool(spec: KVCacheSpec, budget_bytes: int) -> tuple[int, int]:
             f"give the KV cache more memory",
             estimated_max_model_len=0,
         )
-    rest_gib -= (slots + 1) * per_slot / (1 << 30)
-    return int(rest_gib * (1 << 30)), slots
+    rest_gib -= (slots + 1) * per_slot / GiB
+    return int(rest_gib * GiB), slots
 
 
 def _stage_layers(spec: KVCacheSpec) -> list[list[LayerSpec]]:

@@ -360,7 +360,7 @@ class VllmKVManager:
     def log_lines(self, layout: KVLayout) -> list[str]:
         """vLLM 0.33's start-up lines about the KV cache."""
         return [
-            f"Available KV cache memory: {layout.budget_bytes / (1 << 30):.2f} GiB",
+            f"Available KV cache memory: {format_gib(layout.budget_bytes, sep=' ')}",
             f"GPU KV cache size: {layout.kv_tokens:,} tokens",
             f"Maximum concurrency for {layout.max_model_len:,} tokens per request: "
             f"{layout.max_concurrency:.2f}x",

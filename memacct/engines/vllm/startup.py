@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memacct.checks import check_fraction, check_int
 from memacct.engines.forward import TransformerWorkload
-from memacct.errors import InvalidInputError
 from memacct.planner.spec import KVCacheSpec
 from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
 from memacct.units import GiB, MiB
@@ -261,14 +261,8 @@ class VllmStartup:
             ConfigError: the config lacks a size the estimate needs.
         """
         s = settings or StartupSettings()
-        if not 0 < s.gpu_memory_utilization <= 1:
-            raise InvalidInputError(
-                f"gpu_memory_utilization must be in (0, 1], got {s.gpu_memory_utilization!r}"
-            )
-        if isinstance(total_memory, bool) or not isinstance(total_memory, int) or total_memory <= 0:
-            raise InvalidInputError(
-                f"total_memory must be a positive byte count, got {total_memory!r}"
-            )
+        check_fraction("gpu_memory_utilization", s.gpu_memory_utilization)
+        check_int("total_memory", total_memory)
         notes: list[str] = []
         d_tokens, d_seqs = self.defaults(total_memory, device_name)
         tokens = s.max_num_batched_tokens or d_tokens

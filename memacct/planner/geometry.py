@@ -1,0 +1,348 @@
+"""The KV-cache geometry of a model, read from its ``config.json``.
+
+What :class:`~memacct.planner.spec.KVCacheSpec` holds, worked out from a
+checked config (:class:`~memacct.planner.config._Config`): the KV-cache dtype
+(``auto`` resolved as vLLM resolves it), the attention kind (MHA/GQA/MQA or
+MLA), KV heads per tensor-parallel rank, the pipeline stage that needs the
+most cache, and the per-layer list (:mod:`memacct.planner.layers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.planner.config import (
+    _DTYPE_ALIASES,
+    _HEAD_KEYS,
+    _HIDDEN_KEYS,
+    _KV_DTYPES,
+    _KV_HEAD_KEYS,
+    _LAYER_KEYS,
+    _MAX_DIM,
+    _MAX_HEADS,
+    _MAX_INTERMEDIATE,
+    _MAX_LAYERS,
+    _MAX_POSITIONS,
+    _MAX_VOCAB,
+    _checkpoint_kv_dtype,
+    _Config,
+    _model_dtype,
+)
+from memacct.planner.layers import (
+    LayerGroup,
+    LayerSpec,
+    layer_kinds,
+    layer_specs,
+    state_bytes,
+)
+
+__all__ = [
+    "FP8_DS_MLA",
+    "FP8_DS_MLA_BYTES",
+    "kv_dtype_bytes",
+    "pipeline_partition",
+    "spec_fields",
+]
+
+FP8_DS_MLA = "fp8_ds_mla"
+# Bytes per token per layer of DeepSeek-V3.2's sparse-MLA KV format (docs/engines.md).
+FP8_DS_MLA_BYTES = 656
+
+
+
+def kv_dtype_bytes(kv_cache_dtype: str) -> tuple[str, int]:
+    """Normalise a KV-cache dtype name and return ``(name, bytes per element)``.
+
+    Accepts ``bfloat16``/``bf16``, ``float16``/``fp16``/``half``,
+    ``float32``/``fp32``/``float``, ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``,
+    ``fp8_inc`` and ``int8`` (case-insensitive, an optional ``torch.``
+    prefix). ``auto`` is resolved by :meth:`KVCacheSpec.from_hf_config`, not here.
+
+    Raises:
+        InvalidInputError: the name is not a KV-cache dtype.
+    """
+    if not isinstance(kv_cache_dtype, str):
+        raise InvalidInputError(
+            f"kv_cache_dtype must be a string such as 'auto', 'bfloat16' or 'fp8', "
+            f"got {kv_cache_dtype!r}"
+        )
+    name = kv_cache_dtype.strip().lower().removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name == FP8_DS_MLA:
+        return name, 1
+    if name not in _KV_DTYPES:
+        choices = ", ".join(["auto", *_KV_DTYPES, *_DTYPE_ALIASES])
+        raise InvalidInputError(f"unknown kv_cache_dtype {kv_cache_dtype!r}: use one of {choices}")
+    return name, _KV_DTYPES[name]
+
+
+def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> tuple[int, ...]:
+    """Layers per pipeline stage, split as vLLM splits them.
+
+    Every stage gets ``num_layers // pp`` layers; the remainder goes one layer
+    each to the stages just before the last (the last stage also holds the
+    LM head), e.g. 61 layers on 4 stages -> ``(15, 15, 16, 15)``.
+
+    Raises:
+        InvalidInputError: more stages than layers.
+    """
+    if pipeline_parallel_size > num_layers:
+        raise InvalidInputError(
+            f"pipeline_parallel_size {pipeline_parallel_size} exceeds the model's {num_layers} "
+            f"layers: every stage needs at least one layer; use at most {num_layers} stages"
+        )
+    parts = [num_layers // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, num_layers % pipeline_parallel_size + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None) -> str:
+    if kv_cache_dtype.strip().lower() != "auto":
+        return kv_dtype_bytes(kv_cache_dtype)[0]
+    declared = _checkpoint_kv_dtype(cfg)
+    if declared is not None:
+        cfg.notes.append(
+            "kv_cache_dtype auto: the checkpoint's ModelOpt quantization_config declares "
+            "an FP8 KV cache"
+        )
+        return declared
+    if model_dtype is None:
+        # vLLM reads a missing dtype as float32 and runs float32 checkpoints in bfloat16.
+        cfg.notes.append(
+            f"{cfg.source} has no torch_dtype or dtype: kv_cache_dtype='auto' is bfloat16, "
+            f"as vLLM runs it; pass kv_cache_dtype if the engine runs another dtype"
+        )
+        return "bfloat16"
+    if model_dtype == "float32":
+        # vLLM (vllm/config/model.py _resolve_auto_dtype) and SGLang run float32
+        # checkpoints in the device's preferred 16-bit dtype: bfloat16 on CUDA.
+        cfg.notes.append(
+            "the checkpoint is float32: kv_cache_dtype='auto' is bfloat16, as engines run it; "
+            "pass kv_cache_dtype='float32' for a float32 KV cache"
+        )
+        return "bfloat16"
+    return model_dtype
+
+
+def _kv_heads(cfg: _Config, num_heads: int) -> int:
+    found = cfg.find(_KV_HEAD_KEYS)
+    # ChatGLM names a group count that only applies when multi-query attention is on.
+    if (
+        found is not None
+        and found[0].endswith("multi_query_group_num")
+        and cfg.get("multi_query_attention") is False
+    ):
+        found = None
+    if found is None:
+        return 1 if cfg.get("multi_query") is True else num_heads
+    kv = cfg.check_int(*found, high=_MAX_HEADS)
+    if kv > num_heads:
+        raise ConfigError(
+            f"{cfg.source}: {found[0]} = {kv} exceeds num_attention_heads = {num_heads}: "
+            f"fix one of them"
+        )
+    return kv
+
+
+def _head_dim(cfg: _Config, hidden: int, num_heads: int) -> int:
+    head_dim = cfg.integer(("head_dim",), _MAX_DIM)
+    if head_dim is not None:
+        return head_dim
+    if hidden % num_heads:
+        raise ConfigError(
+            f"{cfg.source} has no head_dim and hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {num_heads}: add head_dim"
+        )
+    return hidden // num_heads
+
+
+def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int:
+    if num_heads % tp:
+        raise InvalidInputError(
+            f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads of "
+            f"{cfg.source}: use a tensor_parallel_size that divides {num_heads}"
+        )
+    if total >= tp:
+        if total % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {total} KV heads of "
+                f"{cfg.source}: use a divisor of {total}, or a multiple of it"
+            )
+        return total // tp
+    if tp % total:
+        raise InvalidInputError(
+            f"tensor_parallel_size {tp} exceeds the {total} KV heads of {cfg.source} but is "
+            f"not a multiple of it, so the heads cannot be replicated evenly: use a multiple "
+            f"of {total}"
+        )
+    cfg.notes.append(f"{total} KV heads replicated: one per rank across {tp} ranks")
+    return 1
+
+
+def _group_stage(layers: Sequence[LayerSpec], per_layer: int) -> tuple[LayerGroup, ...]:
+    counts: dict[int | None, int] = {}
+    for layer in layers:
+        if layer.bytes_per_token:
+            window = layer.window if layer.kind == "sliding" else None
+            counts[window] = counts.get(window, 0) + 1
+    order = sorted(counts, key=lambda w: -1 if w is None else w)
+    return tuple(
+        LayerGroup(num_layers=counts[w], bytes_per_token_per_layer=per_layer, sliding_window=w)
+        for w in order
+    )
+
+
+def spec_fields(
+    cfg: _Config,
+    kv_cache_dtype: str,
+    tp: int,
+    pp: int,
+    *,
+    model_name: str | None,
+    default_name: str | None,
+) -> dict[str, Any]:
+    """The fields of a :class:`~memacct.planner.spec.KVCacheSpec` read from ``cfg``.
+
+    ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
+    """
+    num_layers = cfg.required(_LAYER_KEYS, _MAX_LAYERS)
+    num_heads = cfg.required(_HEAD_KEYS, _MAX_HEADS)
+    hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
+    dtype, dtype_bytes = _model_dtype(cfg)
+    kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
+    kv_bytes = 1 if kv_dtype == FP8_DS_MLA else _KV_DTYPES[kv_dtype]
+
+    lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
+    rope_dim: int | None = None
+    if lora_rank is not None:
+        rope_dim = cfg.required(("qk_rope_head_dim",), _MAX_DIM)
+        if num_heads % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads "
+                f"of {cfg.source}: use a tensor_parallel_size that divides {num_heads}"
+            )
+        attention: Literal["mha", "mla"] = "mla"
+        head_dim = lora_rank + rope_dim
+        total_kv_heads = kv_heads = 1
+        # One latent serves both keys and values, and every TP rank keeps all of it.
+        per_layer = head_dim * kv_bytes
+        if kv_dtype == FP8_DS_MLA:
+            # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
+            per_layer = FP8_DS_MLA_BYTES
+    else:
+        attention = "mha"
+        if kv_dtype == FP8_DS_MLA:
+            raise InvalidInputError(
+                f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
+                f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
+            )
+        head_dim = _head_dim(cfg, hidden, num_heads)
+        total_kv_heads = _kv_heads(cfg, num_heads)
+        kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
+        per_layer = 2 * kv_heads * head_dim * kv_bytes
+
+    mtp_layers = cfg.integer(("num_nextn_predict_layers",), _MAX_LAYERS, low=0)
+    if mtp_layers:
+        cfg.notes.append(
+            f"the {mtp_layers} multi-token-prediction layer(s) are not counted: they hold "
+            f"cache only when the engine runs them for speculative decoding"
+        )
+
+    kinds = layer_kinds(cfg, num_layers)
+    if attention == "mla":
+        kinds = [("mla", None) if kind == "full" else (kind, size) for kind, size in kinds]
+    state_sizes, state_dtype_bytes = state_bytes(cfg, kinds, hidden, tp, dtype_bytes)
+    layers = layer_specs(cfg, kinds, per_layer, state_sizes)
+    stages = pipeline_partition(num_layers, pp)
+    starts = [sum(stages[:i]) for i in range(pp)]
+
+    def stage_layers(stage: int) -> list[LayerSpec]:
+        return [x for x in layers[starts[stage] : starts[stage] + stages[stage]] if x.has_cache]
+
+    def stage_key(stage: int) -> tuple[int, int, int]:
+        kv = [x for x in stage_layers(stage) if x.bytes_per_token]
+        return len(kv), sum(x.kind in ("full", "mla") for x in kv), stages[stage]
+
+    # Every KV layer costs the same per token, so the stage with the most of them needs the most
+    # cache; among equals, the one with more full-attention layers needs more for long requests.
+    stage = max(range(pp), key=stage_key)
+    groups = _group_stage(stage_layers(stage), per_layer)
+    if not groups:
+        raise ConfigError(
+            f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "
+            f"use fewer pipeline stages"
+        )
+
+    num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), _MAX_HEADS)
+    experts_per_token = cfg.integer(
+        ("num_experts_per_tok", "experts_per_token", "moe_topk"), _MAX_HEADS
+    )
+    if num_experts and experts_per_token and experts_per_token > num_experts:
+        raise ConfigError(
+            f"{cfg.source}: {experts_per_token} experts per token exceeds the {num_experts} "
+            f"experts: fix num_experts_per_tok"
+        )
+    found = cfg.find(("intermediate_size", "ffn_dim", "n_inner"))
+    if found is not None and isinstance(found[1], list) and found[1]:
+        # Per-layer sizes (Gemma-3n): the largest one bounds the MLP.
+        intermediate: int | None = max(
+            cfg.check_int(found[0], v, high=_MAX_INTERMEDIATE) for v in found[1]
+        )
+    else:
+        intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
+    moe_intermediate = cfg.integer(("moe_intermediate_size",), _MAX_INTERMEDIATE)
+    if moe_intermediate is None and num_experts is not None:
+        moe_intermediate = intermediate
+    name = model_name or _default_model_name(cfg, default_name)
+    return dict(
+        model_name=name,
+        model_type=cfg.model_type,
+        attention=attention,
+        kv_dtype=kv_dtype,
+        kv_dtype_bytes=kv_bytes,
+        dtype=dtype,
+        dtype_bytes=dtype_bytes,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        pipeline_stage=stage,
+        pipeline_layers=stages,
+        total_num_layers=num_layers,
+        num_layers=stages[stage],
+        hidden_size=hidden,
+        num_attention_heads=num_heads,
+        total_num_kv_heads=total_kv_heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_lora_rank=lora_rank,
+        qk_rope_head_dim=rope_dim,
+        intermediate_size=intermediate,
+        vocab_size=cfg.integer(("vocab_size", "padded_vocab_size"), _MAX_VOCAB),
+        max_position_embeddings=cfg.integer(
+            ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
+            _MAX_POSITIONS,
+        ),
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+        moe_intermediate_size=moe_intermediate,
+        num_shared_experts=cfg.integer(
+            ("n_shared_experts", "num_shared_experts"), _MAX_HEADS, low=0
+        ),
+        layer_groups=groups,
+        bytes_per_token=sum(g.bytes_per_token for g in groups),
+        layers=tuple(layers),
+        state_dtype_bytes=state_dtype_bytes,
+        notes=tuple(dict.fromkeys(cfg.notes)),
+    )
+
+
+def _default_model_name(cfg: _Config, default_name: str | None) -> str:
+    for candidate in (cfg.root.get("_name_or_path"), default_name):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    architectures = cfg.root.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return cfg.model_type or "model"
