@@ -255,14 +255,14 @@ def position_limit(config: Mapping[str, Any]) -> int | None:
     state the extended length (``llama3``, ``longrope``, ``su``, ``mrope``,
     ``default``) and Gemma 3; ``yarn`` scales ``original_max_position_embeddings``.
     """
-    from memacct.planner.weights import _text
+    from memacct.planner.config import _Config
 
-    cfg = _text(config)
+    cfg = _Config(config, "config.json")
     limit: int | None = None
     for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                 "max_sequence_length", "max_seq_length", "seq_len"):  # fmt: skip
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        value = cfg.first_int((key,))
+        if value is not None and value > 0:
             limit = value if limit is None else min(limit, value)
     if limit is None:
         return None

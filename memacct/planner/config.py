@@ -126,10 +126,37 @@ def _raise_missing_config(path: Path) -> None:
     raise ConfigError(f"config.json {str(path)!r} does not exist: check the path{hint}")
 
 
+def check_config_int(source: str, key: str, value: Any, *, high: int, low: int = 1) -> int:
+    """``value`` of ``key`` in a config file as an ``int`` in ``[low, high]``.
+
+    An integral float (``4096.0``) is accepted; ``bool`` is refused.
+
+    Raises:
+        ConfigError: not an integer, or out of range; the message names ``source`` and ``key``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(
+            f"{source}: {key} must be an integer, got {value!r} "
+            f"({type(value).__name__}): fix the value in the config"
+        )
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ConfigError(f"{source}: {key} must be an integer, got {value!r}")
+    if value < low:
+        raise ConfigError(
+            f"{source}: {key} = {value!r} must be at least {low}: fix the value in the config"
+        )
+    if value > high:
+        raise ConfigError(
+            f"{source}: {key} = {value!r} is not plausible (at most {high}): "
+            f"fix the value in the config"
+        )
+    return int(value)
+
+
 class _Config:
     """Typed look-ups in a config dict, with the key and the fix in every error."""
 
-    def __init__(self, root: dict[str, Any], source: str) -> None:
+    def __init__(self, root: Mapping[str, Any], source: str) -> None:
         self.source = source
         self.root = root
         text = root.get("text_config")
@@ -161,33 +188,35 @@ class _Config:
                 return key, value
         return None
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` (``text_config`` first, then the top level, then the model
+        type's defaults), or ``default``."""
         found = self.find((key,))
-        return None if found is None else found[1]
+        return default if found is None else found[1]
+
+    def written_keys(self) -> set[str]:
+        """Every key written in the config, top level and ``text_config``."""
+        return {*self.root, *self.text}
+
+    def first_int(self, keys: Sequence[str], default: int | None = None) -> int | None:
+        """The first of ``keys`` whose value is an integer, else ``default``; lenient.
+
+        A key written in another form (``bool``, a string, Gemma-3n's per-layer list) is
+        passed over for the next one, as the weight formulas want: they fall back to
+        another key or a default, and to the meta-device count where a size is missing.
+        """
+        for key in keys:
+            found = self.find((key,))
+            if found is not None and isinstance(found[1], int) and not isinstance(found[1], bool):
+                return found[1]
+        return default
 
     def integer(self, keys: Sequence[str], high: int, *, low: int = 1) -> int | None:
         found = self.find(keys)
         return None if found is None else self.check_int(*found, high=high, low=low)
 
     def check_int(self, key: str, value: Any, *, high: int, low: int = 1) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(
-                f"{self.source}: {key} must be an integer, got {value!r} "
-                f"({type(value).__name__}): fix the value in the config"
-            )
-        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise ConfigError(f"{self.source}: {key} must be an integer, got {value!r}")
-        if value < low:
-            raise ConfigError(
-                f"{self.source}: {key} = {value!r} must be at least {low}: "
-                f"fix the value in the config"
-            )
-        if value > high:
-            raise ConfigError(
-                f"{self.source}: {key} = {value!r} is not plausible (at most {high}): "
-                f"fix the value in the config"
-            )
-        return int(value)
+        return check_config_int(self.source, key, value, high=high, low=low)
 
     def required(self, keys: Sequence[str], high: int) -> int:
         value = self.integer(keys, high)

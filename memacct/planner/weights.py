@@ -40,7 +40,7 @@ from typing import Any, Literal
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import loads_json_object, read_json_object, read_prefix
-from memacct.planner.config import _MODEL_TYPE_DEFAULTS
+from memacct.planner.config import _Config
 from memacct.planner.quant import QuantScheme, parse_quantization
 
 __all__ = [
@@ -117,9 +117,8 @@ def dtype_bytes(config: Mapping[str, Any]) -> int:
     vLLM serves a float32 checkpoint, or one that names no dtype (gpt-oss),
     in bfloat16 (float16 where bfloat16 is not supported): 2 bytes either way.
     """
-    text = config.get("text_config")
-    merged = {**config, **text} if isinstance(text, Mapping) else config
-    name = merged.get("torch_dtype") or merged.get("dtype") or "bfloat16"
+    cfg = _text(config)
+    name = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     size = _DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
     return 2 if size == 4 else size
 
@@ -349,25 +348,19 @@ def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp
 # ---------------------------------------------------------------- hand-written formulas
 
 
-def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    # The language model's section, over the defaults transformers fills in for its model type
-    # (Gemma 3's published config.json carries no vocab_size, for one).
-    text = config.get("text_config")
-    merged: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
-    defaults = _MODEL_TYPE_DEFAULTS.get(str(merged.get("model_type", "")), {})
-    return {**defaults, **merged} if defaults else merged
+def _text(config: Mapping[str, Any]) -> _Config:
+    """The config through the planner's one reader (:class:`~memacct.planner.config._Config`):
+    the language model's section first, then the top level, then the defaults transformers
+    fills in for its model type (Gemma 3's published config.json carries no vocab_size)."""
+    return _Config(config, "config.json")
 
 
-def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
-    for key in keys:
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
+def _int(cfg: _Config, *keys: str, default: int | None = None) -> int | None:
+    return cfg.first_int(keys, default)
 
 
-def _need(cfg: Mapping[str, Any], name: str, *keys: str) -> int:
-    value = _int(cfg, *keys)
+def _need(cfg: _Config, name: str, *keys: str) -> int:
+    value = cfg.first_int(keys)
     if value is None or value <= 0:
         raise ConfigError(
             f"{name}: the config has none of {', '.join(keys)}; memacct cannot size the weights "
@@ -391,7 +384,7 @@ class _Acc:
         self.by_role[role] = self.by_role.get(role, 0) + int(nbytes)
 
 
-def _moe_layers(cfg: Mapping[str, Any], layers: int, experts: int) -> set[int]:
+def _moe_layers(cfg: _Config, layers: int, experts: int) -> set[int]:
     if not experts:
         return set()
     first_dense = _int(cfg, "first_k_dense_replace", default=0) or 0
@@ -401,12 +394,12 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int, experts: int) -> set[int]:
     return {i for i in range(layers) if i >= first_dense and (i + 1) % step == 0 and i not in only}
 
 
-def _refuse_state_layers(cfg: Mapping[str, Any]) -> None:
+def _refuse_state_layers(cfg: _Config) -> None:
     # Mamba and linear-attention layers (Granite 4.0-H, Qwen3-Next, Nemotron-H, Jamba) carry
     # projections, convolutions and gates the formulas do not model: the meta-device count
     # or the checkpoint's headers size them (both exact), never a guess.
     kinds = {str(kind) for kind in cfg.get("layer_types") or () if isinstance(kind, str)}
-    keys = [key for key in cfg if key.startswith(("mamba_", "linear_", "ssm_"))]
+    keys = [key for key in cfg.written_keys() if key.startswith(("mamba_", "linear_", "ssm_"))]
     if kinds & {"mamba", "linear_attention"} or keys:
         raise ConfigError(
             f"{cfg.get('model_type', 'this model')} has Mamba or linear-attention layers, "
@@ -573,11 +566,12 @@ def _rotary_bytes(config: Mapping[str, Any]) -> int:
 
 def _vision_bytes(vision: Mapping[str, Any], text_hidden: int, tp: int, dt: int) -> int:
     """A ViT tower plus its projector: attention (4 h^2), MLP (2 h i), norms, patch embedding."""
-    vh = _int(vision, "hidden_size", "embed_dim", "width", default=0) or 0
-    depth = _int(vision, "num_hidden_layers", "depth", "num_layers", default=0) or 0
-    vi = _int(vision, "intermediate_size", "mlp_dim", default=4 * vh) or 4 * vh
-    patch = _int(vision, "patch_size", default=14) or 14
-    channels = _int(vision, "num_channels", "in_channels", default=3) or 3
+    vision_cfg = _Config(vision, "vision_config")
+    vh = _int(vision_cfg, "hidden_size", "embed_dim", "width", default=0) or 0
+    depth = _int(vision_cfg, "num_hidden_layers", "depth", "num_layers", default=0) or 0
+    vi = _int(vision_cfg, "intermediate_size", "mlp_dim", default=4 * vh) or 4 * vh
+    patch = _int(vision_cfg, "patch_size", default=14) or 14
+    channels = _int(vision_cfg, "num_channels", "in_channels", default=3) or 3
     if not vh or not depth:
         return 0
     per_layer = _ceil_div(4 * vh * vh + 2 * vh * vi, tp) + 4 * vh  # linears split, norms whole

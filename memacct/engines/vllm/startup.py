@@ -36,6 +36,7 @@ from typing import Any
 
 from memacct.checks import check_fraction, check_int
 from memacct.engines.forward import TransformerWorkload
+from memacct.planner.config import _Config
 from memacct.planner.spec import KVCacheSpec
 from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
 from memacct.units import GiB, MiB
@@ -400,14 +401,13 @@ def _kv_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
     """vLLM's ``auto`` for a config that names no dtype: it serves such models in bfloat16."""
     if kv_cache_dtype.strip().lower() != "auto":
         return kv_cache_dtype
-    text = config.get("text_config")
-    merged = {**config, **text} if isinstance(text, Mapping) else config
-    if merged.get("torch_dtype") is None and merged.get("dtype") is None:
-        quant = merged.get("quantization_config")
+    cfg = _Config(config, "config.json")
+    if cfg.get("torch_dtype") is None and cfg.get("dtype") is None:
+        quant = cfg.get("quantization_config")
         if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):
             return kv_cache_dtype
         return "bfloat16"
-    if str(merged.get("torch_dtype") or merged.get("dtype")).lower() in (
+    if str(cfg.get("torch_dtype") or cfg.get("dtype")).lower() in (
         "float32",
         "torch.float32",
     ):
