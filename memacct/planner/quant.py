@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
+from memacct.planner.config import check_config_int
 
 __all__ = [
     "KNOWN_METHODS",
@@ -32,6 +33,7 @@ __all__ = [
 
 FP32 = 4
 FP16 = 2
+_MAX_PARAMETER = 1 << 24  # bits, group sizes: far above any real one
 FP8 = 1
 
 
@@ -159,12 +161,43 @@ def _skip_list(quant: Mapping[str, Any], *keys: str) -> tuple[str, ...]:
 
 
 def _int(quant: Mapping[str, Any], key: str, default: int) -> int:
-    value = quant.get(key, default)
+    value = quant.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"quantization_config.{key} must be an integer, got {value!r}")
-    return value
+    # -1 is a group size meaning "per channel" (AWQ, GPTQ).
+    return check_config_int("quantization_config", key, value, low=-1, high=_MAX_PARAMETER)
+
+
+def _block_fp8(method: str, block: Sequence[Any], skip: tuple[str, ...], label: str) -> QuantScheme:
+    """FP8 weights with one FP32 scale per ``block[0] x block[1]`` tile (DeepSeek-V3's layout)."""
+    return QuantScheme(
+        method, 8, block=(int(block[0]), int(block[1])), scale_bytes=FP32, skip=skip, label=label
+    )
+
+
+def _grouped_int(
+    method: str,
+    bits: int,
+    group: int,
+    *,
+    zero_bits: int,
+    skip: tuple[str, ...],
+    label: str,
+    g_idx: bool = False,
+) -> QuantScheme:
+    """Integer weights with an FP16 scale per ``group`` inputs (per output channel when
+    ``group <= 0``), as AWQ and GPTQ store them."""
+    return QuantScheme(
+        method,
+        bits,
+        group_size=group if group > 0 else None,
+        per_channel=group <= 0,
+        scale_bytes=FP16,
+        zero_bits=zero_bits,
+        g_idx=g_idx,
+        skip=skip,
+        label=label,
+    )
 
 
 def _compressed_tensors(quant: Mapping[str, Any]) -> QuantScheme:
@@ -203,14 +236,7 @@ def _compressed_tensors(quant: Mapping[str, Any]) -> QuantScheme:
         )
     if kind == "float":
         if strategy == "block" and isinstance(block, Sequence) and len(block) == 2:
-            return QuantScheme(
-                "compressed-tensors",
-                8,
-                block=(int(block[0]), int(block[1])),
-                scale_bytes=FP32,
-                skip=skip,
-                label="compressed-tensors fp8 (block)",
-            )
+            return _block_fp8("compressed-tensors", block, skip, "compressed-tensors fp8 (block)")
         return QuantScheme(
             "compressed-tensors",
             bits,
@@ -267,14 +293,7 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         block = quant.get("weight_block_size")
         skip = _skip_list(quant, "ignored_layers", "modules_to_not_convert")
         if isinstance(block, Sequence) and len(block) == 2:
-            return QuantScheme(
-                "fp8",
-                8,
-                block=(int(block[0]), int(block[1])),
-                scale_bytes=FP32,
-                skip=skip,
-                label=f"fp8 (block {block[0]}x{block[1]})",
-            )
+            return _block_fp8("fp8", block, skip, f"fp8 (block {block[0]}x{block[1]})")
         return QuantScheme("fp8", 8, tensor_scales=2 * FP32, skip=skip, label="fp8 (per-tensor)")
     if method == "fbgemm_fp8":
         return QuantScheme(
@@ -320,12 +339,10 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         bits = _int(quant, "bits", _int(quant, "w_bit", 4))
         group = _int(quant, "group_size", _int(quant, "q_group_size", 128))
         zero = bool(quant.get("zero_point", True))
-        return QuantScheme(
+        return _grouped_int(
             method,
             bits,
-            group_size=group if group > 0 else None,
-            per_channel=group <= 0,
-            scale_bytes=FP16,
+            group,
             zero_bits=bits if zero else 0,
             skip=_skip_list(quant, "modules_to_not_convert"),
             label=f"awq int{bits} (group {group})",
@@ -334,12 +351,10 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         bits = _int(quant, "bits", 4)
         group = _int(quant, "group_size", 128)
         sym = bool(quant.get("sym", True))
-        return QuantScheme(
+        return _grouped_int(
             method,
             bits,
-            group_size=group if group > 0 else None,
-            per_channel=group <= 0,
-            scale_bytes=FP16,
+            group,
             zero_bits=bits,
             g_idx=True,
             skip=_skip_list(quant, "modules_to_not_convert", "dynamic"),
