@@ -36,12 +36,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from memacct.checks import check_int
-from memacct.errors import ConfigError, InvalidInputError
+from memacct.engines.shape import TransformerShape
+from memacct.engines.trace import Allocator, TraceBuilder, replay
+from memacct.errors import InvalidInputError
 from memacct.planner.spec import KVCacheSpec
 
 __all__ = [
@@ -51,8 +52,6 @@ __all__ = [
     "replay",
 ]
 
-# vLLM pads the vocabulary of its (parallel) embedding and LM head to a multiple of this.
-VOCAB_PADDING = 64
 # Bytes of the index and sampling-parameter dtypes engines keep on the device.
 INT32 = 4
 INT64 = 8
@@ -62,185 +61,6 @@ FLOAT32 = 4
 _DEFAULT_MAX_MODEL_LEN = 32768
 # Row alignment of the fused-MoE kernel's token sorting (vLLM's moe_align_block_size).
 _MOE_BLOCK_M = 64
-
-
-class Allocator(Protocol):
-    """What :func:`replay` needs: a caching allocator's ``malloc`` and ``free``."""
-
-    def malloc(self, size: int, *, persistent: bool = False) -> int:
-        """Allocate ``size`` bytes; return a pointer."""
-        ...
-
-    def free(self, ptr: int) -> None:
-        """Free a pointer ``malloc`` returned."""
-        ...
-
-
-def replay(allocator: Allocator, trace: Sequence[int]) -> None:
-    """Run a step trace on ``allocator`` (a :class:`~memacct.sim.SimDevice` or a bare allocator).
-
-    Raises whatever the allocator raises (``SimOutOfMemory`` when the device
-    is full); the allocations made before the failure are left live, as they
-    would be in a process that crashed.
-    """
-    malloc = allocator.malloc
-    free = allocator.free
-    ptrs: list[int] = []
-    push = ptrs.append
-    for op in trace:
-        if op >= 0:
-            push(malloc(op))
-        else:
-            free(ptrs[~op])
-
-
-class _Trace:
-    """Builds a step trace: :meth:`alloc` returns a slot, :meth:`free` frees it."""
-
-    __slots__ = ("live", "ops", "slots")
-
-    def __init__(self) -> None:
-        self.ops: list[int] = []
-        self.slots = 0
-        self.live: set[int] = set()
-
-    def alloc(self, nbytes: int) -> int:
-        slot = self.slots
-        self.slots += 1
-        self.ops.append(max(1, int(nbytes)))
-        self.live.add(slot)
-        return slot
-
-    def free(self, *slots: int) -> None:
-        for slot in slots:
-            self.live.remove(slot)
-            self.ops.append(~slot)
-
-
-@dataclass(frozen=True)
-class TransformerShape:
-    """One rank's view of a decoder-only transformer: what its tensors' sizes derive from.
-
-    Attributes:
-        num_layers: decoder layers on this rank.
-        hidden_size: width of the residual stream.
-        num_heads: query heads on this rank.
-        num_kv_heads: KV heads on this rank (MHA/GQA/MQA).
-        head_dim: query/key head size (MLA: ``qk_nope_head_dim + qk_rope_head_dim``).
-        v_head_dim: value head size.
-        dtype_bytes: bytes per element of activations and unquantised weights.
-        linear_weight_bytes: bytes per element of the linear layers' weights
-            (1 for FP8 checkpoints).
-        intermediate_size: dense MLP hidden size on this rank.
-        vocab_size: vocabulary, padded as the engine pads it.
-        tie_word_embeddings: the LM head shares the embedding matrix.
-        attention: ``"mha"`` or ``"mla"``.
-        kv_lora_rank: MLA latent rank (0 for MHA).
-        qk_rope_head_dim: MLA rotary key part (0 for MHA).
-        q_lora_rank: MLA query low-rank projection (0: none).
-        num_experts: routed experts (0: dense model).
-        experts_per_token: experts each token is routed to.
-        moe_intermediate_size: one expert's hidden size on this rank.
-        shared_intermediate_size: hidden size of the always-active shared
-            experts on this rank (0: none).
-        dense_layers: how many of the first layers have a dense MLP in a MoE model.
-        norms_per_layer: RMSNorm weight vectors per layer (2, Gemma 2/3: 4).
-        qkv_bias: the QKV projection has a bias (Qwen2, ``attention_bias``).
-        tensor_parallel_size: ranks the layers are split across.
-        kv_bytes_per_token_per_layer: KV-cache bytes per token of each layer on this rank.
-    """
-
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    dtype_bytes: int
-    linear_weight_bytes: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    attention: Literal["mha", "mla"]
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    q_lora_rank: int
-    num_experts: int
-    experts_per_token: int
-    moe_intermediate_size: int
-    shared_intermediate_size: int
-    dense_layers: int
-    norms_per_layer: int
-    qkv_bias: bool
-    tensor_parallel_size: int
-    kv_bytes_per_token_per_layer: tuple[int, ...] = field(repr=False)
-
-    @classmethod
-    def from_spec(cls, spec: KVCacheSpec, config: Mapping[str, Any]) -> TransformerShape:
-        """Derive the shape from the planner's spec and the raw config (for what the spec omits).
-
-        Raises:
-            ConfigError: the config lacks what the forward pass needs
-                (``intermediate_size``, ``vocab_size``) or its dtype.
-        """
-        text = config.get("text_config")
-        cfg: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
-        tp = spec.tensor_parallel_size
-        if spec.vocab_size is None:
-            raise ConfigError(f"{spec.model_name}: the config has no vocab_size; add it")
-        if spec.intermediate_size is None and spec.num_experts is None:
-            raise ConfigError(f"{spec.model_name}: the config has no intermediate_size; add it")
-        dtype_bytes = spec.dtype_bytes or spec.kv_dtype_bytes
-        quant = cfg.get("quantization_config")
-        fp8_weights = isinstance(quant, Mapping) and str(quant.get("quant_method", "")) == "fp8"
-        vocab = -(-spec.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
-        heads = spec.num_attention_heads // tp
-        if spec.attention == "mla":
-            nope = int(cfg.get("qk_nope_head_dim") or 128)
-            rope = spec.qk_rope_head_dim or 0
-            head_dim = nope + rope
-            v_head_dim = int(cfg.get("v_head_dim") or nope)
-            kv_heads = 1
-        else:
-            head_dim = v_head_dim = spec.head_dim
-            kv_heads = spec.num_kv_heads
-        experts = spec.num_experts or 0
-        moe_i = spec.moe_intermediate_size or spec.intermediate_size or 0
-        dense_i = spec.intermediate_size or moe_i
-        dense_layers = 0
-        if experts:
-            dense_layers = int(cfg.get("first_k_dense_replace") or 0)
-        per_layer_kv: list[int] = []
-        for group in spec.layer_groups:
-            per_layer_kv.extend([group.bytes_per_token_per_layer] * group.num_layers)
-        model_type = spec.model_type or ""
-        return cls(
-            num_layers=spec.num_layers,
-            hidden_size=spec.hidden_size,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            v_head_dim=v_head_dim,
-            dtype_bytes=dtype_bytes,
-            linear_weight_bytes=1 if fp8_weights else dtype_bytes,
-            intermediate_size=max(1, dense_i // tp),
-            vocab_size=vocab,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-            attention=spec.attention,
-            kv_lora_rank=spec.kv_lora_rank or 0,
-            qk_rope_head_dim=spec.qk_rope_head_dim or 0,
-            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-            num_experts=experts,
-            experts_per_token=spec.experts_per_token or (1 if experts else 0),
-            moe_intermediate_size=max(1, moe_i // tp) if experts else 0,
-            shared_intermediate_size=(spec.num_shared_experts or 0) * moe_i // tp,
-            dense_layers=min(dense_layers, spec.num_layers),
-            norms_per_layer=4 if model_type.startswith("gemma") else 2,
-            # Qwen2's attention always has QKV biases; other models say so in the config.
-            qkv_bias=model_type.startswith("qwen2") or bool(cfg.get("attention_bias", False)),
-            tensor_parallel_size=tp,
-            kv_bytes_per_token_per_layer=tuple(per_layer_kv),
-        )
 
 
 class TransformerWorkload:
@@ -466,7 +286,7 @@ class TransformerWorkload:
         t = num_tokens
         dt = s.dtype_bytes
         h = s.hidden_size
-        tr = _Trace()
+        tr = TraceBuilder()
         # Per-step metadata the scheduler hands over (the rest lives in persistent buffers).
         logits_indices = tr.alloc(num_seqs * INT64)
         attn_meta = tr.alloc((num_seqs + 1) * INT32)  # cu_seqlens_k of the attention kernel
@@ -494,7 +314,7 @@ class TransformerWorkload:
         assert not tr.live, "a step trace must free everything it allocates"
         return tr.ops
 
-    def _all_reduce(self, tr: _Trace, out: int, t: int) -> int:
+    def _all_reduce(self, tr: TraceBuilder, out: int, t: int) -> int:
         """Tensor-parallel all-reduce: the custom all-reduce returns a new tensor."""
         if self.shape.tensor_parallel_size == 1:
             return out
@@ -502,7 +322,7 @@ class TransformerWorkload:
         tr.free(out)
         return reduced
 
-    def _attention(self, tr: _Trace, hidden: int, t: int, prefill: bool) -> int:
+    def _attention(self, tr: TraceBuilder, hidden: int, t: int, prefill: bool) -> int:
         """Self-attention of one layer; returns the slot of its output (caller frees ``hidden``)."""
         s = self.shape
         dt = s.dtype_bytes
@@ -517,7 +337,7 @@ class TransformerWorkload:
         tr.free(attn_out)
         return self._all_reduce(tr, out, t)
 
-    def _mla(self, tr: _Trace, t: int, prefill: bool) -> int:
+    def _mla(self, tr: TraceBuilder, t: int, prefill: bool) -> int:
         """Multi-head latent attention (DeepSeek) as vLLM runs it."""
         s = self.shape
         dt = s.dtype_bytes
@@ -552,7 +372,7 @@ class TransformerWorkload:
         tr.free(attn_out)
         return self._all_reduce(tr, out, t)
 
-    def _dense_mlp(self, tr: _Trace, t: int, intermediate: int) -> int:
+    def _dense_mlp(self, tr: TraceBuilder, t: int, intermediate: int) -> int:
         dt = self.shape.dtype_bytes
         gate_up = tr.alloc(t * 2 * intermediate * dt)
         act = tr.alloc(t * intermediate * dt)  # SiLU-and-mul
@@ -561,7 +381,7 @@ class TransformerWorkload:
         tr.free(act)
         return down
 
-    def _mlp(self, tr: _Trace, hidden: int, t: int, layer: int) -> int:
+    def _mlp(self, tr: TraceBuilder, hidden: int, t: int, layer: int) -> int:
         """The MLP of one layer; frees ``hidden`` (its input) and returns its output's slot."""
         s = self.shape
         dt = s.dtype_bytes
@@ -594,7 +414,7 @@ class TransformerWorkload:
         tr.free(hidden)
         return self._all_reduce(tr, out, t)
 
-    def _sample(self, tr: _Trace, hidden: int, num_seqs: int) -> None:
+    def _sample(self, tr: TraceBuilder, hidden: int, num_seqs: int) -> None:
         """Logits of the last token of each sequence and sampling; frees ``hidden``."""
         s = self.shape
         selected = tr.alloc(num_seqs * s.hidden_size * s.dtype_bytes)  # hidden[logits_indices]

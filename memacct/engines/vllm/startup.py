@@ -30,12 +30,13 @@ measurements of each term are in ``docs/engines.md``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memacct.checks import check_fraction, check_int
 from memacct.engines.forward import TransformerWorkload
+from memacct.engines.trace import trace_peak
 from memacct.planner.config import _Config
 from memacct.planner.spec import KVCacheSpec
 from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
@@ -144,20 +145,6 @@ def full_capture_sizes(max_num_seqs: int) -> list[int]:
     token per request): 35 sizes for 256 sequences, as vLLM logs them.
     """
     return [s for s in capture_sizes(max_num_seqs) if s <= max_num_seqs]
-
-
-def trace_peak(trace: Sequence[int]) -> int:
-    """The largest live byte count of an allocation trace (see :mod:`memacct.engines.forward`)."""
-    sizes: list[int] = []
-    live = peak = 0
-    for op in trace:
-        if op >= 0:
-            sizes.append(op)
-            live += op
-            peak = max(peak, live)
-        else:
-            live -= sizes[~op]
-    return peak
 
 
 @dataclass(frozen=True)
