@@ -30,8 +30,6 @@ Example::
 from __future__ import annotations
 
 import os
-import re
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +37,22 @@ from typing import Any, Literal
 
 from memacct.checks import check_int
 from memacct.errors import ConfigError
-from memacct.io import loads_json_object, read_json_object, read_prefix
+from memacct.io import read_json_object
+from memacct.planner.checkpoint import _checkpoint_files, safetensors_weights
 from memacct.planner.config import _Config
-from memacct.planner.quant import QuantScheme, parse_quantization
+from memacct.planner.meta import meta_weights
+from memacct.planner.quant import parse_quantization
+from memacct.planner.weight_rules import (
+    VOCAB_PADDING,
+    WeightEstimate,
+    _ceil_div,
+    _int,
+    _need,
+    _padded_vocab,
+    _rotary_bytes,
+    _text,
+    dtype_bytes,
+)
 
 __all__ = [
     "VOCAB_PADDING",
@@ -50,330 +61,14 @@ __all__ = [
     "estimate_weights",
     "formula_weights",
     "meta_weights",
+    "mxfp4_padding",
     "safetensors_weights",
 ]
-
-VOCAB_PADDING = 64
-"""vLLM pads the vocabulary of its embedding and LM head to a multiple of this."""
-
-_MAX_HEADER = 100 * 2**20  # safetensors caps its JSON header at 100 MB
-
-_DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "float": 4,
-    "f32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "half": 2,
-    "f16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "f8_e4m3": 1,
-    "f8_e5m2": 1,
-    "int8": 1,
-    "i8": 1,
-    "uint8": 1,
-    "u8": 1,
-    "bool": 1,
-    "int16": 2,
-    "i16": 2,
-    "int32": 4,
-    "i32": 4,
-    "int64": 8,
-    "i64": 8,
-    "f64": 8,
-    "float64": 8,
-}
 
 Source = Literal["auto", "checkpoint", "transformers", "formula"]
 
 
-@dataclass(frozen=True)
-class WeightEstimate:
-    """The weights of one rank.
-
-    Attributes:
-        total_bytes: bytes of every parameter and quantization tensor on this rank.
-        by_role: the same split by role (``embedding``, ``lm_head``, ``attention``,
-            ``mlp``, ``experts``, ``router``, ``norms``, ``vision``).
-        source: ``checkpoint``, ``transformers`` or ``formula``.
-        quantization: the quantization scheme's label, or ``None``.
-        tensor_parallel_size: ranks the weights are split across.
-    """
-
-    total_bytes: int
-    by_role: Mapping[str, int] = field(default_factory=dict)
-    source: str = "formula"
-    quantization: str | None = None
-    tensor_parallel_size: int = 1
-
-
-def dtype_bytes(config: Mapping[str, Any]) -> int:
-    """Bytes per element of the unquantized weights as vLLM serves them with ``--dtype auto``.
-
-    vLLM serves a float32 checkpoint, or one that names no dtype (gpt-oss),
-    in bfloat16 (float16 where bfloat16 is not supported): 2 bytes either way.
-    """
-    cfg = _text(config)
-    name = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    size = _DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
-    return 2 if size == 4 else size
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _padded_vocab(vocab: int, tp: int) -> int:
-    padded = _ceil_div(vocab, VOCAB_PADDING) * VOCAB_PADDING
-    return _ceil_div(padded, tp)
-
-
-# ---------------------------------------------------------------- role of a parameter
-
-_COLUMN = re.compile(
-    r"(q_proj|k_proj|v_proj|qkv_proj|query_key_value|gate_proj|up_proj|gate_up_proj|w1|w3|"
-    r"c_attn|fc1|q_b_proj|kv_b_proj|in_proj|wq|wk|wv|linear_fc1|q_a_proj|kv_a_proj_with_mqa)"
-)
-_ROW = re.compile(r"(o_proj|down_proj|w2|c_proj|fc2|out_proj|dense|wo|linear_fc2)")
-
-
-def _role(name: str) -> str:
-    low = name.lower()
-    if any(k in low for k in ("vision", "visual", "image", "mm_projector", "multi_modal")):
-        return "vision"
-    if (
-        "embed_tokens" in low
-        or "wte" in low
-        or "word_embeddings" in low
-        or low.endswith("tok_embeddings.weight")
-    ):
-        return "embedding"
-    if low.startswith("lm_head") or ".lm_head" in low or low.endswith("output.weight"):
-        return "lm_head"
-    if "norm" in low or "ln_" in low or "layernorm" in low:
-        return "norms"
-    if "experts" in low:
-        return "experts"
-    if re.search(r"\.(router|gate)\.(weight|bias)$", low) or "shared_expert_gate" in low:
-        return "router"
-    if "attn" in low or "attention" in low:
-        return "attention"
-    return "mlp"
-
-
-def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int | None) -> int:
-    """Elements of this rank's shard of a checkpoint tensor called ``name``."""
-    elems = 1
-    for d in shape:
-        elems *= d
-    if tp == 1 or not shape:
-        return elems
-    role = _role(name)
-    if role in ("embedding", "lm_head"):
-        rows = shape[0]
-        return _padded_vocab(rows, tp) * (elems // rows)
-    if role in ("norms", "router"):
-        return elems
-    low = name.lower()
-    kv_replicated = num_kv_heads is not None and 0 < num_kv_heads < tp
-    if role == "attention" and kv_replicated and re.search(r"(k_proj|v_proj)", low):
-        assert num_kv_heads is not None
-        return elems // num_kv_heads  # each rank holds one whole, replicated KV head
-    if low.endswith(".bias") and _ROW.search(low):
-        return elems  # a row-parallel layer's bias is added once, whole on every rank
-    if role == "experts" or _COLUMN.search(low) or _ROW.search(low) or role == "vision":
-        return _ceil_div(elems, tp)
-    return elems
-
-
-# ---------------------------------------------------------------- checkpoint headers
-
-
-def _header(path: Path) -> dict[str, Any]:
-    (length,) = struct.unpack("<Q", read_prefix(path, "safetensors file", 0, 8))
-    if length <= 0 or length > _MAX_HEADER:
-        raise ConfigError(
-            f"safetensors file {str(path)!r} declares a {length}-byte header: "
-            "not a safetensors file"
-        )
-    text = read_prefix(path, "safetensors file", 8, length).decode("utf-8", errors="replace")
-    return loads_json_object(text, f"safetensors header of {path.name}")
-
-
-def _checkpoint_files(directory: Path) -> list[Path]:
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        data = read_json_object(index, "model.safetensors.index.json")
-        weight_map = data.get("weight_map")
-        if not isinstance(weight_map, Mapping) or not weight_map:
-            raise ConfigError(f"{index} has no weight_map: the checkpoint index is damaged")
-        names = sorted({str(v) for v in weight_map.values()})
-        return [directory / n for n in names]
-    return sorted(directory.glob("*.safetensors"))
-
-
-def safetensors_weights(
-    directory: str | os.PathLike[str], *, tensor_parallel_size: int = 1
-) -> WeightEstimate:
-    """Weights of one rank from a checkpoint directory's safetensors headers (no tensor is read).
-
-    Raises:
-        ConfigError: no ``config.json`` or no safetensors file, or a damaged header.
-    """
-    tp = check_int("tensor_parallel_size", tensor_parallel_size)
-    root = Path(directory)
-    config = read_json_object(root / "config.json", "config.json")
-    files = _checkpoint_files(root)
-    if not files:
-        raise ConfigError(
-            f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
-            "safetensors format, or the config.json alone for an estimate from the architecture"
-        )
-    kv = _num_kv_heads(config)
-    dt = dtype_bytes(config)
-    tied = bool(_text(config).get("tie_word_embeddings", True))
-    by_role: dict[str, int] = {}
-    for path in files:
-        for name, entry in _header(path).items():
-            if name == "__metadata__" or not isinstance(entry, Mapping):
-                continue
-            shape = tuple(int(d) for d in entry.get("shape", ()))
-            size = _DTYPE_BYTES.get(str(entry.get("dtype", "")).lower(), 2)
-            # The engine casts unquantized float tensors to the serving dtype.
-            if (
-                size == 4
-                and str(entry.get("dtype", "")).upper() == "F32"
-                and not name.endswith("scale")
-            ):
-                size = dt
-            role = _role(name)
-            if role == "lm_head" and tied:
-                continue
-            by_role[role] = by_role.get(role, 0) + _shard_elems(name, shape, tp, kv) * size
-    by_role["buffers"] = by_role.get("buffers", 0) + _rotary_bytes(config)
-    quant = parse_quantization(config)
-    return WeightEstimate(
-        sum(by_role.values()), by_role, "checkpoint", quant.label if quant else None, tp
-    )
-
-
-# ---------------------------------------------------------------- transformers on the meta device
-
-
-def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) -> WeightEstimate:
-    """Weights of one rank from the model built by ``transformers`` on the ``meta`` device.
-
-    Needs the ``memacct[hf]`` extra (``transformers`` and ``torch``), imported here, never at
-    import time. Quantized linear layers are sized from their shapes by the checkpoint's
-    quantization scheme.
-
-    Raises:
-        ConfigError: ``transformers`` is missing or does not know the architecture.
-    """
-    tp = check_int("tensor_parallel_size", tensor_parallel_size)
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise ConfigError(
-            f"sizing from the architecture needs transformers ({exc.name} is missing): "
-            "pip install 'memacct[hf]'"
-        ) from None
-    cfg_dict = {k: v for k, v in config.items() if k != "quantization_config"}
-    model_type = cfg_dict.get("model_type")
-    try:
-        hf_config = transformers.AutoConfig.for_model(
-            str(model_type), **{k: v for k, v in cfg_dict.items() if k != "model_type"}
-        )
-        causal_lm: Any = transformers.AutoModelForCausalLM
-        any_model: Any = transformers.AutoModel
-        with torch.device("meta"):
-            try:
-                model = causal_lm.from_config(hf_config)
-            except ValueError:
-                model = any_model.from_config(hf_config)
-    except Exception as exc:  # transformers raises many kinds for an unknown architecture
-        raise ConfigError(
-            f"transformers cannot build model_type {model_type!r} ({type(exc).__name__}: {exc}); "
-            "memacct falls back to its own formulas"
-        ) from None
-    quant = parse_quantization(config)
-    dt = dtype_bytes(config)
-    kv = _num_kv_heads(config)
-    by_role: dict[str, int] = {}
-    for name, param in model.named_parameters():
-        shape = tuple(int(d) for d in param.shape)
-        role = _role(name)
-        elems = _shard_elems(name, shape, tp, kv)
-        nbytes = elems * dt
-        module = name.rsplit(".", 1)[0]
-        fused_expert = role == "experts" and len(shape) == 3
-        if quant is not None and (name.endswith("weight") or fused_expert) and not quant.skips(
-            module
-        ):
-            if role == "experts" and len(shape) == 3:
-                nbytes = _quantized_experts(quant, name, shape, tp)
-            elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
-                out_f, in_f = shape
-                if _COLUMN.search(name.lower()):
-                    out_f = _ceil_div(out_f, tp)
-                else:
-                    in_f = _ceil_div(in_f, tp)
-                nbytes = quant.linear_bytes(out_f, in_f)
-        by_role[role] = by_role.get(role, 0) + nbytes
-    if getattr(model.config, "tie_word_embeddings", False):
-        by_role.pop("lm_head", None)
-    return WeightEstimate(
-        sum(by_role.values()), by_role, "transformers", quant.label if quant else None, tp
-    )
-
-
-def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp: int) -> int:
-    experts, a, b = shape
-    # transformers keeps fused experts as (experts, in, out); tensor parallelism splits the
-    # intermediate dimension, the larger one of gate_up and the smaller one of down.
-    inter_first = "down" in name
-    out_f, in_f = (b, a)
-    if inter_first:
-        in_f = _ceil_div(in_f, tp)
-    else:
-        out_f = _ceil_div(out_f, tp)
-    return quant.experts_bytes(experts, out_f, in_f, mxfp4_pad=(1, 1))
-
-
 # ---------------------------------------------------------------- hand-written formulas
-
-
-def _text(config: Mapping[str, Any]) -> _Config:
-    """The config through the planner's one reader (:class:`~memacct.planner.config._Config`):
-    the language model's section first, then the top level, then the defaults transformers
-    fills in for its model type (Gemma 3's published config.json carries no vocab_size)."""
-    return _Config(config, "config.json")
-
-
-def _int(cfg: _Config, *keys: str, default: int | None = None) -> int | None:
-    return cfg.first_int(keys, default)
-
-
-def _need(cfg: _Config, name: str, *keys: str) -> int:
-    value = cfg.first_int(keys)
-    if value is None or value <= 0:
-        raise ConfigError(
-            f"{name}: the config has none of {', '.join(keys)}; memacct cannot size the weights "
-            "without it: add it to config.json or give the checkpoint directory"
-        )
-    return value
-
-
-def _num_kv_heads(config: Mapping[str, Any]) -> int | None:
-    cfg = _text(config)
-    return _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num") or _int(
-        cfg, "num_attention_heads"
-    )
 
 
 @dataclass
@@ -545,23 +240,6 @@ def formula_weights(
     return WeightEstimate(
         sum(acc.by_role.values()), acc.by_role, "formula", quant.label if quant else None, tp
     )
-
-
-def _rotary_bytes(config: Mapping[str, Any]) -> int:
-    """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
-    in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
-    cfg = _text(config)
-    heads = _int(cfg, "num_attention_heads", default=0) or 0
-    hidden = _int(cfg, "hidden_size", default=0) or 0
-    if cfg.get("kv_lora_rank") is not None:
-        rotary = _int(cfg, "qk_rope_head_dim", default=64) or 64
-    else:
-        rotary = _int(cfg, "head_dim", default=hidden // heads if heads else 0) or 0
-    factor = cfg.get("partial_rotary_factor")
-    if isinstance(factor, (int, float)) and 0 < factor < 1:
-        rotary = int(rotary * factor)
-    positions = _int(cfg, "max_position_embeddings", default=0) or 0
-    return positions * rotary * dtype_bytes(config)
 
 
 def _vision_bytes(vision: Mapping[str, Any], text_hidden: int, tp: int, dt: int) -> int:

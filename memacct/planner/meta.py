@@ -1,0 +1,106 @@
+"""Weights of one rank from the model ``transformers`` builds on the ``meta`` device.
+
+No memory and no weights: each parameter is sized by its role and shape. Needs
+the ``memacct[hf]`` extra, imported inside :func:`meta_weights`, never at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memacct.checks import check_int
+from memacct.errors import ConfigError
+from memacct.planner.quant import QuantScheme, parse_quantization
+from memacct.planner.weight_rules import (
+    _COLUMN,
+    WeightEstimate,
+    _ceil_div,
+    _num_kv_heads,
+    _role,
+    _shard_elems,
+    dtype_bytes,
+)
+
+__all__ = ["meta_weights"]
+
+
+def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) -> WeightEstimate:
+    """Weights of one rank from the model built by ``transformers`` on the ``meta`` device.
+
+    Needs the ``memacct[hf]`` extra (``transformers`` and ``torch``), imported here, never at
+    import time. Quantized linear layers are sized from their shapes by the checkpoint's
+    quantization scheme.
+
+    Raises:
+        ConfigError: ``transformers`` is missing or does not know the architecture.
+    """
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise ConfigError(
+            f"sizing from the architecture needs transformers ({exc.name} is missing): "
+            "pip install 'memacct[hf]'"
+        ) from None
+    cfg_dict = {k: v for k, v in config.items() if k != "quantization_config"}
+    model_type = cfg_dict.get("model_type")
+    try:
+        hf_config = transformers.AutoConfig.for_model(
+            str(model_type), **{k: v for k, v in cfg_dict.items() if k != "model_type"}
+        )
+        causal_lm: Any = transformers.AutoModelForCausalLM
+        any_model: Any = transformers.AutoModel
+        with torch.device("meta"):
+            try:
+                model = causal_lm.from_config(hf_config)
+            except ValueError:
+                model = any_model.from_config(hf_config)
+    except Exception as exc:  # transformers raises many kinds for an unknown architecture
+        raise ConfigError(
+            f"transformers cannot build model_type {model_type!r} ({type(exc).__name__}: {exc}); "
+            "memacct falls back to its own formulas"
+        ) from None
+    quant = parse_quantization(config)
+    dt = dtype_bytes(config)
+    kv = _num_kv_heads(config)
+    by_role: dict[str, int] = {}
+    for name, param in model.named_parameters():
+        shape = tuple(int(d) for d in param.shape)
+        role = _role(name)
+        elems = _shard_elems(name, shape, tp, kv)
+        nbytes = elems * dt
+        module = name.rsplit(".", 1)[0]
+        fused_expert = role == "experts" and len(shape) == 3
+        if quant is not None and (name.endswith("weight") or fused_expert) and not quant.skips(
+            module
+        ):
+            if role == "experts" and len(shape) == 3:
+                nbytes = _quantized_experts(quant, name, shape, tp)
+            elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
+                out_f, in_f = shape
+                if _COLUMN.search(name.lower()):
+                    out_f = _ceil_div(out_f, tp)
+                else:
+                    in_f = _ceil_div(in_f, tp)
+                nbytes = quant.linear_bytes(out_f, in_f)
+        by_role[role] = by_role.get(role, 0) + nbytes
+    if getattr(model.config, "tie_word_embeddings", False):
+        by_role.pop("lm_head", None)
+    return WeightEstimate(
+        sum(by_role.values()), by_role, "transformers", quant.label if quant else None, tp
+    )
+
+
+def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp: int) -> int:
+    experts, a, b = shape
+    # transformers keeps fused experts as (experts, in, out); tensor parallelism splits the
+    # intermediate dimension, the larger one of gate_up and the smaller one of down.
+    inter_first = "down" in name
+    out_f, in_f = (b, a)
+    if inter_first:
+        in_f = _ceil_div(in_f, tp)
+    else:
+        out_f = _ceil_div(out_f, tp)
+    return quant.experts_bytes(experts, out_f, in_f, mxfp4_pad=(1, 1))

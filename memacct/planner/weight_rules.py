@@ -1,0 +1,196 @@
+"""The per-rank rules every weight source applies, and what a weight estimate is.
+
+vLLM's layers (``docs/engines.md``): the embedding and the LM head are split
+by vocabulary (padded to a multiple of :data:`VOCAB_PADDING`) across ranks;
+column- and row-parallel linear layers and MoE experts are split; norms,
+routers and replicated KV heads (fewer KV heads than ranks) are whole on every
+rank. Used by :mod:`memacct.planner.checkpoint`, :mod:`memacct.planner.meta`
+and the formulas in :mod:`memacct.planner.weights`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memacct.errors import ConfigError
+from memacct.planner.config import _Config
+
+__all__ = ["VOCAB_PADDING", "WeightEstimate", "dtype_bytes"]
+
+VOCAB_PADDING = 64
+"""vLLM pads the vocabulary of its embedding and LM head to a multiple of this."""
+
+_DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "f32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "f16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "f8_e4m3": 1,
+    "f8_e5m2": 1,
+    "int8": 1,
+    "i8": 1,
+    "uint8": 1,
+    "u8": 1,
+    "bool": 1,
+    "int16": 2,
+    "i16": 2,
+    "int32": 4,
+    "i32": 4,
+    "int64": 8,
+    "i64": 8,
+    "f64": 8,
+    "float64": 8,
+}
+
+
+@dataclass(frozen=True)
+class WeightEstimate:
+    """The weights of one rank.
+
+    Attributes:
+        total_bytes: bytes of every parameter and quantization tensor on this rank.
+        by_role: the same split by role (``embedding``, ``lm_head``, ``attention``,
+            ``mlp``, ``experts``, ``router``, ``norms``, ``vision``).
+        source: ``checkpoint``, ``transformers`` or ``formula``.
+        quantization: the quantization scheme's label, or ``None``.
+        tensor_parallel_size: ranks the weights are split across.
+    """
+
+    total_bytes: int
+    by_role: Mapping[str, int] = field(default_factory=dict)
+    source: str = "formula"
+    quantization: str | None = None
+    tensor_parallel_size: int = 1
+
+
+def dtype_bytes(config: Mapping[str, Any]) -> int:
+    """Bytes per element of the unquantized weights as vLLM serves them with ``--dtype auto``.
+
+    vLLM serves a float32 checkpoint, or one that names no dtype (gpt-oss),
+    in bfloat16 (float16 where bfloat16 is not supported): 2 bytes either way.
+    """
+    cfg = _text(config)
+    name = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    size = _DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
+    return 2 if size == 4 else size
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _padded_vocab(vocab: int, tp: int) -> int:
+    padded = _ceil_div(vocab, VOCAB_PADDING) * VOCAB_PADDING
+    return _ceil_div(padded, tp)
+
+
+_COLUMN = re.compile(
+    r"(q_proj|k_proj|v_proj|qkv_proj|query_key_value|gate_proj|up_proj|gate_up_proj|w1|w3|"
+    r"c_attn|fc1|q_b_proj|kv_b_proj|in_proj|wq|wk|wv|linear_fc1|q_a_proj|kv_a_proj_with_mqa)"
+)
+_ROW = re.compile(r"(o_proj|down_proj|w2|c_proj|fc2|out_proj|dense|wo|linear_fc2)")
+
+
+def _role(name: str) -> str:
+    low = name.lower()
+    if any(k in low for k in ("vision", "visual", "image", "mm_projector", "multi_modal")):
+        return "vision"
+    if (
+        "embed_tokens" in low
+        or "wte" in low
+        or "word_embeddings" in low
+        or low.endswith("tok_embeddings.weight")
+    ):
+        return "embedding"
+    if low.startswith("lm_head") or ".lm_head" in low or low.endswith("output.weight"):
+        return "lm_head"
+    if "norm" in low or "ln_" in low or "layernorm" in low:
+        return "norms"
+    if "experts" in low:
+        return "experts"
+    if re.search(r"\.(router|gate)\.(weight|bias)$", low) or "shared_expert_gate" in low:
+        return "router"
+    if "attn" in low or "attention" in low:
+        return "attention"
+    return "mlp"
+
+
+def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int | None) -> int:
+    """Elements of this rank's shard of a checkpoint tensor called ``name``."""
+    elems = 1
+    for d in shape:
+        elems *= d
+    if tp == 1 or not shape:
+        return elems
+    role = _role(name)
+    if role in ("embedding", "lm_head"):
+        rows = shape[0]
+        return _padded_vocab(rows, tp) * (elems // rows)
+    if role in ("norms", "router"):
+        return elems
+    low = name.lower()
+    kv_replicated = num_kv_heads is not None and 0 < num_kv_heads < tp
+    if role == "attention" and kv_replicated and re.search(r"(k_proj|v_proj)", low):
+        assert num_kv_heads is not None
+        return elems // num_kv_heads  # each rank holds one whole, replicated KV head
+    if low.endswith(".bias") and _ROW.search(low):
+        return elems  # a row-parallel layer's bias is added once, whole on every rank
+    if role == "experts" or _COLUMN.search(low) or _ROW.search(low) or role == "vision":
+        return _ceil_div(elems, tp)
+    return elems
+
+
+def _text(config: Mapping[str, Any]) -> _Config:
+    """The config through the planner's one reader (:class:`~memacct.planner.config._Config`):
+    the language model's section first, then the top level, then the defaults transformers
+    fills in for its model type (Gemma 3's published config.json carries no vocab_size)."""
+    return _Config(config, "config.json")
+
+
+def _int(cfg: _Config, *keys: str, default: int | None = None) -> int | None:
+    return cfg.first_int(keys, default)
+
+
+def _need(cfg: _Config, name: str, *keys: str) -> int:
+    value = cfg.first_int(keys)
+    if value is None or value <= 0:
+        raise ConfigError(
+            f"{name}: the config has none of {', '.join(keys)}; memacct cannot size the weights "
+            "without it: add it to config.json or give the checkpoint directory"
+        )
+    return value
+
+
+def _num_kv_heads(config: Mapping[str, Any]) -> int | None:
+    cfg = _text(config)
+    return _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num") or _int(
+        cfg, "num_attention_heads"
+    )
+
+
+def _rotary_bytes(config: Mapping[str, Any]) -> int:
+    """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
+    in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
+    cfg = _text(config)
+    heads = _int(cfg, "num_attention_heads", default=0) or 0
+    hidden = _int(cfg, "hidden_size", default=0) or 0
+    if cfg.get("kv_lora_rank") is not None:
+        rotary = _int(cfg, "qk_rope_head_dim", default=64) or 64
+    else:
+        rotary = _int(cfg, "head_dim", default=hidden // heads if heads else 0) or 0
+    factor = cfg.get("partial_rotary_factor")
+    if isinstance(factor, (int, float)) and 0 < factor < 1:
+        rotary = int(rotary * factor)
+    positions = _int(cfg, "max_position_embeddings", default=0) or 0
+    return positions * rotary * dtype_bytes(config)
