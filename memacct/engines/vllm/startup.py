@@ -177,16 +177,24 @@ class StartupEstimate:
     total_memory: int
     gpu_memory_utilization: float
     requested_memory: int
-    weights_memory: int
     activation_peak: int
     non_allocator_increase: int
     cudagraph_memory: int
     cudagraph_charged: bool
-    kv_cache_bytes: int
     max_num_batched_tokens: int
     max_num_seqs: int
     weights: WeightEstimate
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def weights_memory(self) -> int:
+        """The weights on this rank."""
+        return self.weights.total_bytes
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The engine's KV budget: the requested memory less everything else it holds."""
+        return self.requested_memory - self.non_kv_cache_memory
 
     @property
     def non_kv_cache_memory(self) -> int:
@@ -284,19 +292,16 @@ class VllmStartup:
         if charge is None:
             charge = version is None or version >= CUDAGRAPH_CHARGED_SINCE
         charged = charge and graphs > 0
-        kv = requested - weights.total_bytes - activation - non_torch - (graphs if charged else 0)
         return StartupEstimate(
             engine=self.name,
             version=s.engine_version or self.version,
             total_memory=total_memory,
             gpu_memory_utilization=s.gpu_memory_utilization,
             requested_memory=requested,
-            weights_memory=weights.total_bytes,
             activation_peak=activation,
             non_allocator_increase=non_torch,
             cudagraph_memory=graphs,
             cudagraph_charged=charged,
-            kv_cache_bytes=kv,
             max_num_batched_tokens=tokens,
             max_num_seqs=seqs,
             weights=weights,
