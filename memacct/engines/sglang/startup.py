@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memacct.engines.vllm.startup import StartupEstimate, StartupSettings, batch_defaults
+from memacct.engines.vllm.startup import BatchDefaults, StartupEstimate, StartupSettings
 from memacct.errors import InvalidInputError
 from memacct.planner.weights import WeightEstimate, estimate_weights
 from memacct.units import GiB
@@ -41,15 +41,11 @@ class SglangSettings(StartupSettings):
     mem_fraction_static: float | None = None
 
 
-class SglangStartup:
+class SglangStartup(BatchDefaults):
     """SGLang's start-up model."""
 
     name = "sglang"
     version = "0.5"
-
-    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
-        """(chunked prefill size, max running requests) memacct assumes for the profile."""
-        return batch_defaults(total_memory, device_name)
 
     def estimate(
         self,

@@ -212,7 +212,16 @@ def _device_class(device_name: str) -> str:
     return "marlin"
 
 
-class VllmStartup:
+class BatchDefaults:
+    """``defaults``: vLLM's per-device batch defaults (:func:`batch_defaults`), which SGLang's
+    chunked-prefill size and running-request cap follow too."""
+
+    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+        return batch_defaults(total_memory, device_name)
+
+
+class VllmStartup(BatchDefaults):
     """vLLM's start-up model (V1 engine).
 
     Attributes:
@@ -228,10 +237,6 @@ class VllmStartup:
     sampler_bytes_per_logit = SAMPLER_BYTES_PER_LOGIT
     non_torch = (NON_TORCH_TP1_BYTES, NON_TORCH_TP_BYTES)
     graphs = True
-
-    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
-        return batch_defaults(total_memory, device_name)
 
     def estimate(
         self,
