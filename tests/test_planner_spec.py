@@ -508,23 +508,31 @@ def test_preset_name_given_as_a_path_points_to_from_preset() -> None:
         KVCacheSpec.from_hf_config("llama-3.1-8b")
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        # a syntax error is reported with its position
-        (b'{"num_hidden_layers": 4,\n oops}', "not valid JSON.*line 2"),
-        (b'{"num_hidden_layers": NaN}', "NaN is not valid JSON"),
-        (b"[1, 2, 3]", "must hold a JSON object"),
-        (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8"),
-    ],
-    ids=["not-json", "nan", "not-an-object", "not-utf8"],
-)
-def test_unreadable_config_file_is_config_error(
-    tmp_path: Path, content: bytes, message: str
-) -> None:
+def test_non_json_file_is_config_error_with_the_position(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
-    path.write_bytes(content)
-    with pytest.raises(ConfigError, match=message):
+    path.write_text('{"num_hidden_layers": 4,\n oops}')
+    with pytest.raises(ConfigError, match="not valid JSON.*line 2"):
+        KVCacheSpec.from_hf_config(path)
+
+
+def test_nan_constant_in_json_is_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"num_hidden_layers": NaN}')
+    with pytest.raises(ConfigError, match="NaN is not valid JSON"):
+        KVCacheSpec.from_hf_config(path)
+
+
+def test_json_that_is_not_an_object_is_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2, 3]")
+    with pytest.raises(ConfigError, match="must hold a JSON object"):
+        KVCacheSpec.from_hf_config(path)
+
+
+def test_non_utf8_file_is_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8"):
         KVCacheSpec.from_hf_config(path)
 
 
