@@ -327,7 +327,8 @@ def test_huge_file_is_refused_by_size_without_reading_it_all(tmp_path: Path, loa
 def test_nan_and_infinity_as_a_length_are_invalid_input(name: str, value: float) -> None:
     spec = KVCacheSpec.from_preset("llama-3.1-8b")
     kwargs: dict[str, Any] = {"max_model_len": 4096, name: value}
-    with pytest.raises(InvalidInputError, match=rf"{name} must be an integer, got {value} \(float\)"):
+    message = rf"{name} must be an integer, got {value} \(float\)"
+    with pytest.raises(InvalidInputError, match=message):
         plan_kv_cache(sim_profile(), spec, **kwargs)
 
 
