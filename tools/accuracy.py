@@ -199,8 +199,8 @@ def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
         plan = _kv_plan(spec, case, est.kv_cache_bytes, est.max_num_batched_tokens,
                         est.max_num_seqs)  # fmt: skip
         if plan is None:
-            return Replayed(case, logged, estimated, "memacct: the engine refuses this max_model_len",
-                            from_budget, slack, refused=True)  # fmt: skip
+            why = "memacct: the engine refuses this max_model_len"
+            return Replayed(case, logged, estimated, why, from_budget, slack, refused=True)
         estimated["kv_tokens"] = plan.kv_tokens
         estimated["max_concurrency"] = plan.max_concurrency
         slack = slack or _token_slack(case, plan.max_concurrency)
@@ -457,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in FIELDS:
         for held in (False, True):
             n, med, worst, within = summary(rows, name, v1_only=True, held_out=held)
-            print(f"{name:>15} V1{' held out' if held else ''}: {n} cases, median "
-                  f"{100 * med:.1f}%, worst {100 * worst:.1f}%, within 5%: {within}/{n}")  # fmt: skip
+            label = f"{name:>15} V1{' held out' if held else ''}"
+            print(f"{label}: {n} cases, median {100 * med:.1f}%, worst {100 * worst:.1f}%, "
+                  f"within 5%: {within}/{n}")  # fmt: skip
     print(f"wrote {args.output}")
     return 0
 
