@@ -75,19 +75,25 @@ def test_the_engine_s_kv_manager_reproduces_the_logged_tokens_from_the_logged_bu
     assert len(checked) >= 3
     for row in checked:
         assert ACC.budget_agrees(row), (row.case["id"], row.logged["kv_tokens"], row.from_budget)
-        low, high = row.from_budget
+        low, high = row.from_budget["tokens"]
         # The rounding window is narrow: 0.01 GiB is a fraction of a percent of the tokens.
         assert high - low <= 0.01 * row.logged["kv_tokens"]
 
 
 def test_the_budget_check_fails_on_a_wrong_token_count() -> None:
-    row = next(r for r in ROWS if ACC.budget_agrees(r))
-    low, high = row.from_budget
-    block = row.case["settings"]["block_size"]
-    for tokens in (low - row.token_slack - block, high + row.token_slack + block):
-        wrong = ACC.Replayed({**row.case}, {**row.logged, "kv_tokens": tokens}, row.estimated,
-                             row.reason, row.from_budget, row.token_slack)  # fmt: skip
-        assert ACC.budget_agrees(wrong) is False
+    for row in [r for r in ROWS if ACC.budget_agrees(r)]:
+        low = min(*row.from_budget["tokens"], *row.from_budget["block_tokens"])
+        high = max(*row.from_budget["tokens"], *row.from_budget["block_tokens"])
+        block = row.case["settings"]["block_size"]
+        for tokens in (low - block, high + block):
+            wrong = ACC.Replayed({**row.case}, {**row.logged, "kv_tokens": tokens},
+                                 row.estimated, row.reason, row.from_budget, row.token_slack)
+            assert ACC.budget_agrees(wrong) == "", (row.case["id"], tokens)
+        if row.logged["max_concurrency"]:
+            off = {**row.logged, "max_concurrency": row.logged["max_concurrency"] * 1.05 + 0.02}
+            wrong = ACC.Replayed({**row.case}, off, row.estimated, row.reason, row.from_budget,
+                                 row.token_slack)  # fmt: skip
+            assert ACC.budget_agrees(wrong) == "", row.case["id"]
 
 
 @pytest.mark.parametrize("name", ["kv_tokens", "max_concurrency"])
