@@ -53,9 +53,17 @@ def test_kv_cache_on_v1_logs_median_within_three_percent() -> None:
     n, median, _worst, within = ACC.summary(ROWS, "kv_cache", v1_only=True)
     assert n >= 9
     assert median <= 0.03
-    # Issue 11's target is 80% within 5%; the two misses are explained in docs/accuracy.md
-    # (a source whose own figures disagree, and a refused start at -1.44 GiB).
+    # Issue 11's target is 80% within 5%; the four misses are explained in docs/accuracy.md
+    # (a source whose own figures disagree, a refused start at -1.44 GiB, and two held-out
+    # vLLM 0.10.1.1 A100 logs whose FlashInfer sampler holds no sort buffers).
     assert within >= 0.75 * n
+
+
+def test_held_out_v1_kv_cache_is_reported_and_bounded() -> None:
+    # The cases that shaped no constant: memacct's KV figure is low on all of them (it
+    # charges the sort-path sampler FlashInfer does not hold), never by more than 20%.
+    n, median, worst, _within = ACC.summary(ROWS, "kv_cache", v1_only=True, held_out=True)
+    assert n >= 6 and median <= 0.05 and worst <= 0.20
 
 
 def test_activation_on_v1_logs_within_two_percent() -> None:
