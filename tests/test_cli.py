@@ -245,3 +245,102 @@ def test_offline_plan_follows_an_older_engine_release(capsys: pytest.CaptureFixt
     assert old["engine_version"] == "0.11.0" and not old["cudagraph_charged"]
     assert old["activation_peak"] > new["activation_peak"]
     assert main([*base, "--engine-version", "latest"]) == 2
+
+
+# ---------------------------------------------------------------- external subcommands (lazy)
+
+
+@pytest.fixture
+def fresh_app(monkeypatch: pytest.MonkeyPatch) -> object:
+    """The CLI group without any external command loaded yet (restored afterwards)."""
+    from memacct.cli import app
+
+    monkeypatch.delitem(app.commands, "bench", raising=False)
+    return app
+
+
+def _entry_points_spy(monkeypatch: pytest.MonkeyPatch, fake: list[object] | None) -> list[str]:
+    """Replace importlib.metadata.entry_points for memacct's group; returns the calls."""
+    import importlib.metadata as md
+
+    from memacct.cli import CLI_GROUP
+
+    real = md.entry_points
+    calls: list[str] = []
+
+    def spy(**kwargs: object) -> object:
+        if kwargs.get("group") != CLI_GROUP:
+            return real(**kwargs)  # type: ignore[arg-type]
+        calls.append(str(kwargs))
+        return real(**kwargs) if fake is None else fake  # type: ignore[arg-type]
+
+    monkeypatch.setattr(md, "entry_points", spy)
+    return calls
+
+
+def test_core_commands_never_read_the_entry_points(
+    fresh_app: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _entry_points_spy(monkeypatch, None)
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb"]) == 0
+    assert main(["backends", "--json"]) == 0
+    assert calls == []
+    assert "bench" not in fresh_app.commands  # type: ignore[attr-defined]
+    capsys.readouterr()
+
+
+def test_bench_comes_from_memacct_bench_when_installed(
+    fresh_app: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    calls = _entry_points_spy(monkeypatch, None)
+    if importlib.util.find_spec("memacct_bench") is None:
+        # The core alone (make test-core): the one-line error names the distribution.
+        assert main(["bench"]) == 2
+        assert "memacct-bench" in capsys.readouterr().err
+        return
+    assert main(["bench", "--help"]) == 0
+    assert "truth-source accuracy benchmark" in capsys.readouterr().out
+    assert len(calls) == 1  # looked up once, by name, then kept
+    assert main(["--help"]) == 0
+    assert "bench" in capsys.readouterr().out
+
+
+def test_bench_without_memacct_bench_is_one_line_naming_the_distribution(
+    fresh_app: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _entry_points_spy(monkeypatch, [])
+    assert main(["bench", "--output", "x.md"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "'memacct bench' comes with memacct-bench" in err and "not installed" in err
+    assert main(["--help"]) == 0
+    assert "not installed: memacct-bench" in capsys.readouterr().out
+
+
+def test_a_broken_plugin_is_reported_and_the_rest_still_works(
+    fresh_app: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Broken:
+        name = "bench"
+        value = "broken_pkg:command"
+
+        def load(self) -> object:
+            raise ImportError("no module named broken_pkg")
+
+    _entry_points_spy(monkeypatch, [Broken()])
+    assert main(["bench"]) == 2
+    err = capsys.readouterr().err
+    assert "failed to load: no module named broken_pkg" in err
+    assert "comes with memacct-bench" in err
+    assert main(["backends", "--json"]) == 0
+
+
+def test_an_unknown_command_still_reads_as_one(
+    fresh_app: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _entry_points_spy(monkeypatch, [])
+    assert main(["nosuch"]) == 2
+    assert "No such command 'nosuch'" in capsys.readouterr().err
+    assert len(calls) == 1

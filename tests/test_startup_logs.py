@@ -27,11 +27,12 @@ DATA = ACC.load_cases()
 ROWS = ACC.replay_all(DATA)
 
 
-def test_the_development_set_has_twenty_cited_logs() -> None:
+def test_the_log_set_has_cited_logs() -> None:
     cases = DATA["cases"]
     assert len(cases) >= 20
     for case in cases:
-        assert case["source"].startswith("https://github.com/"), case["id"]
+        assert case["source"].startswith("https://"), case["id"]
+        assert isinstance(case.get("development"), list), case["id"]
         assert case["engine"] in ("vllm", "vllm-ascend", "sglang")
         assert {"tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
                 "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype",
@@ -52,9 +53,17 @@ def test_kv_cache_on_v1_logs_median_within_three_percent() -> None:
     n, median, _worst, within = ACC.summary(ROWS, "kv_cache", v1_only=True)
     assert n >= 9
     assert median <= 0.03
-    # Issue 11's target is 80% within 5%; the two misses are explained in docs/accuracy.md
-    # (a source whose own figures disagree, and a refused start at -1.44 GiB).
+    # Issue 11's target is 80% within 5%; the four misses are explained in docs/accuracy.md
+    # (a source whose own figures disagree, a refused start at -1.44 GiB, and two held-out
+    # vLLM 0.10.1.1 A100 logs whose FlashInfer sampler holds no sort buffers).
     assert within >= 0.75 * n
+
+
+def test_held_out_v1_kv_cache_is_reported_and_bounded() -> None:
+    # The cases that shaped no constant: memacct's KV figure is low on all of them (it
+    # charges the sort-path sampler FlashInfer does not hold), never by more than 20%.
+    n, median, worst, _within = ACC.summary(ROWS, "kv_cache", v1_only=True, held_out=True)
+    assert n >= 6 and median <= 0.05 and worst <= 0.20
 
 
 def test_activation_on_v1_logs_within_two_percent() -> None:
@@ -65,3 +74,63 @@ def test_activation_on_v1_logs_within_two_percent() -> None:
 def test_docs_accuracy_is_regenerated() -> None:
     text = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
     assert text == ACC.render(ROWS), "run `make accuracy` and commit docs/accuracy.md"
+
+
+def test_the_engine_s_kv_manager_reproduces_the_logged_tokens_from_the_logged_budget() -> None:
+    # Independent of every constant memacct fitted: the logged "Available KV cache memory"
+    # (printed to 0.01 GiB) through plan_kv_cache(None, spec, kv_cache_memory_bytes=...).
+    checked = [r for r in ROWS if ACC.budget_agrees(r) is not None]
+    assert len(checked) >= 3
+    for row in checked:
+        assert ACC.budget_agrees(row), (row.case["id"], row.logged["kv_tokens"], row.from_budget)
+        low, high = row.from_budget["tokens"]
+        # The rounding window is narrow: 0.01 GiB is a fraction of a percent of the tokens.
+        assert high - low <= 0.01 * row.logged["kv_tokens"]
+
+
+def test_the_budget_check_fails_on_a_wrong_token_count() -> None:
+    for row in [r for r in ROWS if ACC.budget_agrees(r)]:
+        low = min(*row.from_budget["tokens"], *row.from_budget["block_tokens"])
+        high = max(*row.from_budget["tokens"], *row.from_budget["block_tokens"])
+        block = row.case["settings"]["block_size"]
+        for tokens in (low - block, high + block):
+            wrong = ACC.Replayed({**row.case}, {**row.logged, "kv_tokens": tokens},
+                                 row.estimated, row.reason, row.from_budget, row.token_slack)
+            assert ACC.budget_agrees(wrong) == "", (row.case["id"], tokens)
+        if row.logged["max_concurrency"]:
+            off = {**row.logged, "max_concurrency": row.logged["max_concurrency"] * 1.05 + 0.02}
+            wrong = ACC.Replayed({**row.case}, off, row.estimated, row.reason, row.from_budget,
+                                 row.token_slack)  # fmt: skip
+            assert ACC.budget_agrees(wrong) == "", row.case["id"]
+
+
+@pytest.mark.parametrize("name", ["kv_tokens", "max_concurrency"])
+def test_tokens_and_concurrency_are_as_close_as_the_kv_budget(name: str) -> None:
+    # Blocks are floor(budget / block bytes): a KV budget off by x gives tokens and concurrency
+    # off by x, plus one block and the print's rounding (ACC.token_bound).
+    rows = [r for r in ROWS if r.error(name) is not None]
+    assert len(rows) >= 2
+    for row in rows:
+        bound = ACC.token_bound(row, name)
+        assert bound is not None and abs(row.error(name)) <= bound, (row.case["id"], bound)
+
+
+def test_memacct_refuses_where_the_engine_refused_for_lack_of_kv_cache() -> None:
+    refused = [r for r in ROWS if r.refused]
+    assert refused
+    for row in refused:
+        assert row.logged["max_concurrency"] is not None and row.logged["max_concurrency"] < 1
+    started = [r for r in ROWS if r.estimated["max_concurrency"] is not None
+               and r.logged["max_concurrency"] is not None]  # fmt: skip
+    assert all(r.logged["max_concurrency"] >= 1 for r in started)
+
+
+def test_development_cases_say_what_they_shaped() -> None:
+    dev = [r for r in ROWS if r.development]
+    assert any(r.case["id"] == "gh-lmcache-3430-qwen3-8b-a5000" for r in dev)
+    for row in dev:
+        assert all(isinstance(x, str) and ":" in x for x in row.case["development"])
+    # The held-out figures exclude them.
+    n_all = ACC.summary(ROWS, "kv_cache", v1_only=False)[0]
+    n_held = ACC.summary(ROWS, "kv_cache", v1_only=False, held_out=True)[0]
+    assert n_held == n_all - sum(1 for r in dev if r.error("kv_cache") is not None)
