@@ -23,7 +23,7 @@ import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 
-from memacct.backend import DeviceBackend, allocator_settings, get_quirks
+from memacct.backend import DeviceBackend, allocator_settings, as_base_backend, get_quirks
 from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
 from memacct.measure import (
     ALLOCATED,
@@ -382,8 +382,7 @@ def memory_profiling(
     )
     # One session per physical device: real backends are keyed by name and index; a
     # backend whose instances stand for different devices (the simulator) says so.
-    identity = getattr(backend, "device_identity", None)
-    key: Hashable = identity(dev) if callable(identity) else (backend.name, dev)
+    key: Hashable = as_base_backend(backend).device_identity(dev)
     with _active_lock:
         if key in _active:
             raise ProfilingError(
