@@ -139,8 +139,8 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         # Anything else is the plugin's own error, whatever its module is called (a plugin
         # module is named memacct_<x> too): named with the plugin it came from.
         raise BackendError(
-            f"backend {backend.name!r} ({backend_code(backend)}) failed to read device {device}: "
-            f"{type(exc).__name__}: {exc}"
+            f"backend {backend.name!r} failed to read device {device}: "
+            f"{type(exc).__name__}: {exc} (raised in the plugin {backend_code(backend)})"
         ) from exc
     where = f"backend {backend.name!r} on device {device}"
     free = _as_bytes(where, "free memory (mem_get_info)", free)

@@ -86,16 +86,14 @@ def cpu_only_reason(version: str) -> str:
     )
 
 
-def cpu_only_build_reason(
-    version_of: Callable[[str], str] = importlib.metadata.version,
-) -> str | None:
+def cpu_only_build_reason(version_of: Callable[[str], str] | None = None) -> str | None:
     """:func:`cpu_only_reason` when the installed torch wheel is tagged ``+cpu``, else ``None``.
 
     Reads the distribution's metadata only; ``None`` (look closer by importing
     torch) when torch is not installed or its version carries no ``+cpu`` tag.
     """
     try:
-        version = version_of("torch")
+        version = (version_of or importlib.metadata.version)("torch")
     except importlib.metadata.PackageNotFoundError:
         return None
     return cpu_only_reason(version) if version.endswith("+cpu") else None
