@@ -36,7 +36,7 @@ from memacct.measure import (
     require_backend,
     snapshot,
 )
-from memacct.models import ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
+from memacct.models import MAX_BYTES, ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
 from memacct.truth import PeakMeasurement, requested_truth_source, resolve_truth_source
 from memacct.units import MiB, format_gib
 
@@ -90,6 +90,7 @@ class ProfilingSession:
         self._inactive_split_start = 0
         self._excluded: list[ExcludedRegion] = []
         self._in_exclusion = False
+        self._open = False  # between entering and leaving the with-block
         self.before: MemorySnapshot | None = None
         self._start = 0.0
 
@@ -123,6 +124,16 @@ class ProfilingSession:
 
         Note: this resets the allocator's peak statistics at the region's end.
         """
+        if not isinstance(label, str) or not label.strip():
+            raise InvalidInputError(
+                f"exclude() takes a label naming the region, e.g. exclude('compile'), "
+                f"got {label!r}"
+            )
+        if not self._open:
+            raise ProfilingError(
+                f"exclude({label!r}) outside the profiling block: the session has ended (or "
+                "not begun); exclude regions inside `with memory_profiling(...) as session:`"
+            )
         if self._in_exclusion:
             raise ProfilingError(
                 f"exclude({label!r}) inside another excluded region is not allowed"
@@ -377,6 +388,11 @@ def memory_profiling(
         raise InvalidInputError(
             f"weights_memory must be a non-negative int of bytes, got {weights_memory!r}"
         )
+    if weights_memory is not None and weights_memory > MAX_BYTES:
+        raise InvalidInputError(
+            f"weights_memory={weights_memory} bytes is more than any device holds (at most "
+            f"{MAX_BYTES} bytes, 1 EiB): pass the weights' size in bytes"
+        )
     requested = requested_truth_source(
         truth_source, TruthSource.parse(backend.default_truth_source)
     )
@@ -393,13 +409,16 @@ def memory_profiling(
     session = ProfilingSession(backend, baseline, dev, weights_memory, requested)
     try:
         session._enter()
+        session._open = True
         try:
             yield session
         except BaseException as exc:
             if _is_out_of_memory(exc) and not isinstance(exc, ProfilingError):
                 raise session._oom_error(exc) from exc
             raise
+        session._open = False
         session._result = session._finish()
     finally:
+        session._open = False
         with _active_lock:
             _active.discard(key)
