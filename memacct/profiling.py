@@ -310,10 +310,14 @@ class ProfilingSession:
             device = f"total {format_gib(total)}, free {format_gib(free)}"
         except Exception as reading:  # the message must not hide the OOM behind a 2nd error
             device = f"device unreadable after the OOM: {type(reading).__name__}: {reading}"
+        if self.weights_memory is not None:
+            held = f"weights {format_gib(self.weights_memory)}"
+        else:  # not given: inferred at the end, which an OOM never reaches
+            reserved = self.before.reserved if self.before else 0
+            held = f"{format_gib(reserved)} reserved before the block"
         return ProfilingOutOfMemoryError(
             f"the device ran out of memory during the profiled forward pass on "
-            f"{self._where} ({device}, weights "
-            f"{format_gib(self.weights_memory or 0)}): {exc}. Profile with a smaller "
+            f"{self._where} ({device}, {held}): {exc}. Profile with a smaller "
             "max_num_batched_tokens (or fewer sequences), or free device memory"
         )
 
