@@ -456,14 +456,24 @@ def _check_max_model_len(max_model_len: int, config: dict[str, Any]) -> None:
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:
-    from memacct.plot import breakdown
+    from memacct.plot import KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown
 
     table = Table(title="device memory breakdown")
     table.add_column("part")
     table.add_column("GiB", justify="right")
     table.add_column("share", justify="right")
+
+    def row(label: str, value: int) -> None:
+        table.add_row(label, f"{value / GiB:.2f}", f"{value / plan.total_memory:.1%}")
+
     for label, value in breakdown(plan, result):
-        table.add_row(label, f"{value / 2**30:.2f}", f"{value / plan.total_memory:.1%}")
+        if label == KV_CACHE_PARTS[0]:
+            # The report's one KV figure, then its parts (they sum to it).
+            row(KV_CACHE_SIZE, plan.kv_cache_bytes)
+        if label in KV_CACHE_PARTS:
+            row("  " + label.removeprefix(KV_CACHE_SIZE + ": "), value)
+        else:
+            row(label, value)
     return table
 
 
