@@ -61,6 +61,7 @@ from memacct.errors import (
     InvalidInputError,
     MemacctError,
 )
+from memacct.models import TruthSource
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -446,17 +447,13 @@ def _availability(entry: _Entry, deadline: float, limit: float) -> Availability:
         )
     if error is not None:
         return Availability(False, f"availability() raised {_describe(error)}")
-    if not isinstance(result, Availability) and not (
-        isinstance(getattr(result, "available", None), bool)
-        and isinstance(getattr(result, "reason", None), str)
-    ):
+    if not isinstance(result, Availability):
         return Availability(
             False,
             f"{entry.origin} is not a memacct backend: availability() returned {result!r}, "
             "not memacct.Availability",
         )
-    assert result is not None
-    return Availability(result.available, result.reason)
+    return result
 
 
 def _info(entry: _Entry, disabled: set[str], deadline: float, limit: float) -> BackendInfo:
@@ -469,7 +466,7 @@ def _info(entry: _Entry, disabled: set[str], deadline: float, limit: float) -> B
         avail = _availability(entry, deadline, limit)
         factory = entry.factory if entry.loaded and entry.error is None else None
     if factory is not None and avail.available and isinstance(factory, type):
-        missing = [m for m in REQUIRED_METHODS if not callable(getattr(factory, m, None))]
+        missing = [m for m in REQUIRED_METHODS if not callable(_class_attr(factory, m))]
         if missing:
             avail = Availability(
                 False,
@@ -483,9 +480,15 @@ def _info(entry: _Entry, disabled: set[str], deadline: float, limit: float) -> B
         reason=avail.reason,
         distribution=entry.distribution,
         version=entry.version,
-        default_truth_source=str(getattr(truth, "value", truth)) if truth is not None else None,
+        default_truth_source=_truth_name(truth),
         priority=factory_priority(factory) if factory is not None else 0,
     )
+
+
+def _truth_name(truth: object) -> str | None:
+    if truth is None:
+        return None
+    return truth.value if isinstance(truth, TruthSource) else str(truth)
 
 
 def _unanswered(entry: _Entry, limit: float) -> BackendInfo:

@@ -139,7 +139,7 @@ def test_plot_png_has_the_expected_size(tmp_path: Path) -> None:
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
-    assert (width, height) == (1200, 320)
+    assert (width, height) == (1200, 540)
 
 
 def test_plot_svg_labels_every_segment(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_plot_svg_labels_every_segment(tmp_path: Path) -> None:
             "reserved", "--plot", str(svg)]  # fmt: skip
     assert main(argv) == 0
     text = svg.read_text()
-    for label in ("non-allocator", "weights", "activation peak", "KV cache", "headroom"):
+    for label in ("non-allocator", "weights", "activation peak", "KV blocks", "headroom"):
         assert label in text
 
 
