@@ -47,10 +47,12 @@ lint: install
 	$(VENV)/bin/ruff check memacct backends bench tests tools
 	$(VENV)/bin/mypy --strict memacct bench/memacct_bench $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
 
-# The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput.
+# The truth-source accuracy benchmark (writes docs/results.md), allocator throughput, and
+# how long `memacct backends` takes (docs/reliability.md).
 bench: install
 	$(VENV)/bin/memacct bench --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
+	$(PY) benchmarks/bench_backends.py
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see
 # docs/reliability.md for the last run's figures).

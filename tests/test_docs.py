@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,27 @@ def test_readme_example_prints_the_report(
     monkeypatch.chdir(tmp_path)
     exec(compile(python_blocks(ROOT / "README.md")[0], "README.md", "exec"), {})
     assert "Memory profiling results:" in capsys.readouterr().out
+
+
+def _cli_samples() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_samples", ROOT / "tools" / "cli_samples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_md_samples_are_what_the_commands_print() -> None:
+    """docs/cli.md's sample outputs are generated (tools/cli_samples.py) and still true."""
+    tool: Any = _cli_samples()
+    found = tool.samples((ROOT / "docs" / "cli.md").read_text())
+    assert [command for command, _ in found] == [
+        "memacct snapshot --demo",
+        "memacct plan --model qwen2.5-7b --device h100-80gb",
+    ]
+    for command, block in found:
+        assert tool.normalise(block) == tool.run(command), (
+            f"docs/cli.md's sample of {command!r} is stale: run tools/cli_samples.py"
+        )
