@@ -259,7 +259,23 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option("--allocator", default=None, help="Allocator preset of the simulated device.")
 @click.option("--model", required=True, help="config.json path, a preset name, or 'list'.")
 @click.option("--gpu-memory-utilization", "utilization", type=float, default=0.9, show_default=True)
-@click.option("--block-size", type=int, default=16, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "vllm-ascend", "sglang"]),
+    default="vllm",
+    show_default=True,
+    help="Whose KV-cache manager sizes the cache (docs/engines.md).",
+)
+@click.option(
+    "--kv-cache-memory-bytes",
+    "kv_cache_memory",
+    default=None,
+    help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); without --profile "
+    "the plan needs no device.",
+)
+@click.option(
+    "--block-size", type=int, default=None, help="Default: the engine's (vLLM 16, SGLang 1)."
+)
 @click.option("--max-model-len", type=int, default=None)
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)
@@ -290,7 +306,9 @@ def plan_cmd(
     allocator: str | None,
     model: str,
     utilization: float,
-    block_size: int,
+    engine: str,
+    kv_cache_memory: str | None,
+    block_size: int | None,
     max_model_len: int | None,
     max_num_batched_tokens: int,
     max_num_seqs: int,
@@ -330,7 +348,11 @@ def plan_cmd(
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
-    if profile_path is not None:
+    kv_bytes = None if kv_cache_memory is None else _parse_bytes(kv_cache_memory)
+    result: Any = None
+    if kv_bytes is not None and profile_path is None and device_preset is None:
+        pass  # the budget is given: no profile, no device
+    elif profile_path is not None:
         if truth_source is not None:
             raise InvalidInputError(
                 "--truth-source applies when profiling; a saved profile already resolved "
@@ -359,8 +381,16 @@ def plan_cmd(
         gpu_memory_utilization=utilization,
         block_size=block_size,
         max_model_len=max_model_len,
+        engine=engine,
+        kv_cache_memory_bytes=kv_bytes,
         max_num_batched_tokens=max_num_batched_tokens,
     )
+    if result is None:
+        if as_json:
+            click.echo(plan.model_dump_json(indent=2))
+        else:
+            click.echo(plan.report())
+        return
     if plot_path is not None:
         from memacct.plot import plot_plan
 
@@ -453,6 +483,22 @@ def _check_max_model_len(max_model_len: int, config: dict[str, Any]) -> None:
             "it give wrong outputs. Lower --max-model-len, or pass --allow-long-max-model-len "
             "(vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) if the model really handles longer inputs"
         )
+
+
+def _parse_bytes(text: str) -> int:
+    """``--kv-cache-memory-bytes``: ``20GiB``, ``512MiB`` or a plain byte count (at least 1)."""
+    from memacct.units import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"--kv-cache-memory-bytes {exc}") from None
+    if value < 1:
+        raise InvalidInputError(
+            f"--kv-cache-memory-bytes {text!r} is not a size the KV cache can have: give at "
+            f"least one byte, e.g. 20GiB"
+        )
+    return value
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:
