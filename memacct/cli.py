@@ -338,7 +338,7 @@ def plan_cmd(
     if profile_path is not None and device_preset is not None:
         raise InvalidInputError("give either --profile or --device, not both")
     if profile_path is not None:
-        _refuse_simulation_options(allocator)
+        _refuse_simulation_options()
     config, model_name = _model_config(model)
     if max_model_len is not None and not allow_long_max_model_len:
         _check_max_model_len(max_model_len, config)
@@ -431,7 +431,7 @@ def _check_plot_path(plot_path: str) -> None:
         )
 
 
-def _refuse_simulation_options(allocator: str | None) -> None:
+def _refuse_simulation_options() -> None:
     """Options that describe a simulated start make no sense with a saved profile."""
     ctx = click.get_current_context()
     given = [

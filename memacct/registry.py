@@ -33,6 +33,7 @@ Environment:
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.metadata
 import logging
 import math
@@ -515,7 +516,7 @@ def available_backends() -> list[BackendInfo]:
     names = sorted(entries)
     calls = {
         name: _Call(
-            lambda entry=entries[name]: _info(entry, disabled, deadline, limit),  # type: ignore[misc]
+            functools.partial(_info, entries[name], disabled, deadline, limit),
             f"memacct probe {name}",
         )
         for name in names
