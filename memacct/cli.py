@@ -558,6 +558,12 @@ def _missing_command(name: str, dist: str) -> click.Command:
     return missing
 
 
+# click >= 8.2 raises this for a group run without a command (older versions exit with the help).
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    cls for cls in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if cls is not None
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     _load_external_commands()
@@ -570,6 +576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
+        if isinstance(exc, _NO_ARGS_IS_HELP):  # `memacct` alone: the help, as click shows it
+            exc.show()
+            return EXIT_USER_ERROR
         # click's own "Usage: ... Error: Invalid value" becomes memacct's one line.
         message = " ".join(exc.format_message().split())
         if isinstance(exc, click.UsageError) and exc.ctx is not None:

@@ -112,3 +112,11 @@ def test_click_errors_speak_memacct_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("memacct: error: ") and message in err
     assert "Usage:" not in err and "Error: " not in err
+
+
+def test_memacct_alone_shows_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) in (0, 2)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "Usage: memacct" in text and "Commands:" in text
+    assert "memacct: error" not in text
