@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -567,6 +568,20 @@ _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     _load_external_commands()
+    code = _run(argv)
+    from memacct.registry import unfinished_probes
+
+    if argv is None and unfinished_probes():
+        # A plugin still importing past its time limit (a hanging one, or a framework slower
+        # than MEMACCT_PLUGIN_TIMEOUT) would run its exit hooks half-imported during the
+        # interpreter's shutdown and may crash it: leave without a shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         code = app.main(
             args=list(argv) if argv is not None else None,

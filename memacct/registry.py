@@ -155,6 +155,21 @@ def timeout_s() -> float:
     return value
 
 
+_unfinished: set[_Call] = set()
+_unfinished_lock = threading.Lock()
+
+
+def unfinished_probes() -> int:
+    """How many plugin imports or ``availability()`` calls are still running past their limit.
+
+    A process that exits while one of them is inside a framework's import can
+    crash in the interpreter's shutdown (the framework's exit hooks run while
+    its import is half done): the command line ends with ``os._exit`` then.
+    """
+    with _unfinished_lock:
+        return len(_unfinished)
+
+
 class _Call:
     """One call run in a daemon worker thread, waited for with a time limit.
 
@@ -170,6 +185,8 @@ class _Call:
         self.value: Any = None
         self.error: BaseException | None = None
         self.started = time.perf_counter()
+        with _unfinished_lock:
+            _unfinished.add(self)
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
@@ -179,6 +196,8 @@ class _Call:
             self.error = exc
         finally:
             self._done.set()
+            with _unfinished_lock:
+                _unfinished.discard(self)
 
     def wait(self, timeout: float) -> bool:
         return self._done.wait(max(0.0, timeout))

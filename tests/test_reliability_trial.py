@@ -318,17 +318,14 @@ def test_backends_and_snapshot_commands_finish_despite_a_hanging_plugin(
 ) -> None:
     root = make_plugin("sleepy-dist", "sleepy_cli", SLEEPS_AT_IMPORT,
                        {"sleepy": "sleepy_cli:Backend"})  # fmt: skip
-    # The framework plugins are switched off: a process that exits while one of them is
-    # still importing its framework in a worker thread prints the framework's complaints.
-    env = {
-        "PYTHONPATH": str(root),
-        "MEMACCT_PLUGIN_TIMEOUT": "1",
-        "MEMACCT_DISABLED_BACKENDS": "cuda,npu,mindspore,nvml",
-    }
+    # One second is also shorter than MindSpore's import here: the command must still end
+    # cleanly while that import runs on in its worker thread (no crash at shutdown).
+    env = {"PYTHONPATH": str(root), "MEMACCT_PLUGIN_TIMEOUT": "1"}
     listing = run_cli("backends", "--json", env=env, timeout=30)
     assert listing.returncode == 0, listing.stderr
     sleepy = {i["name"]: i for i in json.loads(listing.stdout)}["sleepy"]
     assert "did not finish importing within 1 s" in sleepy["reason"]
+    assert "Fatal Python error" not in listing.stderr and "Traceback" not in listing.stderr
     snap = run_cli("snapshot", env=env, timeout=30)
     assert snap.returncode == 2
     assert "sleepy" in one_line_error(snap.stderr)
