@@ -208,3 +208,22 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
     snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
     assert len({s.timestamp for s in snaps}) == 3
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("scaling", "derived"),
+    [
+        (None, (32768, "max_position_embeddings")),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+         (131072, "max_position_embeddings x rope_scaling.factor 4")),
+        ({"type": "linear", "factor": 2}, (65536, "max_position_embeddings x rope_scaling.factor 2")),
+        ({"rope_type": "llama3", "factor": 8.0}, (32768, "max_position_embeddings")),
+    ],
+)  # fmt: skip
+def test_derived_max_model_len_follows_rope_scaling(
+    scaling: dict[str, object] | None, derived: tuple[int, str]
+) -> None:
+    from memacct.cli import _derived_max_model_len
+
+    config = {"max_position_embeddings": 32768, "rope_scaling": scaling}
+    assert _derived_max_model_len(config) == derived
