@@ -216,7 +216,8 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
         (None, (32768, "max_position_embeddings")),
         ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
          (131072, "max_position_embeddings x rope_scaling.factor 4")),
-        ({"type": "linear", "factor": 2}, (65536, "max_position_embeddings x rope_scaling.factor 2")),
+        ({"type": "linear", "factor": 2},
+         (65536, "max_position_embeddings x rope_scaling.factor 2")),
         ({"rope_type": "llama3", "factor": 8.0}, (32768, "max_position_embeddings")),
     ],
 )  # fmt: skip
