@@ -12,7 +12,7 @@ BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(filter-out backends/_template/%,
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 91
 
-.PHONY: install demo test test-core test-all lint bench seed-cases hardware fuzz docs clean
+.PHONY: install demo test test-core test-all lint bench seed-cases hardware accuracy fuzz docs clean
 
 $(STAMP): pyproject.toml bench/pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,7 @@ bench: install
 	$(PY) benchmarks/bench_allocator.py
 	$(PY) -m memacct_bench.seed_cases
 	$(PY) benchmarks/bench_plan.py
+	$(PY) benchmarks/bench_offline_plan.py
 	$(PY) benchmarks/bench_backends.py
 
 # On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the
@@ -66,6 +67,10 @@ hardware: install
 # (docs/simulator.md, "The seed's cases").
 seed-cases: install
 	$(PY) -m memacct_bench.seed_cases
+
+# Replays the real start-up logs of tests/data/startup_logs/ and writes docs/accuracy.md.
+accuracy: install
+	$(PY) tools/accuracy.py --output docs/accuracy.md
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see
 # docs/reliability.md for the last run's figures).

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 from rich.console import Console
@@ -255,10 +255,17 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     "--device",
     "device_preset",
     default=None,
-    help="Simulate the engine's start on this device preset (e.g. h100-80gb).",
+    help="Plan offline for this device (preset or short name: h100, rtx4090, 910b4, ...).",
 )
-@click.option("--allocator", default=None, help="Allocator preset of the simulated device.")
-@click.option("--model", required=True, help="config.json path, a preset name, or 'list'.")
+@click.option(
+    "--device-memory",
+    default=None,
+    help="Plan offline for any other device of this total memory (e.g. 24GiB).",
+)
+@click.option("--allocator", default=None, help="Allocator preset (simulated device only).")
+@click.option(
+    "--model", required=True, help="config.json path, checkpoint directory, preset, or 'list'."
+)
 @click.option("--gpu-memory-utilization", "utilization", type=float, default=0.9, show_default=True)
 @click.option(
     "--engine",
@@ -271,18 +278,26 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     "--kv-cache-memory-bytes",
     "kv_cache_memory",
     default=None,
-    help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); without --profile "
-    "the plan needs no device.",
+    help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); with neither --profile "
+    "nor --device the plan needs no device.",
 )
 @click.option(
     "--block-size", type=int, default=None, help="Default: the engine's (vLLM 16, SGLang 1)."
 )
 @click.option("--max-model-len", type=int, default=None)
-@click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
-@click.option("--max-num-seqs", type=int, default=256, show_default=True)
+@click.option(
+    "--max-num-batched-tokens", type=int, default=None, help="Default: the engine's, per device."
+)
+@click.option("--max-num-seqs", type=int, default=None, help="Default: the engine's, per device.")
 @click.option("--tensor-parallel-size", type=int, default=1, show_default=True)
 @click.option("--pipeline-parallel-size", type=int, default=1, show_default=True)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (offline plan).")
+@click.option(
+    "--engine-version",
+    default=None,
+    help="Follow this engine release offline (e.g. 0.11.0); default: the newest modelled.",
+)
 @click.option(
     "--truth-source",
     default=None,
@@ -304,6 +319,7 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 def plan_cmd(
     profile_path: str | None,
     device_preset: str | None,
+    device_memory: str | None,
     allocator: str | None,
     model: str,
     utilization: float,
@@ -311,20 +327,25 @@ def plan_cmd(
     kv_cache_memory: str | None,
     block_size: int | None,
     max_model_len: int | None,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
     tensor_parallel_size: int,
     pipeline_parallel_size: int,
     kv_cache_dtype: str,
+    enforce_eager: bool,
+    engine_version: str | None,
     truth_source: str | None,
     allow_long_max_model_len: bool,
     as_json: bool,
     plot_path: str | None,
 ) -> None:
-    """Plan the KV cache from a saved profile or a simulated device.
+    """Plan the KV cache from a saved profile, or offline for a device.
 
-    Prints the profiling report, a breakdown of the device's memory, and the
-    plan (blocks, tokens, concurrency).
+    Offline (no --profile): the engine's start-up is estimated from the model
+    (weights as the engine shards and quantizes them, the profile run, CUDA
+    graphs) and the first line is the verdict: "fits: N concurrent requests of
+    L tokens" or "does not fit: ..." with what to change (exit status 1).
+    With --profile: the profiling report, a breakdown and the plan.
     """
     from memacct.models import TruthSource
     from memacct.planner import KVCacheSpec, load_profile, model_presets, plan_kv_cache
@@ -336,11 +357,29 @@ def plan_cmd(
         return
     if plot_path is not None:
         _check_plot_path(plot_path)
-    if profile_path is not None and device_preset is not None:
-        raise InvalidInputError("give either --profile or --device, not both")
+    if profile_path is not None and (device_preset is not None or device_memory is not None):
+        raise InvalidInputError("give either --profile or --device/--device-memory, not both")
     if profile_path is not None:
         _refuse_simulation_options()
-    config, model_name = _model_config(model)
+    # The argument, else MEMACCT_TRUTH_SOURCE, else auto: a bad value's error names the variable.
+    requested_truth_source(truth_source, TruthSource.AUTO)
+    config, model_name, checkpoint = _model_source(model)
+    kv_bytes = None if kv_cache_memory is None else _parse_bytes(kv_cache_memory)
+    budget_only = kv_bytes is not None and device_preset is None and device_memory is None
+    if profile_path is None and not budget_only:
+        if kv_bytes is not None:
+            raise InvalidInputError(
+                "--kv-cache-memory-bytes gives the budget itself: drop --device/--device-memory "
+                "(or drop --kv-cache-memory-bytes to have memacct estimate the budget)"
+            )
+        _plan_offline_cmd(
+            config, model_name, checkpoint, device_preset, device_memory, allocator, utilization,
+            block_size, max_model_len, max_num_batched_tokens, max_num_seqs,
+            tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, enforce_eager,
+            truth_source, as_json, plot_path, engine=engine, engine_version=engine_version,
+            allow_long_max_model_len=allow_long_max_model_len,
+        )  # fmt: skip
+        return
     if max_model_len is not None and not allow_long_max_model_len:
         _check_max_model_len(max_model_len, config)
     spec = KVCacheSpec.from_hf_config(
@@ -349,42 +388,26 @@ def plan_cmd(
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
-    kv_bytes = None if kv_cache_memory is None else _parse_bytes(kv_cache_memory)
-    result: Any = None
-    if kv_bytes is not None and profile_path is None and device_preset is None:
-        pass  # the budget is given: no profile, no device
-    elif profile_path is not None:
-        if truth_source is not None:
-            raise InvalidInputError(
-                "--truth-source applies when profiling; a saved profile already resolved "
-                "its truth source (profile again to change it)"
-            )
-        result = load_profile(profile_path)
-    else:
-        from memacct.engines.start import simulate_engine_start
-
-        start = simulate_engine_start(
-            config,
-            device=device_preset or "h100-80gb",
-            allocator=allocator or "torch-cuda",
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            tensor_parallel_size=tensor_parallel_size,
-            kv_cache_dtype=kv_cache_dtype,
-            # The argument, else MEMACCT_TRUTH_SOURCE, else auto (an error names the variable).
-            truth_source=requested_truth_source(truth_source, TruthSource.AUTO).value,
-            progress=not as_json and sys.stderr.isatty(),
+    if engine_version is not None or enforce_eager:
+        raise InvalidInputError(
+            "--engine-version and --enforce-eager shape the offline plan; a saved profile "
+            "already measured the engine (drop --profile to plan offline)"
         )
-        result = start.result
+    if truth_source is not None:
+        raise InvalidInputError(
+            "--truth-source applies when profiling; a saved profile already resolved "
+            "its truth source (profile again to change it)"
+        )
+    result = None if profile_path is None else load_profile(profile_path)
     plan = plan_kv_cache(
         result,
         spec,
+        engine=engine,
+        kv_cache_memory_bytes=kv_bytes,
         gpu_memory_utilization=utilization,
         block_size=block_size,
         max_model_len=max_model_len,
-        engine=engine,
-        kv_cache_memory_bytes=kv_bytes,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_batched_tokens=max_num_batched_tokens or 8192,
     )
     if result is None:
         if as_json:
@@ -395,12 +418,10 @@ def plan_cmd(
     if plot_path is not None:
         from memacct.plot import plot_plan
 
-        where = (
-            f"{result.backend}:{result.device}"
-            if profile_path is not None
-            else f"{device_preset or 'h100-80gb'} (simulated, {allocator or 'torch-cuda'})"
-        )
-        plot_plan(plan, result, plot_path, title=f"{model_name} on {where}")
+        plot_plan(
+            plan, result, plot_path,
+            title=f"{model_name} on {result.backend}:{result.device} (saved profile)",
+        )  # fmt: skip
     if as_json:
         click.echo(plan.model_dump_json(indent=2))
         return
@@ -500,6 +521,162 @@ def _parse_bytes(text: str) -> int:
             f"least one byte, e.g. 20GiB"
         )
     return value
+
+
+def _model_source(model: str) -> tuple[dict[str, Any], str, Path | None]:
+    """The config, a display name and, for a checkpoint directory, its path."""
+    path = Path(model)
+    if path.is_dir():
+        from memacct.planner.config import read_config_file
+
+        return read_config_file(path / "config.json"), path.name, path
+    config, name = _model_config(model)
+    return config, name, None
+
+
+def _plan_offline_cmd(
+    config: dict[str, Any],
+    model_name: str,
+    checkpoint: Path | None,
+    device_preset: str | None,
+    device_memory: str | None,
+    allocator: str | None,
+    utilization: float,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    kv_cache_dtype: str,
+    enforce_eager: bool,
+    truth_source: str | None,
+    as_json: bool,
+    plot_path: str | None,
+    engine: str = "vllm",
+    engine_version: str | None = None,
+    allow_long_max_model_len: bool = False,
+) -> None:
+    from memacct.devices import parse_memory_size
+    from memacct.engines.start import plan_offline
+
+    if allocator is not None:
+        raise InvalidInputError(
+            f"--allocator {allocator!r} applies to the simulated device (memacct bench); the "
+            "offline plan follows the engine's own arithmetic and needs no allocator"
+        )
+    if truth_source is not None:
+        from memacct.models import TruthSource
+
+        TruthSource.parse(truth_source)
+    if pipeline_parallel_size != 1:
+        raise InvalidInputError(
+            f"--pipeline-parallel-size {pipeline_parallel_size}: the offline plan models one "
+            "tensor-parallel group; plan each pipeline stage's layers with --profile"
+        )
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise InvalidInputError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    plan = plan_offline(
+        config,
+        model_name=model_name,
+        engine=engine,
+        device=device_preset,
+        device_memory=parse_memory_size(device_memory) if device_memory is not None else None,
+        gpu_memory_utilization=utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        checkpoint=checkpoint,
+        engine_version=engine_version,
+        allow_long_max_model_len=allow_long_max_model_len,
+    )
+    if plot_path is not None:
+        _plot_offline(plan, plot_path)
+    if as_json:
+        click.echo(plan.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print(plan.verdict, markup=False)
+        for suggestion in plan.suggestions:
+            console.print(f"  - {suggestion}", markup=False)
+        for note in plan.notes:
+            console.print(f"note: {note}", markup=False)
+        console.print(_offline_table(plan))
+        if plan.fits:
+            console.print(
+                f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
+                f"({plan.kv_tokens:,} tokens, {format_gib(plan.num_blocks * plan.block_bytes)}); "
+                f"maximum concurrency for {plan.max_model_len:,} tokens per request: "
+                f"{plan.max_concurrency:.2f}x",
+                markup=False,
+            )
+        if plot_path is not None:
+            console.print(f"plot written to {plot_path}", markup=False)
+    if not plan.fits:
+        raise click.exceptions.Exit(1)
+
+
+def _offline_table(plan: Any) -> Table:
+    table = Table(
+        title=f"{plan.model} on {plan.device_label} ({plan.engine} {plan.engine_version}, "
+        f"TP {plan.tensor_parallel_size}, per rank)"
+    )
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    graphs = "CUDA graphs" + ("" if plan.cudagraph_charged else " (not charged)")
+    rows = [
+        ("device total", plan.total_memory),
+        (f"engine budget ({plan.gpu_memory_utilization})", plan.requested_memory),
+        (f"weights ({plan.quantization or 'unquantized'}, {plan.weights_source})",
+         plan.weights_memory),
+        (f"activation peak ({plan.max_num_batched_tokens} tokens, {plan.max_num_seqs} seqs)",
+         plan.activation_peak),
+        ("non-torch growth", plan.non_allocator_increase),
+        (graphs, plan.cudagraph_memory),
+        ("KV cache", plan.kv_cache_bytes),
+    ]  # fmt: skip
+    for label, value in rows:
+        table.add_row(label, f"{value / 2**30:.2f}")
+    return table
+
+
+def _plot_offline(plan: Any, path: str) -> None:
+    from types import SimpleNamespace
+
+    from memacct.models import TruthSource
+    from memacct.plot import plot_plan
+
+    used = max(0, plan.num_blocks * plan.block_bytes)
+    graphs = plan.cudagraph_memory if plan.cudagraph_charged else 0
+    result = SimpleNamespace(
+        baseline=SimpleNamespace(other_processes=0, non_allocator=0),
+        non_allocator_increase=plan.non_allocator_increase,
+        activation_peak=plan.activation_peak + graphs,
+        allocated_peak_increase=plan.activation_peak + graphs,
+        truth_source=TruthSource.ALLOCATED_PEAK,
+        weights_memory=plan.weights_memory,
+        backend="offline",
+        device=plan.device,
+    )
+    # What the plot reads of a KVCachePlan, from the offline plan's figures.
+    shim = SimpleNamespace(
+        kv_cache_bytes=max(used, plan.kv_cache_bytes),
+        kv_cache_used_bytes=used,
+        allocator_reserve_bytes=0,
+        total_memory=plan.total_memory,
+        target_allocation=plan.requested_memory,
+        gpu_memory_utilization=plan.gpu_memory_utilization,
+        num_blocks=plan.num_blocks,
+        block_size=plan.block_size,
+        num_tokens=plan.kv_tokens,
+        max_concurrency=plan.max_concurrency,
+        max_model_len=plan.max_model_len,
+    )
+    plot_plan(shim, cast(Any, result), path, title=f"{plan.model} on {plan.device_label}")
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:

@@ -8,7 +8,7 @@ import memacct
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
 from memacct.engines.sglang.kv import max_running_requests, sglang_partition
-from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.errors import InsufficientMemoryError
 from memacct.planner import KVCacheSpec
 from memacct.units import GiB
 
@@ -71,10 +71,22 @@ def test_max_running_requests_default() -> None:
     assert max_running_requests(3000, 8192) == 1500
 
 
-def test_mamba_hybrids_are_not_modelled_for_sglang_yet() -> None:
+def test_mamba_state_slots_take_their_share_first_and_only_full_layers_count() -> None:
     qwen = KVCacheSpec.from_preset("qwen3-next-80b-a3b")
-    with pytest.raises(InvalidInputError, match="engine='vllm'"):
-        SGLANG.plan(qwen, 20 * GiB, settings())
+    state = sum(x.state_bytes or 0 for x in qwen.layers)
+    budget = 20 * GiB
+    slots = int((budget * 0.9 / 1.9 - state) // state)
+    rest = budget - (slots + 1) * state
+    layout = SGLANG.plan(qwen, budget, settings())
+    assert abs(layout.kv_tokens - rest // qwen.bytes_per_token) <= 1
+    assert qwen.bytes_per_token == 12 * 2 * 2 * 256 * 2
+    assert f"max_running_requests={slots // 3}" in layout.notes[0]
+
+
+def test_a_budget_below_one_mamba_slot_is_refused() -> None:
+    qwen = KVCacheSpec.from_preset("qwen3-next-80b-a3b")
+    with pytest.raises(InsufficientMemoryError, match="state pool"):
+        SGLANG.plan(qwen, 1 << 20, settings())
 
 
 def test_plan_kv_cache_dispatches_to_sglang_with_its_default_page() -> None:

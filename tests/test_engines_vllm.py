@@ -205,3 +205,25 @@ def test_fp8_ds_mla_is_656_bytes_per_token_per_layer() -> None:
     assert deepseek.bytes_per_token == 61 * 656
     with pytest.raises(InvalidInputError, match="not an MLA model"):
         spec("llama-3.1-8b", kv_cache_dtype="fp8_ds_mla")
+
+
+def test_llama_70b_tp2_at_full_length_on_exactly_its_blocks_is_refused_like_vllm() -> None:
+    # The case: memacct used to admit it; vLLM holds the null block back and refuses.
+    llama = spec("llama-3.1-70b", tensor_parallel_size=2)
+    budget = 131072 // 16 * 16 * llama.bytes_per_token
+    with pytest.raises(InsufficientMemoryError) as info:
+        VLLM.plan(llama, budget, KVSettings(max_model_len=131072))
+    assert info.value.estimated_max_model_len == 131056
+
+
+def test_a_hybrid_plan_from_a_profile_keeps_the_fragmentation_allowance_free() -> None:
+    from memacct.engines.start import simulate_engine_start
+    from memacct.planner import load_model_preset
+
+    start = simulate_engine_start(load_model_preset("gemma-3-12b"), device="h100-80gb",
+                                  allocator="torch-cuda", truth_source="auto")
+    result = start.result.model_copy(update={"fragmentation_allowance": 3 * GiB})
+    p = memacct.plan_kv_cache(result, spec("gemma-3-12b"), max_model_len=8192)
+    assert p.allocator_reserve_bytes == 3 * GiB
+    assert p.num_blocks == (p.kv_cache_bytes - 3 * GiB) // p.block_bytes
+    assert p.kv_cache_used_bytes + p.allocator_reserve_bytes <= p.kv_cache_bytes

@@ -29,9 +29,11 @@ from memacct import (
     BackendNotFoundError,
     BackendUnavailableError,
     ConfigError,
+    InsufficientMemoryError,
     InvalidInputError,
     KVCachePlan,
     ProfilingError,
+    ProfilingOutOfMemoryError,
     registry,
 )
 from memacct.cli import main
@@ -412,13 +414,6 @@ def test_own_exception_of_a_plugin_named_memacct_x_is_a_backend_error_naming_it(
 # -- row 10: MEMACCT_TRUTH_SOURCE --------------------------------------------------------
 
 
-def test_cli_honours_memacct_truth_source() -> None:
-    proc = run_cli("plan", *MODEL, "--json", env={"MEMACCT_TRUTH_SOURCE": "allocated_peak"})
-    assert proc.returncode == 0, proc.stderr
-    provenance = json.loads(proc.stdout)["provenance"]
-    assert provenance["requested_truth_source"] == "allocated_peak"
-
-
 def test_bad_memacct_truth_source_is_an_error_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -434,18 +429,23 @@ def test_bad_memacct_truth_source_is_an_error_naming_the_variable(
 # -- row 11: the message names the budget that does not fit -----------------------------
 
 
-@pytest.mark.parametrize(
-    ("option", "named"),
-    [("--max-num-seqs", "max_num_seqs=100000000"),
-     ("--max-num-batched-tokens", "max_num_batched_tokens=100000000")],
-)  # fmt: skip
-def test_huge_budget_is_named_as_the_cause(
-    option: str, named: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["plan", *MODEL, option, "100000000"]) == 2
-    line = one_line_error(capsys.readouterr().err)
-    assert named in line
-    assert "raise tensor_parallel_size" not in line and "weights 0.00GiB" not in line
+def test_huge_sequence_budget_is_named_as_the_cause() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    with pytest.raises(InsufficientMemoryError) as caught:
+        simulate_engine_start(config, device="h100-80gb", max_num_seqs=100_000_000)
+    message = str(caught.value)
+    assert "step buffers for max_num_seqs=100000000" in message
+    assert "the weights of Qwen2ForCausalLM only 14.19GiB" in message
+    assert "raise tensor_parallel_size" not in message
+
+
+def test_huge_token_budget_is_named_as_the_cause() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    with pytest.raises(ProfilingOutOfMemoryError) as caught:
+        simulate_engine_start(config, device="h100-80gb", max_num_batched_tokens=100_000_000)
+    message = str(caught.value)
+    assert "max_num_batched_tokens=100000000" in message
+    assert "lower max_num_batched_tokens" in message and "weights 0.00GiB" not in message
 
 
 # -- row 12: longer than the model's positions ------------------------------------------
@@ -456,10 +456,21 @@ def test_max_model_len_beyond_the_models_positions_is_refused_unless_allowed(
 ) -> None:
     assert main(["plan", *MODEL, "--max-model-len", "100000"]) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert "maximum length 32768 (max_position_embeddings" in line
-    assert "--allow-long-max-model-len" in line
+    assert "position limit (32768 tokens" in line and "--allow-long-max-model-len" in line
     argv = ["plan", *MODEL, "--max-model-len", "100000", "--allow-long-max-model-len", "--json"]
     assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["max_model_len"] == 100000
+
+
+def test_max_model_len_beyond_the_positions_with_a_saved_profile_is_refused_unless_allowed(
+    tmp_path: Path, profile: memacct.ProfileResult, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = save_profile(profile, tmp_path / "p.json")
+    argv = ["plan", "--model", "qwen2.5-7b", "--profile", str(path), "--max-model-len", "100000"]
+    assert main(argv) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert "maximum length 32768 (max_position_embeddings" in line
+    assert main([*argv, "--allow-long-max-model-len", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["max_model_len"] == 100000
 
 

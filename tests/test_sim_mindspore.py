@@ -247,6 +247,16 @@ def test_block_pool_persistent_requests_borrow_idle_common_buffers() -> None:
     assert stat(alloc, "allocated_bytes.large_pool.current") > 200 * MiB
 
 
+def test_block_pool_persistent_overflow_grows_the_empty_common_pool_first() -> None:
+    alloc, _ = make("mindspore-block")
+    alloc.malloc(900 * MiB, persistent=True)
+    alloc.malloc(200 * MiB, persistent=True)  # the common pool has no block: it gets one
+    stats = alloc.memory_stats()
+    assert stats["reserved_bytes.large_pool.current"] == 1 * GiB
+    alloc.malloc(900 * MiB, persistent=True)  # neither fits: the persistent pool grows
+    assert alloc.memory_stats()["reserved_bytes.small_pool.current"] == 2 * GiB
+
+
 def test_block_pool_caps_a_block_at_the_free_device_memory() -> None:
     alloc, _ = make("mindspore-block", total=1536 * MiB, budget_bytes=1536 * MiB)
     alloc.malloc(100 * MiB, persistent=True)  # a 1 GiB persistent block

@@ -176,6 +176,10 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # a model type this transformers does not know
         print(f"  note: AutoConfig.for_model({model_type!r}) failed ({exc}); raw config used")
         full = text
+    for key, value in text.items():  # keys transformers 5 turns into properties
+        full.setdefault(key, value)
+    if "hybrid_override_pattern" in text:  # transformers 5 rewrites it
+        full["hybrid_override_pattern"] = text["hybrid_override_pattern"]
     full["_dtype"] = dtype or "bfloat16"  # rule: no dtype given -> bf16 (gpt-oss)
     full["_quant"] = raw.get("quantization_config")
     return full
@@ -204,6 +208,9 @@ def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, int | None]]:
     elif mt == "qwen3_next":  # qwen3_next.py: layer_types linear_attention -> GDN
         kinds = [("gdn", None) if t == "linear_attention" else ("full", None)
                  for t in cfg["layer_types"]]
+    elif mt == "nemotron_h":  # nemotron_h.py: M Mamba2, * attention, - / E no cache
+        table = {"M": ("mamba2", None), "*": ("full", None)}
+        kinds = [table.get(c, ("none", None)) for c in cfg["hybrid_override_pattern"]]
     elif mt == "granitemoehybrid":  # granitemoehybrid.py: "mamba" -> MambaMixer2
         # transformers 5 spells "mamba" as "linear_attention" (and "attention" as "full_attention")
         kinds = [("mamba2", None) if t in ("mamba", "linear_attention") else ("full", None)
@@ -264,7 +271,7 @@ def build_specs(v: dict[str, Any], cfg: dict[str, Any], *, tp: int, pp: int, blo
         for i in range(start, end):
             kind, size = kinds[i]
             name = f"model.layers.{i}.self_attn.attn"
-            if kind == "shared":
+            if kind in ("shared", "none"):
                 continue
             if kind in ("gdn", "mamba2"):
                 specs[name.replace("self_attn.attn", "mixer")] = mamba_spec(
@@ -306,6 +313,12 @@ def _state(v: dict[str, Any], cfg: dict[str, Any], kind: str, tp: int,
             cfg["linear_key_head_dim"], cfg["linear_value_head_dim"],
             cfg["linear_conv_kernel_dim"], 0)
         dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", ssm)
+    elif cfg["model_type"] == "nemotron_h":  # nemotron_h.py get_mamba_state_shape_from_config
+        shapes = MambaStateShapeCalculator.mamba2_state_shape(
+            tp, cfg["mamba_num_heads"] * cfg["mamba_head_dim"], cfg["n_groups"],
+            cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"],
+            cfg["conv_kernel"], 0)
+        dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(dtype, "auto", ssm)
     else:  # granitemoehybrid.py get_mamba_state_shape_from_config
         shapes = MambaStateShapeCalculator.mamba2_state_shape(
             tp, cfg["mamba_expand"] * cfg["hidden_size"], cfg["mamba_n_groups"],
@@ -361,7 +374,7 @@ def rejection(cfg: dict[str, Any], tp: int, pp: int) -> str | None:
             return f"num_key_value_heads {kv} not divisible by tensor_parallel_size {tp}"
         if kv < tp and tp % kv:
             return f"tensor_parallel_size {tp} not a multiple of num_key_value_heads {kv}"
-    for key in ("linear_num_value_heads", "mamba_n_heads"):
+    for key in ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads"):
         if cfg.get(key) and cfg[key] % tp:
             return f"{key} {cfg[key]} not divisible by tensor_parallel_size {tp}"
     if pp > cfg["num_hidden_layers"]:

@@ -10,6 +10,7 @@ refusal it would raise, with its estimate of the largest length that fits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from memacct.planner.spec import KVCacheSpec
 
-__all__ = ["Engine", "KVGroup", "KVLayout", "KVManager", "KVSettings"]
+__all__ = ["Engine", "KVGroup", "KVLayout", "KVManager", "KVSettings", "StartupModel"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
@@ -136,6 +137,7 @@ class KVManager(Protocol):
 
     name: str
     version: str
+    default_block_size: int
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """The engine's KV cache for ``budget_bytes`` of cache on each rank."""
@@ -166,3 +168,26 @@ class Engine:
     version: str
     kv: KVManager
     startup: Any = None
+
+
+class StartupModel(Protocol):
+    """An engine's start-up as it bears on memory (``engines/<name>/startup.py``)."""
+
+    name: str
+    version: str
+
+    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+        ...
+
+    def estimate(
+        self,
+        config: Mapping[str, Any],
+        *,
+        total_memory: int,
+        device_name: str = "",
+        settings: Any = None,
+        weights: Any = None,
+    ) -> Any:
+        """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget."""
+        ...

@@ -147,7 +147,7 @@ def layer_kinds(cfg: _Config, num_layers: int) -> list[_Kind]:
 
 
 _GDN_TYPES = ("qwen3_next",)
-_MAMBA2_TYPES = ("granitemoehybrid",)
+_MAMBA2_TYPES = ("granitemoehybrid", "nemotron_h")
 
 
 def _llama4_kinds(cfg: _Config, num_layers: int, chunk: int | None) -> list[_Kind]:
@@ -250,7 +250,9 @@ def state_bytes(
         groups = cfg.required(("mamba_n_groups", "n_groups"), _MAX_HEADS)
         kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
         expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
-        inner = expand * hidden if expand is not None else heads * head_dim
+        # Nemotron-H's mixer is heads x head_dim wide; Granite's mamba_expand x hidden.
+        use_expand = expand is not None and cfg.model_type != "nemotron_h"
+        inner = expand * hidden if use_expand and expand is not None else heads * head_dim
         # Groups that do not divide the TP size are replicated up to it.
         groups += 0 if groups % tp == 0 else tp - groups
         conv_dim = inner + 2 * groups * state

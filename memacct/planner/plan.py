@@ -48,7 +48,6 @@ logger = logging.getLogger("memacct")
 # vllm serve's defaults on H100-class devices (docs/engines.md); SGLang pages one token.
 _DEFAULT_BATCHED_TOKENS = 8192
 _DEFAULT_NUM_SEQS = 1024
-_DEFAULT_BLOCK = {"sglang": 1}
 
 
 def save_profile(result: ProfileResult, path: str | os.PathLike[str]) -> Path:
@@ -139,8 +138,9 @@ def plan_kv_cache(
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
     kv_engine = get_engine(engine).kv
     utilization = _check_utilization(gpu_memory_utilization)
-    block = _check_positive("block_size", block_size if block_size is not None else
-                            _DEFAULT_BLOCK.get(engine, 16))
+    block = _check_positive(
+        "block_size", block_size if block_size is not None else kv_engine.default_block_size
+    )
     max_len = _resolve_max_model_len(max_model_len, spec)
     batched = _check_optional("max_num_batched_tokens", max_num_batched_tokens)
     seqs = _check_optional("max_num_seqs", max_num_seqs)

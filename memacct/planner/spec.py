@@ -274,14 +274,18 @@ class KVCacheSpec(BaseModel):
     def request_bytes(
         self, num_tokens: int, block_size: int = 16, max_num_batched_tokens: int | None = None
     ) -> int:
-        """Exact KV-cache bytes one request of ``num_tokens`` tokens needs on this rank.
+        """KV-cache bytes one request of ``num_tokens`` tokens holds on this rank, engine-neutral.
 
         Full-attention layers hold every token, in whole blocks:
-        ``ceil(num_tokens / block_size)`` blocks. Sliding-window layers hold,
-        as vLLM counts them, the window before the newest chunk plus the chunk:
+        ``ceil(num_tokens / block_size)`` blocks. Sliding-window layers hold
+        the window before the newest chunk plus the chunk:
         ``ceil((window - 1 + max_num_batched_tokens) / block_size) + 1`` blocks
         (the window seldom starts on a block boundary), never more than the
-        full-attention count.
+        full-attention count. This is the memory a request really touches;
+        each engine reserves its own way (vLLM adds in-flight batches, does
+        not cap the extra block and pads groups; see :mod:`memacct.engines`
+        and ``docs/engines.md``), and :func:`memacct.plan_kv_cache` follows
+        the engine.
 
         Args:
             num_tokens: prompt plus output tokens of the request.

@@ -602,8 +602,9 @@ class MindSporeBlockPool(CachingAllocator):
     - Best fit over idle buffers of the pool (lowest address on ties); a buffer splits when
       at least 512 bytes remain; a freed buffer merges only with idle neighbours of its
       own block.
-    - A persistent request that its pool cannot serve from idle buffers tries the common
-      pool's idle buffers before growing.
+    - A persistent request that its pool cannot serve from idle buffers goes to the common
+      pool: to an idle buffer there, or, while the common pool has no block, to its first
+      block; otherwise the persistent pool grows.
     - **No release-and-retry**: when a block cannot be grown the request fails.
       :meth:`empty_cache` releases only blocks that are entirely idle.
 
@@ -664,11 +665,12 @@ class MindSporeBlockPool(CachingAllocator):
             self._budget = default_budget(self._device.free)
         if persistent and self._small.segments and size.__class__ is int and size > 0:
             rounded = self.round_size(size)
-            if self._small.free.ceiling(rounded << KEY_SHIFT) < 0:
-                # The persistent pool has no idle buffer that fits: borrow the common pool's.
-                key = self._large.free.ceiling(rounded << KEY_SHIFT)
-                if key >= 0:
-                    return super().malloc(size, persistent=False)
+            if self._small.free.ceiling(rounded << KEY_SHIFT) < 0 and (
+                not self._large.segments or self._large.free.ceiling(rounded << KEY_SHIFT) >= 0
+            ):
+                # No idle persistent buffer fits: the common allocator serves it, from an
+                # idle buffer or, while it has no block yet, by growing its first block.
+                return super().malloc(size, persistent=False)
         return super().malloc(size, persistent=persistent)
 
     def _segment_size(self, pool: _Pool, rounded: int) -> int:

@@ -74,6 +74,13 @@ class _AllocatorMemory:
 class SimDevice:
     """A simulated accelerator with a faithful caching-allocator model.
 
+    CUDA-graph memory lives in private pools: ``with dev.graph_pool() as pool:``
+    routes the block's allocations to a new (or the given) pool, which keeps its
+    cached memory until :meth:`release_pool`; :meth:`private_pool` and
+    :meth:`use_pool` are ``torch.cuda.MemPool`` and ``use_mem_pool``. Requests
+    take ``stream=`` as in torch; settings go through
+    :meth:`set_allocator_settings` (``PYTORCH_CUDA_ALLOC_CONF`` syntax).
+
     Thread safe: one re-entrant lock (:attr:`lock`) guards every change and
     every reading; hold it yourself to read several values consistently.
     :attr:`allocator` is the bare allocator object, which is not locked.

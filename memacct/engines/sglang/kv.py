@@ -19,6 +19,9 @@ are in ``docs/engines.md``:
   with every layer at full size;
 * pipeline parallelism: the extra layers go to the last stages; every stage
   sizes its own pool and the smallest wins;
+* Mamba/linear-attention hybrids: the state pool is taken first (0.9 of
+  every 1.9 bytes, in whole per-request slots plus one), and only the
+  full-attention layers count in the cell;
 * ``max_running_requests`` = min(clamp(int(tokens / context x 512), 2048,
   4096), tokens // 2); a pool smaller than one request is only warned about.
 """
@@ -31,10 +34,20 @@ from memacct.engines.base import KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner.spec import KVCacheSpec, LayerSpec
 
-__all__ = ["SGLANG_VERSION", "SWA_FULL_TOKENS_RATIO", "SglangKVManager", "max_running_requests"]
+__all__ = [
+    "SGLANG_VERSION",
+    "SWA_FULL_TOKENS_RATIO",
+    "SglangKVManager",
+    "mamba_state_pool",
+    "max_running_requests",
+]
 
 SGLANG_VERSION = "0.5.23"
 SWA_FULL_TOKENS_RATIO = 0.8
+MAMBA_FULL_MEMORY_RATIO = 0.9
+# State slots per running request with the radix cache on
+# (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO in kv_cache_configurator.py).
+MAMBA_SLOTS_PER_REQUEST = 3
 # Architectures SGLang sizes with a split full/sliding pool (model_config.py is_hybrid_swa_model).
 _HYBRID_SWA_TYPES = frozenset({"gpt_oss", "llama4", "llama4_text"})
 
@@ -51,6 +64,37 @@ def max_running_requests(tokens: int, context_len: int) -> int:
     """SGLang's default cap on running requests for a pool of ``tokens``."""
     estimated = max(min(int(tokens / context_len * 512), 4096), 2048)
     return min(estimated, tokens // 2)
+
+
+def mamba_state_pool(spec: KVCacheSpec, budget_bytes: int) -> tuple[int, int]:
+    """SGLang's Mamba state pool, taken from the budget first.
+
+    ``mamba_full_memory_ratio`` r = 0.9 of every 1 + r bytes go to whole
+    per-request state slots (one more slot pads the pool); the rest is the KV
+    budget. Under pipeline parallelism a slot is priced at the stage with the
+    most Mamba layers. Returns ``(KV budget bytes, slots)``.
+
+    Raises:
+        InsufficientMemoryError: not one slot fits.
+    """
+    stages = _stage_layers(spec)
+    per_layer = [x.state_bytes or 0 for x in spec.layers if x.kind == "mamba"]
+    most = max(sum(1 for x in stage if x.kind == "mamba") for stage in stages)
+    per_slot = int(sum(per_layer) * most / len(per_layer))
+    # SGLang works in GiB floats here (kv_cache_configurator.py _handle_max_mamba_cache).
+    rest_gib = budget_bytes / (1 << 30)
+    state_budget = rest_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) * (1 << 30)
+    slots = int((state_budget - per_slot) // per_slot)
+    if slots <= 0:
+        raise InsufficientMemoryError(
+            f"SGLang's Mamba state pool for {spec.model_name} holds no request: one slot is "
+            f"{per_slot} bytes and {budget_bytes} bytes of budget leave "
+            f"{MAMBA_FULL_MEMORY_RATIO}/{1 + MAMBA_FULL_MEMORY_RATIO:g} of it for states; "
+            f"give the KV cache more memory",
+            estimated_max_model_len=0,
+        )
+    rest_gib -= (slots + 1) * per_slot / (1 << 30)
+    return int(rest_gib * (1 << 30)), slots
 
 
 def _stage_layers(spec: KVCacheSpec) -> list[list[LayerSpec]]:
@@ -70,6 +114,7 @@ class SglangKVManager:
 
     name = "sglang"
     version = SGLANG_VERSION
+    default_block_size = 1  # SGLang's --page-size default (docs/engines.md)
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """SGLang's pools for ``budget_bytes`` of KV cache on each rank.
@@ -79,13 +124,15 @@ class SglangKVManager:
         Raises:
             InsufficientMemoryError: the pool holds no token, or the sliding
                 pool cannot hold one window.
-            InvalidInputError: a Mamba/linear-attention hybrid (its state pool
-                is not modelled for SGLang), or ``max_model_len=-1``.
+            InvalidInputError: ``max_model_len=-1`` (SGLang has no auto-fit).
         """
+        notes: list[str] = []
+        slots: int | None = None
         if any(x.kind == "mamba" for x in spec.layers):
-            raise InvalidInputError(
-                f"{spec.model_name} keeps Mamba/linear-attention state; memacct does not model "
-                f"SGLang's Mamba state pool yet: plan it with engine='vllm'"
+            budget_bytes, slots = mamba_state_pool(spec, budget_bytes)
+            notes.append(
+                f"{slots} Mamba state slots take {MAMBA_FULL_MEMORY_RATIO}/"
+                f"{1 + MAMBA_FULL_MEMORY_RATIO:g} of the budget first"
             )
         if settings.max_model_len < 1:
             raise InvalidInputError(
@@ -115,10 +162,10 @@ class SglangKVManager:
                 estimated_max_model_len=0,
             )
         length = settings.max_model_len
-        notes = [
-            f"max_running_requests={max_running_requests(full, length)} "
-            f"(SGLang's default for this pool)"
-        ]
+        running = max_running_requests(full, length)
+        if slots is not None:
+            running = min(running, slots // MAMBA_SLOTS_PER_REQUEST)
+        notes.insert(0, f"max_running_requests={running} (SGLang's default for this pool)")
         if full < length:
             notes.append(
                 f"the pool ({full} tokens) is smaller than one request of {length} tokens: "

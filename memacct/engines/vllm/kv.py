@@ -238,6 +238,7 @@ class VllmKVManager:
 
     name = "vllm"
     version = VLLM_VERSION
+    default_block_size = 16
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """vLLM's KV cache for ``budget_bytes`` on each rank (``kv_cache_memory_bytes``).

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from memacct.engines.base import Engine
 from memacct.engines.vllm.kv import VLLM_VERSION, VllmKVManager
+from memacct.engines.vllm_ascend.startup import STARTUP
 
 __all__ = ["ENGINE"]
 
-ENGINE = Engine(name="vllm-ascend", version=VLLM_VERSION, kv=VllmKVManager(), startup=None)
+ENGINE = Engine(name="vllm-ascend", version=VLLM_VERSION, kv=VllmKVManager(), startup=STARTUP)
