@@ -17,7 +17,7 @@ from typing import Any
 from memacct.errors import InvalidInputError, MemacctError
 from memacct.io import atomic_write_bytes
 from memacct.models import ProfileResult, TruthSource
-from memacct.units import GiB
+from memacct.units import GiB, MiB
 
 __all__ = ["KV_CACHE_PARTS", "breakdown", "plot_plan"]
 
@@ -170,12 +170,17 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
     return atomic_write_bytes(path, buffer.getvalue(), "plot")
 
 
+def _small(n: int) -> str:
+    # Below 0.01 GiB the GiB figure reads 0.000: give MiB instead.
+    return f"{n / GiB:.3f} GiB" if n >= GiB // 100 else f"{n / MiB:.2f} MiB"
+
+
 def _zoom_row(ax: Any, small: list[tuple[str, int]]) -> None:
     """The small parts side by side at equal widths, each labelled with its size."""
     for i, (label, value) in enumerate(small):
         ax.barh([0], [1], left=i, color=COLORS[label], edgecolor="white", height=0.6)
         ax.text(
-            i + 0.5, 0, f"{label.replace('kv_cache_size: ', 'KV ')}\n{value / GiB:.3f} GiB",
+            i + 0.5, 0, f"{label.replace('kv_cache_size: ', 'KV ')}\n{_small(value)}",
             ha="center", va="center", fontsize=8,
         )  # fmt: skip
     ax.set_xlim(0, len(small))
