@@ -430,7 +430,8 @@ def plan_cmd(
     console.print(_breakdown_table(plan, result))
     console.print(
         f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
-        f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)}); "
+        f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)} of kv_cache_size "
+        f"{format_gib(plan.kv_cache_bytes)}); "
         f"maximum concurrency for {plan.max_model_len:,} tokens per request: "
         f"{plan.max_concurrency:.2f}x",
         markup=False,
