@@ -121,3 +121,23 @@ def test_memacct_alone_shows_the_help(capsys: pytest.CaptureFixture[str]) -> Non
     text = captured.out + captured.err
     assert "Usage: memacct" in text and "Commands:" in text
     assert "memacct: error" not in text
+
+
+def test_one_kv_figure_everywhere_with_the_reserve_as_its_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memacct.engines.start import simulate_engine_start
+    from memacct.planner import load_model_preset, save_profile
+
+    config = load_model_preset("qwen2.5-7b")
+    path = save_profile(simulate_engine_start(config, device="h100-80gb").result, tmp_path / "p")
+    assert main(["plan", "--model", "qwen2.5-7b", "--profile", str(path)]) == 0
+    out = capsys.readouterr().out
+    reported = re.search(r"^kv_cache_size\s+(\d+\.\d\d)GiB$", out, re.M)
+    in_table = re.search(r"│ kv_cache_size\s+│\s+(\d+\.\d\d) │", out)
+    parts = [float(x) for x in re.findall(r"│\s{3}(?:blocks|allocator reserve|remainder)\s+│\s+"
+                                          r"(\d+\.\d\d) │", out)]  # fmt: skip
+    in_plan_line = re.search(r"of kv_cache_size (\d+\.\d\d)GiB", out)
+    assert reported and in_table and in_plan_line and len(parts) == 3
+    assert reported[1] == in_table[1] == in_plan_line[1]
+    assert abs(sum(parts) - float(reported[1])) <= 0.015  # the parts sum to it (2-digit rounding)
