@@ -48,13 +48,15 @@ lint: install
 	$(VENV)/bin/mypy --strict memacct bench/memacct_bench $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
 
 # The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput,
-# then KV-cache planning time per model (fails above 5 ms).
+# then KV-cache planning time per model (fails above 5 ms), then how long `memacct backends`
+# takes (docs/reliability.md).
 bench: install
 	$(VENV)/bin/memacct bench --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
 	$(PY) -m memacct_bench.seed_cases
 	$(PY) benchmarks/bench_plan.py
 	$(PY) benchmarks/bench_offline_plan.py
+	$(PY) benchmarks/bench_backends.py
 
 # On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the
 # same trace on the simulator, a JSON report (docs/hardware.md). Without one: says so, exit 0.

@@ -26,9 +26,11 @@ from memacct._version import __version__
 from memacct.backend import (
     Availability,
     BackendQuirks,
+    BaseBackend,
     DeviceBackend,
     TorchLikeBackend,
     validate_backend,
+    with_allocator_settings,
 )
 from memacct.errors import (
     AgreementError,
@@ -52,6 +54,7 @@ from memacct.registry import (
     register_backend,
     unregister_backend,
 )
+from memacct.units import GiB, MiB
 
 if TYPE_CHECKING:
     from memacct.planner import (
@@ -94,9 +97,11 @@ __all__ = [
     "BackendNotFoundError",
     "BackendQuirks",
     "BackendUnavailableError",
+    "BaseBackend",
     "ConfigError",
     "DeviceBackend",
     "ExcludedRegion",
+    "GiB",
     "InsufficientMemoryError",
     "InvalidInputError",
     "KVCachePlan",
@@ -104,6 +109,7 @@ __all__ = [
     "MemacctError",
     "MemoryDelta",
     "MemorySnapshot",
+    "MiB",
     "ProfileResult",
     "ProfilingError",
     "ProfilingOutOfMemoryError",
@@ -124,4 +130,5 @@ __all__ = [
     "snapshot",
     "unregister_backend",
     "validate_backend",
+    "with_allocator_settings",
 ]

@@ -15,20 +15,27 @@ them, so a vendor plugin is a few dozen lines.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from memacct.errors import BackendError, InvalidInputError
 from memacct.models import TruthSource
 
 __all__ = [
+    "OPTIONAL_MEMBERS",
     "REQUIRED_METHODS",
     "Availability",
     "BackendQuirks",
+    "BaseBackend",
     "DeviceBackend",
     "TorchLikeBackend",
     "allocator_settings",
+    "as_base_backend",
+    "backend_code",
+    "factory_availability",
+    "factory_priority",
     "get_quirks",
     "validate_backend",
     "with_allocator_settings",
@@ -86,12 +93,11 @@ class BackendQuirks:
 class DeviceBackend(Protocol):
     """Primitive readings of one kind of device (contract).
 
-    Devices are numbered ``0 .. device_count() - 1``. Optional members, read
-    with ``getattr``: ``quirks`` (:class:`BackendQuirks`),
-    ``process_memory(device) -> int | None`` (this process's device memory,
-    for per-process attribution of the rest to other processes), and
-    ``consistent_reading(device)``, a context manager during which the device's
-    readings cannot change (the simulated device's lock; a snapshot holds it).
+    Devices are numbered ``0 .. device_count() - 1``. These are the members
+    every backend must have; the optional ones (``priority``,
+    ``availability()``, ``quirks``, ``process_memory``, ``consistent_reading``,
+    ``device_identity``) are declared with their defaults on
+    :class:`BaseBackend`, which plugins subclass.
     """
 
     name: str
@@ -130,6 +136,189 @@ REQUIRED_METHODS = (
     "empty_cache",
     "synchronize",
 )
+
+
+class BaseBackend:
+    """The class every backend subclasses: each optional member, declared with its default.
+
+    The core reads a backend only through these names, never by probing it, so
+    this class *is* the plugin contract: a plugin sets the class attributes it
+    needs, implements the six required methods of :class:`DeviceBackend`, and
+    overrides the optional methods its device supports.
+
+    Class attributes:
+        name: the backend's name. It must equal the name of its entry point in
+            the ``memacct.backends`` group (the registry refuses a mismatch).
+        default_truth_source: the truth source the device needs by default.
+        priority: which available backend :func:`memacct.get_backend` picks
+            when given no name: the highest above 0 wins; 0 is never picked
+            automatically (the simulator, NVML).
+        quirks: what is special about the device (:class:`BackendQuirks`).
+
+    Example, a backend over a ``torch.cuda``-shaped module (see
+    ``backends/_template`` for a whole plugin)::
+
+        class MyBackend(memacct.TorchLikeBackend):   # a BaseBackend
+            name = "mydev"
+            priority = 50
+
+            @classmethod
+            def availability(cls) -> memacct.Availability:
+                return memacct.Availability(True, "mydev driver found")
+    """
+
+    name: str = "unnamed"
+    default_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
+    priority: ClassVar[int] = 0
+    quirks: BackendQuirks = BackendQuirks()
+    # (issue 12 adds the declaration of which exceptions mean out-of-memory here.)
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether the backend can run here and why not; cheap, no device work.
+
+        The registry calls it in a worker thread under a time limit
+        (``MEMACCT_PLUGIN_TIMEOUT``). Default: available.
+        """
+        return Availability(True, f"{cls.__name__} declares no availability check")
+
+    def process_memory(self, device: int) -> int | None:
+        """This process's device memory in bytes, for per-process attribution; default ``None``.
+
+        ``None`` means the backend cannot tell: other processes' memory is then
+        counted in ``non_allocator`` and ``other_processes`` is ``None``.
+        """
+        return None
+
+    def consistent_reading(self, device: int) -> AbstractContextManager[object]:
+        """A context manager during which the device's readings cannot change.
+
+        :func:`memacct.snapshot` holds it around its readings. Default: none
+        (the snapshot then reads until two rounds agree).
+        """
+        return nullcontext()
+
+    def device_identity(self, device: int) -> Hashable:
+        """What identifies the physical device, so that profiling sessions on it do not overlap.
+
+        Default: ``(name, device)``; the simulator, whose instances are
+        different devices, returns the instance's identity.
+        """
+        return (self.name, device)
+
+    # The required readings (DeviceBackend): a subclass implements all six.
+    def device_count(self) -> int:
+        """Number of devices this backend sees."""
+        raise NotImplementedError
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of the device, as the driver reports them."""
+        raise NotImplementedError
+
+    def memory_stats(self, device: int) -> Mapping[str, int]:
+        """Allocator statistics with torch's key names."""
+        raise NotImplementedError
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        """Set every peak statistic to its current value."""
+        raise NotImplementedError
+
+    def empty_cache(self) -> None:
+        """Return wholly free cached blocks to the device."""
+        raise NotImplementedError
+
+    def synchronize(self, device: int) -> None:
+        """Wait for all queued work on the device."""
+        raise NotImplementedError
+
+
+OPTIONAL_MEMBERS = (
+    "priority",
+    "availability",
+    "quirks",
+    "process_memory",
+    "consistent_reading",
+    "device_identity",
+)
+"""The members :class:`BaseBackend` declares with a default."""
+
+
+def _declared(obj: object, member: str) -> Any:
+    # The one place the core looks a member up by name: an object that only follows the
+    # DeviceBackend protocol (not a BaseBackend) gets BaseBackend's default for what it lacks.
+    value = getattr(obj, member, None)
+    return getattr(BaseBackend, member) if value is None else value
+
+
+class _ProtocolBackend(BaseBackend):
+    """A backend that follows only the :class:`DeviceBackend` protocol, seen as a BaseBackend."""
+
+    def __init__(self, backend: DeviceBackend) -> None:
+        self._backend = backend
+        self.name = backend.name
+        self.default_truth_source = backend.default_truth_source
+        quirks = _declared(backend, "quirks")
+        self.quirks = quirks if isinstance(quirks, BackendQuirks) else BackendQuirks()
+        for member in ("process_memory", "consistent_reading", "device_identity"):
+            method = getattr(backend, member, None)
+            if callable(method):
+                setattr(self, member, method)
+
+    def device_count(self) -> int:
+        return self._backend.device_count()
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return self._backend.mem_get_info(device)
+
+    def memory_stats(self, device: int) -> Mapping[str, int]:
+        return self._backend.memory_stats(device)
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        self._backend.reset_peak_memory_stats(device)
+
+    def empty_cache(self) -> None:
+        self._backend.empty_cache()
+
+    def synchronize(self, device: int) -> None:
+        self._backend.synchronize(device)
+
+
+def as_base_backend(backend: DeviceBackend) -> BaseBackend:
+    """``backend`` itself if it is a :class:`BaseBackend`, else a view of it with the defaults.
+
+    The core calls the optional members on what this returns, so an object that
+    implements only the :class:`DeviceBackend` protocol works unchanged.
+    """
+    if isinstance(backend, BaseBackend):
+        return backend
+    return _ProtocolBackend(backend)
+
+
+def backend_code(backend: object) -> str:
+    """Where a backend's code lives, for messages: ``memacct_cuda.CudaBackend``."""
+    if isinstance(backend, _ProtocolBackend):
+        backend = backend._backend
+    return f"{type(backend).__module__}.{type(backend).__qualname__}"
+
+
+def factory_availability(factory: object) -> Availability:
+    """Call the factory's ``availability()`` (a :class:`BaseBackend` subclass's classmethod).
+
+    A factory without one (a plain callable given to :func:`memacct.register_backend`)
+    is available. The result is returned as given: the registry checks its type.
+    """
+    check = _declared(factory, "availability")
+    if check == BaseBackend.availability:
+        return Availability(True, "registered without an availability check")
+    result: Availability = check()
+    return result
+
+
+def factory_priority(factory: object) -> int:
+    """The factory's ``priority``; 0 (never chosen automatically) when it is not an int."""
+    value = _declared(factory, "priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
 
 
 def validate_backend(obj: object, origin: str = "backend") -> DeviceBackend:
@@ -178,7 +367,7 @@ def with_allocator_settings(quirks: BackendQuirks) -> BackendQuirks:
 
 def get_quirks(backend: object) -> BackendQuirks:
     """The backend's declared quirks, or the defaults when it declares none."""
-    quirks = getattr(backend, "quirks", None)
+    quirks = _declared(backend, "quirks")
     return quirks if isinstance(quirks, BackendQuirks) else BackendQuirks()
 
 
@@ -191,7 +380,7 @@ def allocator_settings(backend: object) -> dict[str, str]:
     }
 
 
-class TorchLikeBackend:
+class TorchLikeBackend(BaseBackend):
     """A backend over any ``torch.cuda``-shaped memory module.
 
     The module needs ``device_count()``, ``mem_get_info(device)``,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from memacct._version import __version__
 from memacct.errors import InvalidInputError, MemacctError
-from memacct.units import format_gib
+from memacct.units import GiB, format_gib
 
 __all__ = ["main"]
 
@@ -123,7 +124,12 @@ def backends_cmd(as_json: bool) -> None:
     """List every registered backend, whether it can run here, and why not."""
     from memacct.registry import available_backends
 
-    infos = available_backends()
+    if sys.stderr.isatty() and not as_json:
+        # Plugins import their frameworks (seconds each): say what is happening meanwhile.
+        with Console(stderr=True).status("probing backends (importing their frameworks) ..."):
+            infos = available_backends()
+    else:
+        infos = available_backends()
     if as_json:
         _echo_json([info.model_dump() for info in infos])
         return
@@ -177,36 +183,104 @@ def _snapshot_table(snap: Any) -> Table:
     type=float,
     default=None,
     metavar="SECONDS",
-    help="Refresh every SECONDS until interrupted.",
+    help="Refresh every SECONDS (at least 0.1) until interrupted; one line per refresh when "
+    "the output is not a terminal.",
 )
-def snapshot_cmd(backend_name: str | None, device: int, as_json: bool, watch: float | None) -> None:
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Show a simulated device in use (weights, cache, a co-tenant) instead of a fresh one.",
+)
+def snapshot_cmd(
+    backend_name: str | None, device: int, as_json: bool, watch: float | None, demo: bool
+) -> None:
     """Show the device's memory split into other processes, allocator and the rest."""
     from memacct.measure import snapshot
     from memacct.registry import get_backend
 
-    if watch is not None and not (math.isfinite(watch) and watch > 0):
-        raise InvalidInputError(f"--watch must be a positive number of seconds, got {watch}")
-    backend = get_backend(backend_name)
+    if watch is not None and not (math.isfinite(watch) and watch >= MIN_WATCH_S):
+        raise InvalidInputError(
+            f"--watch {watch:g} is not a refresh interval: give at least {MIN_WATCH_S:g} seconds"
+        )
+    if demo:
+        if backend_name not in (None, "sim"):
+            raise InvalidInputError(
+                f"--demo shows a simulated device in use; it cannot be combined with "
+                f"--backend {backend_name} (drop one of the two)"
+            )
+        backend = get_backend("sim", device=_demo_device())
+    else:
+        backend = get_backend(backend_name)
+    note = _sim_note(backend.name, demo, as_json)
     if watch is None:
         snap = snapshot(backend, device)
         if as_json:
             click.echo(snap.model_dump_json(indent=2))
         else:
             _console().print(_snapshot_table(snap))
+            if note:
+                click.echo(note)
         return
-    from rich.live import Live
-
     try:
-        if as_json:
+        if as_json or not sys.stdout.isatty():
+            # A pipe or a log gets one line per refresh, flushed, instead of a live table.
             while True:
-                click.echo(snapshot(backend, device).model_dump_json())
+                snap = snapshot(backend, device)
+                click.echo(snap.model_dump_json() if as_json else _snapshot_line(snap))
+                sys.stdout.flush()
                 time.sleep(watch)
+        from rich.live import Live
+
+        if note:
+            click.echo(note)
         with Live(_snapshot_table(snapshot(backend, device)), console=_console()) as live:
             while True:
                 time.sleep(watch)
                 live.update(_snapshot_table(snapshot(backend, device)))
     except KeyboardInterrupt:
         return
+
+
+MIN_WATCH_S = 0.1
+"""Shortest ``--watch`` interval: faster only spins a core without showing anything new."""
+
+
+def _snapshot_line(snap: Any) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(snap.timestamp))
+    other = "n/a" if snap.other_processes is None else format_gib(snap.other_processes)
+    return (
+        f"{stamp} {snap.backend}:{snap.device} used {format_gib(snap.used)} of "
+        f"{format_gib(snap.total)} (free {format_gib(snap.free)}): reserved "
+        f"{format_gib(snap.reserved)}, allocated {format_gib(snap.allocated)}, non-allocator "
+        f"{format_gib(snap.non_allocator)}, other processes {other}"
+    )
+
+
+def _sim_note(name: str, demo: bool, as_json: bool) -> str | None:
+    if name != "sim" or as_json:
+        return None
+    if demo:
+        return (
+            "note: a demo state of the simulated device: 14.00GiB of weights, 2.00GiB of cached "
+            "blocks, 0.50GiB outside the allocator (a driver context) and a 6.00GiB co-tenant"
+        )
+    return (
+        "note: this simulated device is fresh, so it holds nothing; "
+        "'memacct snapshot --demo' shows one in use"
+    )
+
+
+def _demo_device() -> Any:
+    """A simulated H100 in use: weights, cached blocks, a driver context and a co-tenant."""
+    from memacct.sim import SimDevice
+
+    dev = SimDevice("h100-80gb")
+    dev.other_process_malloc(6 * GiB)
+    dev.external_malloc(GiB // 2)
+    for _ in range(14):
+        dev.malloc(GiB)
+    dev.free(dev.malloc(2 * GiB))  # freed, but kept cached by the allocator
+    return dev
 
 
 def _finite_positive(name: str, value: float | None) -> None:
@@ -234,7 +308,6 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option(
     "--profile",
     "profile_path",
-    type=click.Path(dir_okay=False),
     default=None,
     help="A ProfileResult saved by an engine (JSON).",
 )
@@ -285,12 +358,21 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     default=None,
     help="Follow this engine release offline (e.g. 0.11.0); default: the newest modelled.",
 )
-@click.option("--truth-source", default=None, help="allocated_peak, reserved or auto.")
+@click.option(
+    "--truth-source",
+    default=None,
+    help="allocated_peak, reserved or auto (default: MEMACCT_TRUTH_SOURCE, else auto).",
+)
+@click.option(
+    "--allow-long-max-model-len",
+    is_flag=True,
+    help="Accept a --max-model-len beyond the model's positions, as vLLM does with "
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(dir_okay=False),
     default=None,
     help="Draw the device's memory as a stacked bar (PNG or SVG).",
 )
@@ -313,6 +395,7 @@ def plan_cmd(
     enforce_eager: bool,
     engine_version: str | None,
     truth_source: str | None,
+    allow_long_max_model_len: bool,
     as_json: bool,
     plot_path: str | None,
 ) -> None:
@@ -324,16 +407,22 @@ def plan_cmd(
     L tokens" or "does not fit: ..." with what to change (exit status 1).
     With --profile: the profiling report, a breakdown and the plan.
     """
+    from memacct.models import TruthSource
     from memacct.planner import KVCacheSpec, load_profile, model_presets, plan_kv_cache
+    from memacct.truth import requested_truth_source
 
     if model == "list":
         for name in model_presets():
             click.echo(name)
         return
-    if plot_path is not None and Path(plot_path).suffix.lower() not in {".png", ".svg"}:
-        raise InvalidInputError(f"--plot {plot_path!r} must end in .png or .svg")
+    if plot_path is not None:
+        _check_plot_path(plot_path)
     if profile_path is not None and (device_preset is not None or device_memory is not None):
         raise InvalidInputError("give either --profile or --device/--device-memory, not both")
+    if profile_path is not None:
+        _refuse_simulation_options()
+    # The argument, else MEMACCT_TRUTH_SOURCE, else auto: a bad value's error names the variable.
+    requested_truth_source(truth_source, TruthSource.AUTO)
     config, model_name, checkpoint = _model_source(model)
     kv_bytes = None if kv_cache_memory is None else _parse_bytes(kv_cache_memory)
     budget_only = kv_bytes is not None and device_preset is None and device_memory is None
@@ -348,8 +437,11 @@ def plan_cmd(
             block_size, max_model_len, max_num_batched_tokens, max_num_seqs,
             tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, enforce_eager,
             truth_source, as_json, plot_path, engine=engine, engine_version=engine_version,
+            allow_long_max_model_len=allow_long_max_model_len,
         )  # fmt: skip
         return
+    if max_model_len is not None and not allow_long_max_model_len:
+        _check_max_model_len(max_model_len, config)
     spec = KVCacheSpec.from_hf_config(
         config,
         kv_cache_dtype=kv_cache_dtype,
@@ -387,8 +479,9 @@ def plan_cmd(
         from memacct.plot import plot_plan
 
         plot_plan(
-            plan, result, plot_path, title=f"{model_name} on {result.backend}:{result.device}"
-        )
+            plan, result, plot_path,
+            title=f"{model_name} on {result.backend}:{result.device} (saved profile)",
+        )  # fmt: skip
     if as_json:
         click.echo(plan.model_dump_json(indent=2))
         return
@@ -397,13 +490,82 @@ def plan_cmd(
     console.print(_breakdown_table(plan, result))
     console.print(
         f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
-        f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)}); "
+        f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)} of kv_cache_size "
+        f"{format_gib(plan.kv_cache_bytes)}); "
         f"maximum concurrency for {plan.max_model_len:,} tokens per request: "
         f"{plan.max_concurrency:.2f}x",
         markup=False,
     )
     if plot_path is not None:
         console.print(f"plot written to {plot_path}", markup=False)
+
+
+def _check_plot_path(plot_path: str) -> None:
+    """Refuse a plot path that cannot be written before any work is done (one line, exit 2)."""
+    path = Path(plot_path)
+    if path.suffix.lower() not in {".png", ".svg"}:
+        raise InvalidInputError(f"--plot {plot_path!r} must end in .png or .svg")
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InvalidInputError(f"--plot {plot_path!r} is a directory: give a file name")
+    if not parent.is_dir():
+        raise InvalidInputError(
+            f"--plot {plot_path!r}: {str(parent)!r} is not a directory: give a path in one"
+        )
+
+
+def _refuse_simulation_options() -> None:
+    """Options that describe a simulated start make no sense with a saved profile."""
+    ctx = click.get_current_context()
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("allocator", "max_num_seqs")
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise InvalidInputError(
+            f"{' and '.join(given)} {'describe' if len(given) > 1 else 'describes'} a simulated "
+            "engine start, but --profile gives a "
+            "saved one whose allocator and sequence budget are already in it: drop "
+            f"{' and '.join(given)}, or plan with --device instead of --profile"
+        )
+
+
+def _derived_max_model_len(config: dict[str, Any]) -> tuple[int, str] | None:
+    """The longest sequence the config supports, as vLLM derives it, and the key it came from.
+
+    ``max_position_embeddings`` (or its aliases), times the RoPE scaling factor for
+    the scaling types that stretch the positions (``yarn`` from its
+    ``original_max_position_embeddings``); ``None`` when the config names no length.
+    """
+    text = config.get("text_config")
+    cfg = {**config, **text} if isinstance(text, dict) else config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            break
+    else:
+        return None
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        factor = scaling.get("factor")
+        if kind not in ("su", "longrope", "llama3") and isinstance(factor, (int, float)):
+            if kind == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
+                value = scaling["original_max_position_embeddings"]
+            return int(value * factor), f"{key} x rope_scaling.factor {factor:g}"
+    return value, key
+
+
+def _check_max_model_len(max_model_len: int, config: dict[str, Any]) -> None:
+    derived = _derived_max_model_len(config)
+    if derived is not None and max_model_len > derived[0]:
+        raise InvalidInputError(
+            f"--max-model-len {max_model_len} is greater than the model's maximum length "
+            f"{derived[0]} ({derived[1]} in its config): vLLM refuses it too, as positions past "
+            "it give wrong outputs. Lower --max-model-len, or pass --allow-long-max-model-len "
+            "(vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) if the model really handles longer inputs"
+        )
 
 
 def _parse_bytes(text: str) -> int:
@@ -454,6 +616,7 @@ def _plan_offline_cmd(
     plot_path: str | None,
     engine: str = "vllm",
     engine_version: str | None = None,
+    allow_long_max_model_len: bool = False,
 ) -> None:
     from memacct.devices import parse_memory_size
     from memacct.engines.start import plan_offline
@@ -490,6 +653,7 @@ def _plan_offline_cmd(
         block_size=block_size,
         checkpoint=checkpoint,
         engine_version=engine_version,
+        allow_long_max_model_len=allow_long_max_model_len,
     )
     if plot_path is not None:
         _plot_offline(plan, plot_path)
@@ -559,24 +723,67 @@ def _plot_offline(plan: Any, path: str) -> None:
         backend="offline",
         device=plan.device,
     )
-    shim = SimpleNamespace(kv_cache_used_bytes=used, total_memory=plan.total_memory)
+    # What the plot reads of a KVCachePlan, from the offline plan's figures.
+    shim = SimpleNamespace(
+        kv_cache_bytes=max(used, plan.kv_cache_bytes),
+        kv_cache_used_bytes=used,
+        allocator_reserve_bytes=0,
+        total_memory=plan.total_memory,
+        target_allocation=plan.requested_memory,
+        gpu_memory_utilization=plan.gpu_memory_utilization,
+        num_blocks=plan.num_blocks,
+        block_size=plan.block_size,
+        num_tokens=plan.kv_tokens,
+        max_concurrency=plan.max_concurrency,
+        max_model_len=plan.max_model_len,
+    )
     plot_plan(shim, cast(Any, result), path, title=f"{plan.model} on {plan.device_label}")
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:
-    from memacct.plot import breakdown
+    from memacct.plot import KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown
 
     table = Table(title="device memory breakdown")
     table.add_column("part")
     table.add_column("GiB", justify="right")
     table.add_column("share", justify="right")
+
+    def row(label: str, value: int) -> None:
+        table.add_row(label, f"{value / GiB:.2f}", f"{value / plan.total_memory:.1%}")
+
     for label, value in breakdown(plan, result):
-        table.add_row(label, f"{value / 2**30:.2f}", f"{value / plan.total_memory:.1%}")
+        if label == KV_CACHE_PARTS[0]:
+            # The report's one KV figure, then its parts (they sum to it).
+            row(KV_CACHE_SIZE, plan.kv_cache_bytes)
+        if label in KV_CACHE_PARTS:
+            row("  " + label.removeprefix(KV_CACHE_SIZE + ": "), value)
+        else:
+            row(label, value)
     return table
+
+
+# click >= 8.2 raises this for a group run without a command (older versions exit with the help).
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    cls for cls in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if cls is not None
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    code = _run(argv)
+    from memacct.registry import unfinished_probes
+
+    if argv is None and unfinished_probes():
+        # A plugin still importing past its time limit (a hanging one, or a framework slower
+        # than MEMACCT_PLUGIN_TIMEOUT) would run its exit hooks half-imported during the
+        # interpreter's shutdown and may crash it: leave without a shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         code = app.main(
             args=list(argv) if argv is not None else None,
@@ -586,7 +793,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        if isinstance(exc, _NO_ARGS_IS_HELP):  # `memacct` alone: the help, as click shows it
+            exc.show()
+            return EXIT_USER_ERROR
+        # click's own "Usage: ... Error: Invalid value" becomes memacct's one line.
+        message = " ".join(exc.format_message().split())
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            message += f" (see '{exc.ctx.command_path} --help')"
+        _print_error(message)
         return EXIT_USER_ERROR if exc.exit_code in (1, 2) else exc.exit_code
     except click.exceptions.Abort:
         return 130

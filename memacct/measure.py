@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
 
-from memacct.backend import DeviceBackend, get_quirks, validate_backend
-from memacct.errors import BackendError, InvalidInputError
+from memacct.backend import (
+    BaseBackend,
+    DeviceBackend,
+    as_base_backend,
+    backend_code,
+    validate_backend,
+)
+from memacct.errors import BackendError, InvalidInputError, MemacctError
 from memacct.models import MAX_BYTES, MemorySnapshot
 
 __all__ = ["read_stat", "require_backend", "snapshot"]
@@ -43,7 +48,7 @@ READ_ATTEMPTS = 8
 _Reading = tuple[Mapping[str, int], int, int, "int | None"]
 
 
-def _read_consistently(backend: DeviceBackend, device: int, allocator_stats: bool) -> _Reading:
+def _read_consistently(backend: BaseBackend, device: int, allocator_stats: bool) -> _Reading:
     """Read stats, ``(free, total)`` and this process's memory as one state of the device.
 
     The three readings are separate calls, so a thread that allocates (or another
@@ -53,22 +58,17 @@ def _read_consistently(backend: DeviceBackend, device: int, allocator_stats: boo
     Otherwise rounds are read until two in a row agree; the last round is used
     even if none did (and checked like any other).
     """
-    process_memory = getattr(backend, "process_memory", None)
-    hold = getattr(backend, "consistent_reading", None)
-    held: AbstractContextManager[object] = hold(device) if callable(hold) else nullcontext()
-    with held:
-        reading = _read_rounds(backend, device, allocator_stats, process_memory)
+    with backend.consistent_reading(device):
+        reading = _read_rounds(backend, device, allocator_stats)
     return reading
 
 
-def _read_rounds(
-    backend: DeviceBackend, device: int, allocator_stats: bool, process_memory: object
-) -> _Reading:
+def _read_rounds(backend: BaseBackend, device: int, allocator_stats: bool) -> _Reading:
     previous: tuple[object, ...] | None = None
     for _ in range(READ_ATTEMPTS):
         stats = backend.memory_stats(device) if allocator_stats else {}
         free, total = backend.mem_get_info(device)
-        own = process_memory(device) if callable(process_memory) else None
+        own = backend.process_memory(device)
         state = (tuple(stats.get(k) for k in _STATE_KEYS), free, total, own)
         if state == previous:
             break
@@ -115,8 +115,8 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
         InvalidInputError: ``device`` is not an index the backend has.
         BackendError: the readings contradict each other or the backend failed.
     """
-    backend = require_backend(backend, "snapshot")
-    quirks = get_quirks(backend)
+    backend = as_base_backend(require_backend(backend, "snapshot"))
+    quirks = backend.quirks
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise InvalidInputError(
             f"device must be a device index, an int from 0, got {device!r} "
@@ -133,13 +133,14 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
             )
         backend.synchronize(device)
         stats, free, total, own = _read_consistently(backend, device, quirks.has_allocator_stats)
-    except BackendError:
+    except MemacctError:
         raise
     except Exception as exc:
-        if getattr(exc, "__module__", "").startswith("memacct"):
-            raise
+        # Anything else is the plugin's own error, whatever its module is called (a plugin
+        # module is named memacct_<x> too): named with the plugin it came from.
         raise BackendError(
-            f"backend {backend.name!r} failed to read device {device}: {type(exc).__name__}: {exc}"
+            f"backend {backend.name!r} failed to read device {device}: "
+            f"{type(exc).__name__}: {exc} (raised in the plugin {backend_code(backend)})"
         ) from exc
     where = f"backend {backend.name!r} on device {device}"
     free = _as_bytes(where, "free memory (mem_get_info)", free)

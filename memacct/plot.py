@@ -1,5 +1,10 @@
 """The device's memory as one stacked bar: where every byte of a plan goes.
 
+One KV figure is named the same everywhere: ``kv_cache_size`` (the report's
+line, :attr:`KVCachePlan.kv_cache_bytes`), whose parts are the whole blocks
+the engine allocates, the allocator reserve (kept free for the allocator's
+rounding and fragmentation) and the remainder too small for a block.
+
 matplotlib is imported only when drawing (``pip install memacct[plot]``).
 """
 
@@ -12,8 +17,16 @@ from typing import Any
 from memacct.errors import InvalidInputError, MemacctError
 from memacct.io import atomic_write_bytes
 from memacct.models import ProfileResult, TruthSource
+from memacct.units import GiB, MiB
 
-__all__ = ["breakdown", "plot_plan"]
+__all__ = ["KV_CACHE_PARTS", "breakdown", "plot_plan"]
+
+KV_CACHE_SIZE = "kv_cache_size"
+KV_BLOCKS = "kv_cache_size: blocks"
+KV_RESERVE = "kv_cache_size: allocator reserve"
+KV_REMAINDER = "kv_cache_size: remainder"
+KV_CACHE_PARTS = (KV_BLOCKS, KV_RESERVE, KV_REMAINDER)
+"""The parts of ``kv_cache_size`` in :func:`breakdown`, which sum to it."""
 
 COLORS = {
     "other processes": "#7f7f7f",
@@ -21,19 +34,27 @@ COLORS = {
     "weights": "#1f77b4",
     "activation peak": "#ff7f0e",
     "fragmentation overhead": "#d62728",
-    "KV cache": "#2ca02c",
-    "allocator reserve": "#9467bd",
+    KV_BLOCKS: "#2ca02c",
+    KV_RESERVE: "#9467bd",
+    KV_REMAINDER: "#98df8a",
     "headroom": "#e5e5e5",
 }
+
+# A part narrower than this share of the device cannot carry a label in the bar: it is
+# drawn again in the zoomed row below, where every small part gets its own width.
+SMALL_SHARE = 0.04
 
 
 def breakdown(plan: Any, result: ProfileResult) -> list[tuple[str, int]]:
     """Split the device's total memory into the parts of a plan, bytes, summing to total.
 
     ``fragmentation overhead`` is what the allocator reserved beyond the live
-    tensors' peak, when the plan budgets it (truth source ``reserved``);
-    ``allocator reserve`` is what the plan keeps free inside the cache budget
-    for the KV tensors' own rounding and the fragmentation allowance.
+    tensors' peak, when the plan budgets it (truth source ``reserved``). The
+    three ``kv_cache_size: ...`` parts (:data:`KV_CACHE_PARTS`) sum to the
+    plan's ``kv_cache_size`` (``kv_cache_bytes``): the whole blocks, the
+    allocator reserve left free inside the cache budget for the KV tensors' own
+    rounding and the fragmentation allowance, and the remainder too small for
+    a block in every layer.
     """
     other = result.baseline.other_processes or 0
     non_allocator = result.baseline.non_allocator + result.non_allocator_increase
@@ -42,24 +63,43 @@ def breakdown(plan: Any, result: ProfileResult) -> list[tuple[str, int]]:
     if result.truth_source is TruthSource.RESERVED:
         overhead = max(0, activation - result.allocated_peak_increase)
         activation -= overhead
+    blocks = int(plan.kv_cache_used_bytes)
+    reserve = int(plan.allocator_reserve_bytes)
     parts = [
         ("other processes", other),
         ("non-allocator", max(0, non_allocator)),
         ("weights", result.weights_memory),
         ("activation peak", activation),
         ("fragmentation overhead", overhead),
-        ("KV cache", int(plan.kv_cache_used_bytes)),
-        # Kept free inside the cache budget for the allocator's own rounding and
-        # fragmentation (see KVCachePlan.allocator_reserve_bytes).
-        ("allocator reserve", int(getattr(plan, "allocator_reserve_bytes", 0))),
+        (KV_BLOCKS, blocks),
+        (KV_RESERVE, reserve),
+        (KV_REMAINDER, max(0, int(plan.kv_cache_bytes) - blocks - reserve)),
     ]
     used = sum(v for _, v in parts)
     parts.append(("headroom", max(0, int(plan.total_memory) - used)))
     return parts
 
 
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def _summary(plan: Any) -> str:
+    return (
+        f"kv_cache_size {_gib(plan.kv_cache_bytes)}: {plan.num_blocks:,} blocks of "
+        f"{plan.block_size} tokens ({plan.num_tokens:,} tokens), maximum concurrency "
+        f"{plan.max_concurrency:.2f}x at {plan.max_model_len:,} tokens per request"
+    )
+
+
 def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "") -> Path:
-    """Draw :func:`breakdown` as a horizontal stacked bar labelled in GiB; PNG or SVG by suffix."""
+    """Draw :func:`breakdown` as a stacked bar labelled in GiB; PNG or SVG by suffix.
+
+    The top row is the whole device, with a line at the utilization target; the
+    row below zooms into the parts too small to read there (non-allocator memory,
+    fragmentation, the allocator reserve), each at a width of its own with its
+    size written on it. The subtitle gives the blocks and the concurrency.
+    """
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in {".png", ".svg"}:
@@ -69,6 +109,7 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError as exc:
         raise MemacctError(
             f"drawing needs matplotlib ({exc}): pip install 'memacct[plot]'"
@@ -76,32 +117,77 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as text in SVG
     parts = [(label, value) for label, value in breakdown(plan, result) if value > 0]
     total = float(plan.total_memory)
-    fig, ax = plt.subplots(figsize=(12, 3.2), dpi=100)
+    small = [(label, value) for label, value in parts if value / total < SMALL_SHARE]
+    rows = 2 if small else 1
+    fig, axes = plt.subplots(
+        rows,
+        1,
+        figsize=(12, 2.6 + 1.4 * rows),
+        dpi=100,
+        gridspec_kw={"height_ratios": [1.4, 1][:rows]},
+        squeeze=False,
+    )
+    ax = axes[0][0]
     left = 0.0
     for label, value in parts:
-        gib = value / 2**30
-        ax.barh([0], [gib], left=left, color=COLORS[label], edgecolor="white", label=label)
-        if value / total > 0.04:
+        gib = value / GiB
+        ax.barh([0], [gib], left=left, color=COLORS[label], edgecolor="white", height=0.6)
+        if value / total >= SMALL_SHARE:
             ax.text(
-                left + gib / 2, 0, f"{label}\n{gib:.2f} GiB", ha="center", va="center", fontsize=8
-            )
+                left + gib / 2, 0, f"{label.replace('kv_cache_size: ', 'KV ')}\n{gib:.2f} GiB",
+                ha="center", va="center", fontsize=8,
+            )  # fmt: skip
         left += gib
-    ax.set_xlim(0, total / 2**30)
+    target = plan.target_allocation / GiB
+    ax.axvline(target, color="black", linestyle="--", linewidth=1.2)
+    ax.text(
+        target, 0.42, f"target {target:.2f} GiB (gpu_memory_utilization "
+        f"{plan.gpu_memory_utilization:g}) ", ha="right", va="bottom", fontsize=8,
+    )  # fmt: skip
+    ax.set_xlim(0, total / GiB)
+    ax.set_ylim(-0.45, 0.6)
     ax.set_yticks([])
-    ax.set_xlabel("GiB")
-    ax.set_title(title or f"KV-cache plan on {result.backend}:{result.device}")
-    ax.legend(
-        [f"{label}: {value / 2**30:.2f} GiB" for label, value in parts],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.35),
+    ax.set_xlabel(f"GiB of {total / GiB:.2f} GiB total")
+    device = f"{result.backend}:{result.device}"
+    ax.set_title(f"{title or f'KV-cache plan on {device}'}\n{_summary(plan)}", fontsize=10)
+    if small:
+        _zoom_row(axes[1][0], small)
+    handles = [Patch(color=COLORS[label]) for label, _ in parts]
+    fig.legend(
+        handles,
+        [f"{label}: {_gib(value)}" for label, value in parts],
+        loc="lower center",
         ncol=4,
         fontsize=8,
         frameon=False,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(parts) > 8), 1, 1))
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format=suffix[1:])
     finally:
         plt.close(fig)
     return atomic_write_bytes(path, buffer.getvalue(), "plot")
+
+
+def _small(n: int) -> str:
+    # Below 0.01 GiB the GiB figure reads 0.000: give MiB instead.
+    return f"{n / GiB:.3f} GiB" if n >= GiB // 100 else f"{n / MiB:.2f} MiB"
+
+
+def _zoom_row(ax: Any, small: list[tuple[str, int]]) -> None:
+    """The small parts side by side at equal widths, each labelled with its size."""
+    for i, (label, value) in enumerate(small):
+        ax.barh([0], [1], left=i, color=COLORS[label], edgecolor="white", height=0.6)
+        ax.text(
+            i + 0.5, 0, f"{label.replace('kv_cache_size: ', 'KV ')}\n{_small(value)}",
+            ha="center", va="center", fontsize=8,
+        )  # fmt: skip
+    ax.set_xlim(0, len(small))
+    ax.set_yticks([])
+    ax.set_xticks([])
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(
+        f"zoom: the parts under {SMALL_SHARE:.0%} of the device, at equal widths", fontsize=8
+    )

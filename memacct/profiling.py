@@ -23,7 +23,7 @@ import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 
-from memacct.backend import DeviceBackend, allocator_settings, get_quirks
+from memacct.backend import DeviceBackend, allocator_settings, as_base_backend, get_quirks
 from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
 from memacct.measure import (
     ALLOCATED,
@@ -36,7 +36,7 @@ from memacct.measure import (
     require_backend,
     snapshot,
 )
-from memacct.models import ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
+from memacct.models import MAX_BYTES, ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
 from memacct.truth import PeakMeasurement, requested_truth_source, resolve_truth_source
 from memacct.units import MiB, format_gib
 
@@ -90,6 +90,7 @@ class ProfilingSession:
         self._inactive_split_start = 0
         self._excluded: list[ExcludedRegion] = []
         self._in_exclusion = False
+        self._open = False  # between entering and leaving the with-block
         self.before: MemorySnapshot | None = None
         self._start = 0.0
 
@@ -123,6 +124,16 @@ class ProfilingSession:
 
         Note: this resets the allocator's peak statistics at the region's end.
         """
+        if not isinstance(label, str) or not label.strip():
+            raise InvalidInputError(
+                f"exclude() takes a label naming the region, e.g. exclude('compile'), "
+                f"got {label!r}"
+            )
+        if not self._open:
+            raise ProfilingError(
+                f"exclude({label!r}) outside the profiling block: the session has ended (or "
+                "not begun); exclude regions inside `with memory_profiling(...) as session:`"
+            )
         if self._in_exclusion:
             raise ProfilingError(
                 f"exclude({label!r}) inside another excluded region is not allowed"
@@ -299,10 +310,14 @@ class ProfilingSession:
             device = f"total {format_gib(total)}, free {format_gib(free)}"
         except Exception as reading:  # the message must not hide the OOM behind a 2nd error
             device = f"device unreadable after the OOM: {type(reading).__name__}: {reading}"
+        if self.weights_memory is not None:
+            held = f"weights {format_gib(self.weights_memory)}"
+        else:  # not given: inferred at the end, which an OOM never reaches
+            reserved = self.before.reserved if self.before else 0
+            held = f"{format_gib(reserved)} reserved before the block"
         return ProfilingOutOfMemoryError(
             f"the device ran out of memory during the profiled forward pass on "
-            f"{self._where} ({device}, weights "
-            f"{format_gib(self.weights_memory or 0)}): {exc}. Profile with a smaller "
+            f"{self._where} ({device}, {held}): {exc}. Profile with a smaller "
             "max_num_batched_tokens (or fewer sequences), or free device memory"
         )
 
@@ -377,13 +392,17 @@ def memory_profiling(
         raise InvalidInputError(
             f"weights_memory must be a non-negative int of bytes, got {weights_memory!r}"
         )
+    if weights_memory is not None and weights_memory > MAX_BYTES:
+        raise InvalidInputError(
+            f"weights_memory={weights_memory} bytes is more than any device holds (at most "
+            f"{MAX_BYTES} bytes, 1 EiB): pass the weights' size in bytes"
+        )
     requested = requested_truth_source(
         truth_source, TruthSource.parse(backend.default_truth_source)
     )
     # One session per physical device: real backends are keyed by name and index; a
     # backend whose instances stand for different devices (the simulator) says so.
-    identity = getattr(backend, "device_identity", None)
-    key: Hashable = identity(dev) if callable(identity) else (backend.name, dev)
+    key: Hashable = as_base_backend(backend).device_identity(dev)
     with _active_lock:
         if key in _active:
             raise ProfilingError(
@@ -394,13 +413,16 @@ def memory_profiling(
     session = ProfilingSession(backend, baseline, dev, weights_memory, requested)
     try:
         session._enter()
+        session._open = True
         try:
             yield session
         except BaseException as exc:
             if _is_out_of_memory(exc) and not isinstance(exc, ProfilingError):
                 raise session._oom_error(exc) from exc
             raise
+        session._open = False
         session._result = session._finish()
     finally:
+        session._open = False
         with _active_lock:
             _active.discard(key)

@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass
 
 from memacct.backend import BackendQuirks
+from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.units import format_gib
 
@@ -110,7 +111,12 @@ def requested_truth_source(argument: TruthSource | str | None, default: TruthSou
         return TruthSource.parse(argument)
     env = os.environ.get(ENV_TRUTH_SOURCE, "").strip()
     if env:
-        return TruthSource.parse(env)
+        try:
+            return TruthSource.parse(env)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"{ENV_TRUTH_SOURCE}={env!r} in the environment: {exc} (or unset it)"
+            ) from None
     return default
 
 

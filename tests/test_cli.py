@@ -76,7 +76,9 @@ def test_device_out_of_range_is_exit_2(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_non_positive_watch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["snapshot", "--watch", "0"]) == 2
-    assert "--watch must be a positive number" in capsys.readouterr().err
+    assert "--watch 0 is not a refresh interval: give at least 0.1 seconds" in (
+        capsys.readouterr().err
+    )
 
 
 def test_unknown_command_is_a_usage_error() -> None:
@@ -165,7 +167,7 @@ def test_plot_png_has_the_expected_size(tmp_path: Path) -> None:
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
-    assert (width, height) == (1200, 320)
+    assert (width, height) == (1200, 540)
 
 
 def test_plot_svg_labels_every_segment(tmp_path: Path) -> None:
@@ -174,7 +176,7 @@ def test_plot_svg_labels_every_segment(tmp_path: Path) -> None:
             "reserved", "--plot", str(svg)]  # fmt: skip
     assert main(argv) == 0
     text = svg.read_text()
-    for label in ("non-allocator", "weights", "activation peak", "KV cache", "headroom"):
+    for label in ("non-allocator", "weights", "activation peak", "KV blocks", "headroom"):
         assert label in text
 
 
@@ -224,7 +226,7 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
     proc = subprocess.Popen(
-        [str(BIN), "snapshot", "--backend", "sim", "--json", "--watch", "0.05"],
+        [str(BIN), "snapshot", "--backend", "sim", "--json", "--watch", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -234,6 +236,26 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
     snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
     assert len({s.timestamp for s in snaps}) == 3
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("scaling", "derived"),
+    [
+        (None, (32768, "max_position_embeddings")),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+         (131072, "max_position_embeddings x rope_scaling.factor 4")),
+        ({"type": "linear", "factor": 2},
+         (65536, "max_position_embeddings x rope_scaling.factor 2")),
+        ({"rope_type": "llama3", "factor": 8.0}, (32768, "max_position_embeddings")),
+    ],
+)  # fmt: skip
+def test_derived_max_model_len_follows_rope_scaling(
+    scaling: dict[str, object] | None, derived: tuple[int, str]
+) -> None:
+    from memacct.cli import _derived_max_model_len
+
+    config = {"max_position_embeddings": 32768, "rope_scaling": scaling}
+    assert _derived_max_model_len(config) == derived
 
 
 def test_offline_plan_follows_an_older_engine_release(capsys: pytest.CaptureFixture[str]) -> None:

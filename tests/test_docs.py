@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,87 @@ def test_readme_example_prints_the_report(
     monkeypatch.chdir(tmp_path)
     exec(compile(python_blocks(ROOT / "README.md")[0], "README.md", "exec"), {})
     assert "Memory profiling results:" in capsys.readouterr().out
+
+
+def _cli_samples() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_samples", ROOT / "tools" / "cli_samples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_md_samples_are_what_the_commands_print() -> None:
+    """docs/cli.md's sample outputs are generated (tools/cli_samples.py) and still true."""
+    tool: Any = _cli_samples()
+    found = tool.samples((ROOT / "docs" / "cli.md").read_text())
+    assert [command for command, _ in found] == [
+        "memacct snapshot --demo",
+        "memacct plan --model qwen2.5-7b --device h100-80gb",
+    ]
+    for command, block in found:
+        assert tool.normalise(block) == tool.run(command), (
+            f"docs/cli.md's sample of {command!r} is stale: run tools/cli_samples.py"
+        )
+
+
+# How to run each row of docs/cli.md's error table (the row's first column -> argv, env).
+CLI_ERROR_ROWS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "--model missing.json": (["plan", "--model", "missing.json"], {}),
+    "--model bad.json": (["plan", "--model", "bad.json"], {}),
+    "--model nosuch": (["plan", "--model", "nosuch"], {}),
+    "--device h999": (["plan", "--model", "qwen2.5-7b", "--device", "h999"], {}),
+    "--gpu-memory-utilization 0": (
+        ["plan", "--model", "qwen2.5-7b", "--gpu-memory-utilization", "0"], {}),
+    "--block-size 0": (["plan", "--model", "qwen2.5-7b", "--block-size", "0"], {}),
+    "--backend nope": (["snapshot", "--backend", "nope"], {}),
+    "--backend cudaa": (["snapshot", "--backend", "cudaa"], {}),
+    "--max-model-len 100000": (
+        ["plan", "--model", "qwen2.5-7b", "--device", "h100", "--max-model-len", "100000"], {}),
+    "--profile p.json --allocator npu": (
+        ["plan", "--model", "qwen2.5-7b", "--profile", "p.json", "--allocator", "npu"], {}),
+    "--plot /etc/passwd/x.png": (
+        ["plan", "--model", "qwen2.5-7b", "--plot", "/etc/passwd/x.png"], {}),
+    "--block-size x": (["plan", "--model", "qwen2.5-7b", "--block-size", "x"], {}),
+    "MEMACCT_TRUTH_SOURCE=peak": (
+        ["plan", "--model", "qwen2.5-7b"], {"MEMACCT_TRUTH_SOURCE": "peak"}),
+    "snapshot --watch 0.01": (["snapshot", "--watch", "0.01"], {}),
+    "--backend cuda": (["snapshot", "--backend", "cuda"], {}),
+}  # fmt: skip
+def _cuda_plugin_with_cpu_torch() -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("memacct-cuda")
+        return importlib.metadata.version("torch").endswith("+cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+ERROR_ROW = re.compile(r"^\| `([^`]+)`[^|]*\| 2 \| `(.+)` \|$", re.M)
+
+
+def test_cli_md_error_table_is_what_the_commands_print(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memacct.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text("{bad")
+    (tmp_path / "p.json").write_text("{}")
+    rows = ERROR_ROW.findall((ROOT / "docs" / "cli.md").read_text())
+    assert len(rows) >= 10
+    for cell, message in rows:
+        argv, env = CLI_ERROR_ROWS[cell]
+        if cell == "--backend cuda" and not _cuda_plugin_with_cpu_torch():
+            continue  # the row shows memacct-cuda beside a CPU-only torch, not this machine
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        assert main(argv) == 2, cell
+        for key in env:
+            monkeypatch.delenv(key)
+        err = capsys.readouterr().err
+        expected = message.split("...")[0].rstrip()
+        assert err.startswith("memacct: error: " + expected), (cell, err)

@@ -6,7 +6,7 @@ import pytest
 
 from memacct import KVCacheSpec, load_model_preset, plan_kv_cache
 from memacct.engines.start import simulate_engine_start
-from memacct.plot import breakdown
+from memacct.plot import KV_BLOCKS, KV_CACHE_PARTS, breakdown
 
 
 @pytest.mark.parametrize("truth_source", ["allocated_peak", "reserved", "auto"])
@@ -19,5 +19,6 @@ def test_breakdown_accounts_for_every_byte_of_the_device(truth_source: str) -> N
     parts = dict(breakdown(plan, start.result))
     assert sum(parts.values()) == plan.total_memory
     assert parts["other processes"] == 2**30
-    assert parts["KV cache"] == plan.num_blocks * plan.block_bytes
+    assert parts[KV_BLOCKS] == plan.num_blocks * plan.block_bytes
+    assert sum(parts[name] for name in KV_CACHE_PARTS) == plan.kv_cache_bytes
     assert min(parts.values()) >= 0

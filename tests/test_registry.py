@@ -125,7 +125,8 @@ def test_plugin_whose_factory_raises_gives_a_backend_error(make_plugin: PluginMa
     make_plugin(
         "ctor",
         "ctor_backend",
-        GOOD.replace("super().__init__(", "raise OSError('no device node'); super().__init__("),
+        GOOD.replace("super().__init__(", "raise OSError('no device node'); super().__init__(")
+        .replace('name = "acme"', 'name = "ctor"'),
         {"ctor": "ctor_backend:Backend"},
     )
     with pytest.raises(BackendError, match="'ctor' failed to start.*OSError: no device node"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
-REFERENCE = re.compile(r"`((?:backends/[\w/]+/)?test_\w+\.py)::(test_\w+)`")
+REFERENCE = re.compile(r"`((?:(?:backends|bench)/[\w/]+/)?test_\w+\.py)::(test_\w+)`")
 
 
 @functools.cache
@@ -25,7 +25,7 @@ def references() -> list[tuple[str, str]]:
 
 
 def resolve(file: str) -> Path:
-    return ROOT / file if file.startswith("backends/") else ROOT / "tests" / file
+    return ROOT / file if file.startswith(("backends/", "bench/")) else ROOT / "tests" / file
 
 
 def test_the_table_names_tests() -> None:

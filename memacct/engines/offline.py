@@ -186,6 +186,7 @@ def plan_offline(
     block_size: int | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     engine_version: str | None = None,
+    allow_long_max_model_len: bool = False,
 ) -> OfflinePlan:
     """Plan an engine's KV cache offline: does the model fit on the device, and how many requests.
 
@@ -199,6 +200,8 @@ def plan_offline(
         gpu_memory_utilization: the engine's utilization (SGLang: ``mem_fraction_static``).
         tensor_parallel_size: ranks the model is split across.
         max_model_len: longest request; default the model's position limit.
+        allow_long_max_model_len: accept a ``max_model_len`` beyond the position limit,
+            as vLLM does with ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``.
         max_num_batched_tokens: the engine's token budget (default: the engine's, per device).
         max_num_seqs: the engine's sequence budget (default: the engine's, per device).
         enforce_eager: no CUDA graphs.
@@ -255,11 +258,13 @@ def plan_offline(
         dict(config), kv_cache_dtype=kv_dtype, tensor_parallel_size=tensor_parallel_size
     )
     limit = position_limit(config)
-    if max_model_len is not None and limit is not None and max_model_len > limit:
+    too_long = max_model_len is not None and limit is not None and max_model_len > limit
+    if too_long and not allow_long_max_model_len:
         raise InvalidInputError(
             f"max_model_len {max_model_len} is beyond {model_name}'s position limit ({limit} "
             f"tokens, from its config.json): {engine} refuses it at start; the largest "
-            f"max_model_len it accepts is {limit}"
+            f"max_model_len it accepts is {limit} (or allow it explicitly: "
+            "--allow-long-max-model-len, vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
         )
     max_len = max_model_len or limit or 32768
     weights = None

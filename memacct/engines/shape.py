@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memacct.errors import ConfigError
-from memacct.planner.config import _Config
+from memacct.planner.config import _Config, config_int
 from memacct.planner.spec import KVCacheSpec
 from memacct.planner.weights import VOCAB_PADDING
 
@@ -97,10 +97,10 @@ class TransformerShape:
         vocab = -(-spec.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
         heads = spec.num_attention_heads // tp
         if spec.attention == "mla":
-            nope = int(cfg.get("qk_nope_head_dim") or 128)
+            nope = config_int(cfg, "qk_nope_head_dim", 128, source=spec.model_name)
             rope = spec.qk_rope_head_dim or 0
             head_dim = nope + rope
-            v_head_dim = int(cfg.get("v_head_dim") or nope)
+            v_head_dim = config_int(cfg, "v_head_dim", nope, source=spec.model_name)
             kv_heads = 1
         else:
             head_dim = v_head_dim = spec.head_dim
@@ -110,7 +110,7 @@ class TransformerShape:
         dense_i = spec.intermediate_size or moe_i
         dense_layers = 0
         if experts:
-            dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+            dense_layers = config_int(cfg, "first_k_dense_replace", 0, source=spec.model_name)
         per_layer_kv: list[int] = []
         for group in spec.layer_groups:
             per_layer_kv.extend([group.bytes_per_token_per_layer] * group.num_layers)
@@ -130,7 +130,7 @@ class TransformerShape:
             attention=spec.attention,
             kv_lora_rank=spec.kv_lora_rank or 0,
             qk_rope_head_dim=spec.qk_rope_head_dim or 0,
-            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            q_lora_rank=config_int(cfg, "q_lora_rank", 0, source=spec.model_name),
             num_experts=experts,
             experts_per_token=spec.experts_per_token or (1 if experts else 0),
             moe_intermediate_size=max(1, moe_i // tp) if experts else 0,

@@ -39,7 +39,7 @@ from memacct.checks import check_int
 from memacct.devices import check_device
 from memacct.engines.forward import TransformerWorkload, replay
 from memacct.engines.offline import OfflinePlan, plan_offline, position_limit
-from memacct.errors import InsufficientMemoryError
+from memacct.errors import InsufficientMemoryError, ProfilingOutOfMemoryError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
@@ -169,6 +169,17 @@ def simulate_engine_start(
     try:
         weights = [allocator_obj.malloc(n, persistent=True) for n in tensors]
     except SimOutOfMemory:
+        params = sum(workload.parameter_tensors())
+        buffers = sum(tensors) - params
+        if buffers > params:
+            # The step buffers, not the model, are what does not fit: name the budgets.
+            raise InsufficientMemoryError(
+                f"the engine's step buffers for max_num_seqs={max_num_seqs} and "
+                f"max_num_batched_tokens={max_num_batched_tokens} need {format_gib(buffers)} "
+                f"(the weights of {spec.model_name} only {format_gib(params)}) and do not fit on "
+                f"{dev.name} ({format_gib(dev.total)} total): lower max_num_seqs and "
+                "max_num_batched_tokens"
+            ) from None
         raise InsufficientMemoryError(
             f"the weights of {spec.model_name} ({format_gib(sum(tensors))} on this rank with "
             f"tensor_parallel_size={tensor_parallel_size}) do not fit on {dev.name} "
@@ -183,10 +194,18 @@ def simulate_engine_start(
     )
     # The profile charges weights as the truth source measures them (allocated or
     # reserved growth since the baseline), as vLLM and vllm-mindspore do.
-    with memory_profiling(backend, baseline, truth_source=truth_source) as session:
-        # Every sequence contributes a token, so a step never has more sequences than tokens.
-        num_seqs = min(max_num_seqs, max_num_batched_tokens)
-        replay(allocator_obj, workload.step_trace(max_num_batched_tokens, num_seqs))
+    # Every sequence contributes a token, so a step never has more sequences than tokens.
+    num_seqs = min(max_num_seqs, max_num_batched_tokens)
+    try:
+        with memory_profiling(backend, baseline, truth_source=truth_source) as session:
+            replay(allocator_obj, workload.step_trace(max_num_batched_tokens, num_seqs))
+    except ProfilingOutOfMemoryError as exc:
+        raise ProfilingOutOfMemoryError(
+            f"the dummy step of max_num_batched_tokens={max_num_batched_tokens} tokens and "
+            f"{num_seqs} sequences (max_num_seqs={max_num_seqs}) does not fit on {dev.name} "
+            f"({format_gib(dev.total)} total) beside the weights and step buffers "
+            f"({format_gib(sum(tensors))}): lower max_num_batched_tokens or max_num_seqs"
+        ) from exc
     result = session.result
     _stage(
         progress,

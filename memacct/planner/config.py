@@ -19,7 +19,7 @@ from typing import Any
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
 
-__all__ = ["read_config_file"]
+__all__ = ["config_int", "read_config_file"]
 
 _CONFIG_OBJECT = "a JSON object (a model's config.json)"
 
@@ -283,3 +283,27 @@ def _checkpoint_kv_dtype(cfg: _Config) -> str | None:
     return None
 
 
+
+
+def config_int(
+    config: Mapping[str, Any] | _Config,
+    key: str,
+    default: int,
+    *,
+    source: str = "config.json",
+    high: int = _MAX_DIM,
+) -> int:
+    """``config[key]`` checked as an integer from 0 to ``high``; ``default`` when absent, null or 0.
+
+    For the keys read outside the spec (the forward pass's ``qk_nope_head_dim``,
+    ``v_head_dim``, ``q_lora_rank``, ``first_k_dense_replace``): a string, list,
+    object, fraction, negative or absurd value is a :class:`ConfigError` naming
+    the key, never a ``ValueError`` from ``int()``.
+
+    Raises:
+        ConfigError: the value is not a plausible non-negative integer.
+    """
+    value = config.get(key)
+    if value is None:
+        return default
+    return _Config({}, source).check_int(key, value, high=high, low=0) or default

@@ -29,7 +29,10 @@ from memacct.backend import (
     REQUIRED_METHODS,
     Availability,
     BackendQuirks,
+    BaseBackend,
     DeviceBackend,
+    as_base_backend,
+    factory_availability,
     get_quirks,
     validate_backend,
 )
@@ -168,16 +171,20 @@ class BackendConformance:
     def test_default_truth_source_is_a_truth_source(self, backend: DeviceBackend) -> None:
         assert TruthSource.parse(backend.default_truth_source) in set(TruthSource)
 
+    def test_backend_subclasses_base_backend(self, backend: DeviceBackend) -> None:
+        assert isinstance(backend, BaseBackend), (
+            f"{type(backend).__name__} does not subclass memacct.BaseBackend, which declares "
+            "every optional member with its default"
+        )
+
     def test_quirks_are_declared_as_data(self, backend: DeviceBackend) -> None:
-        quirks = getattr(backend, "quirks", BackendQuirks())
+        quirks = as_base_backend(backend).quirks
         assert isinstance(quirks, BackendQuirks)
         assert all(isinstance(var, str) and var for var in quirks.allocator_settings_env)
         assert quirks.growth_granularity_bytes > 0
 
     def test_availability_explains_itself(self, backend: DeviceBackend) -> None:
-        check = getattr(type(backend), "availability", None)
-        assert callable(check), f"{type(backend).__name__} has no availability() classmethod"
-        result = check()
+        result = factory_availability(type(backend))
         assert isinstance(result, Availability)
         assert result.reason.strip(), "availability() must say why, also when available"
 
@@ -275,10 +282,7 @@ class BackendConformance:
     def test_process_memory_is_none_or_within_used(
         self, backend: DeviceBackend, device: int
     ) -> None:
-        process_memory = getattr(backend, "process_memory", None)
-        if process_memory is None:
-            pytest.skip(f"backend {backend.name!r} does not attribute memory per process")
-        own = process_memory(device)
+        own = as_base_backend(backend).process_memory(device)
         free, total = backend.mem_get_info(device)
         assert own is None or (isinstance(own, int) and 0 <= own <= total - free)
 

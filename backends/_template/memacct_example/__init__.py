@@ -5,8 +5,12 @@ memacct computes every derived number. If your framework's memory module has
 the shape of ``torch.cuda`` (``mem_get_info``, ``memory_stats`` with torch's
 key names, ``reset_peak_memory_stats``, ``empty_cache``, ``synchronize``),
 subclass :class:`memacct.TorchLikeBackend` as below and you are done.
-Otherwise implement the methods of :class:`memacct.DeviceBackend` yourself
-(``memacct_mindspore`` maps a framework with other key names).
+Otherwise subclass :class:`memacct.BaseBackend` and implement the six readings
+of :class:`memacct.DeviceBackend` yourself (``memacct_mindspore`` maps a
+framework with other key names). ``BaseBackend`` declares every optional member
+(``priority``, ``availability``, ``quirks``, ``process_memory``,
+``consistent_reading``, ``device_identity``) with its default: override the
+ones your device supports.
 
 Keep the framework import out of module level: memacct lists every installed
 backend, and listing must not import every framework.

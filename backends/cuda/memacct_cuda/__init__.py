@@ -20,14 +20,22 @@ never when the plugin is listed.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from memacct import Availability, BackendQuirks, InvalidInputError, TorchLikeBackend, TruthSource
-from memacct.backend import with_allocator_settings
+from memacct import (
+    Availability,
+    BackendQuirks,
+    InvalidInputError,
+    TorchLikeBackend,
+    TruthSource,
+    with_allocator_settings,
+)
 
 if TYPE_CHECKING:
     from memacct_nvml import Nvml
@@ -70,6 +78,27 @@ def import_failure_reason(exc: BaseException) -> str:
     return text
 
 
+def cpu_only_reason(version: str) -> str:
+    """Why a CPU-only torch cannot serve this backend (the same words as torch's own check)."""
+    return (
+        f"torch {version} is a CPU-only build (torch.cuda.is_available() is False): "
+        "install a CUDA build of torch (https://pytorch.org/get-started/locally/)"
+    )
+
+
+def cpu_only_build_reason(version_of: Callable[[str], str] | None = None) -> str | None:
+    """:func:`cpu_only_reason` when the installed torch wheel is tagged ``+cpu``, else ``None``.
+
+    Reads the distribution's metadata only; ``None`` (look closer by importing
+    torch) when torch is not installed or its version carries no ``+cpu`` tag.
+    """
+    try:
+        version = (version_of or importlib.metadata.version)("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return cpu_only_reason(version) if version.endswith("+cpu") else None
+
+
 def cuda_availability(torch: Any) -> Availability:
     """Whether ``torch`` can use a GPU here, and if not, the specific reason.
 
@@ -80,11 +109,7 @@ def cuda_availability(torch: Any) -> Availability:
     cuda = getattr(torch.version, "cuda", None)
     hip = getattr(torch.version, "hip", None)
     if cuda is None and hip is None:
-        return Availability(
-            False,
-            f"torch {version} is a CPU-only build (torch.cuda.is_available() is False): "
-            "install a CUDA build of torch (https://pytorch.org/get-started/locally/)",
-        )
+        return Availability(False, cpu_only_reason(version))
     built = f"CUDA {cuda}" if cuda else f"ROCm {hip}"
     # torch explains a failed CUDA initialisation in a warning ("Found no NVIDIA driver
     # on your system ..."): that text is the specific reason.
@@ -180,7 +205,14 @@ class CudaBackend(TorchLikeBackend):
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when torch has CUDA and sees a GPU; otherwise the specific reason."""
+        """Available when torch has CUDA and sees a GPU; otherwise the specific reason.
+
+        A CPU-only wheel is told by its version (PyTorch's ``+cpu`` local tag) without
+        importing torch, which takes seconds: ``memacct backends`` stays quick there.
+        """
+        cpu_only = cpu_only_build_reason()
+        if cpu_only is not None:
+            return Availability(False, cpu_only)
         try:
             torch = importlib.import_module("torch")
         except Exception as exc:

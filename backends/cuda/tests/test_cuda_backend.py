@@ -8,8 +8,10 @@ docs/hardware.md).
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
+import subprocess
 import sys
 import warnings
 import weakref
@@ -23,6 +25,7 @@ import torch
 from memacct_cuda import (
     CUDA_QUIRKS,
     CudaBackend,
+    cpu_only_build_reason,
     cuda_availability,
     import_failure_reason,
     read_mem_available,
@@ -197,8 +200,15 @@ def test_rocm_build_is_served_by_torch_cuda() -> None:
     )
 
 
+def _torch_not_installed(name: str) -> str:
+    if name == "torch":
+        raise importlib.metadata.PackageNotFoundError(name)
+    return importlib.metadata.distribution(name).version
+
+
 def test_missing_torch_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(importlib.metadata, "version", _torch_not_installed)
     avail = CudaBackend.availability()
     assert avail.reason.startswith("torch is not installed (pip install 'memacct-cuda[torch]'")
 
@@ -414,7 +424,29 @@ def test_mem_available_missing_line_is_none(tmp_path: Path) -> None:
 
 def test_plain_torch_like_adapter_has_no_attribution(dev: SimDevice) -> None:
     # The contrast the cuda plugin adds: the core adapter alone cannot attribute.
-    assert not hasattr(TorchLikeBackend(dev.api), "process_memory")
+    assert TorchLikeBackend(dev.api).process_memory(0) is None
+
+
+@pytest.mark.skipif(
+    not torch.__version__.endswith("+cpu"), reason="this machine's torch wheel is not tagged +cpu"
+)
+def test_cpu_only_wheel_is_told_by_its_version_without_importing_torch() -> None:
+    # `memacct backends` on a CPU machine must not pay torch's import (seconds).
+    code = (
+        "import sys, memacct_cuda\n"
+        "print(memacct_cuda.CudaBackend.availability().reason)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    reason, imported = out.stdout.strip().splitlines()
+    assert reason.startswith(f"torch {torch.__version__} is a CPU-only build")
+    assert imported == "False"
+
+
+def test_cpu_only_reason_needs_the_cpu_tag() -> None:
+    assert cpu_only_build_reason(lambda name: "2.13.0+cu128") is None
+    reason = cpu_only_build_reason(lambda name: "2.13.0+cpu") or ""
+    assert "2.13.0+cpu is a CPU-only build" in reason
 
 
 @pytest.mark.parametrize("var", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])

@@ -30,8 +30,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memacct import Availability, BackendError, BackendQuirks, InvalidInputError, TruthSource
-from memacct.units import GiB
+from memacct import (
+    Availability,
+    BackendError,
+    BackendQuirks,
+    BaseBackend,
+    GiB,
+    InvalidInputError,
+    TruthSource,
+)
 
 __version__ = "0.1.0"
 
@@ -158,7 +165,7 @@ def probe_mindspore(
     return mindspore_availability(ms)
 
 
-class MindSporeBackend:
+class MindSporeBackend(BaseBackend):
     """MindSpore's memory pool on Ascend or GPU (registered as ``mindspore``).
 
     Args:

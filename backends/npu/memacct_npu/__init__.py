@@ -21,8 +21,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from memacct import Availability, BackendQuirks, TorchLikeBackend, TruthSource
-from memacct.backend import with_allocator_settings
+from memacct import (
+    Availability,
+    BackendQuirks,
+    TorchLikeBackend,
+    TruthSource,
+    with_allocator_settings,
+)
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from memacct import Availability, BackendQuirks, InvalidInputError, TruthSource
+from memacct import Availability, BackendQuirks, BaseBackend, InvalidInputError, TruthSource
 from memacct_nvml.session import (
     MemoryInfo,
     Nvml,
@@ -116,7 +116,7 @@ def cuda_device_handle(
     return session.handle_for(targets[index])
 
 
-class NvmlBackend:
+class NvmlBackend(BaseBackend):
     """Device-level memory of NVIDIA GPUs through NVML (registered as ``nvml``).
 
     Devices are numbered as NVML and ``nvidia-smi`` number them (every GPU;
