@@ -43,7 +43,14 @@ from memacct.errors import (
     ProfilingOutOfMemoryError,
 )
 from memacct.measure import snapshot
-from memacct.models import ExcludedRegion, MemoryDelta, MemorySnapshot, ProfileResult, TruthSource
+from memacct.models import (
+    ExcludedRegion,
+    MemoryDelta,
+    MemorySnapshot,
+    ProfiledSetup,
+    ProfileResult,
+    TruthSource,
+)
 from memacct.profiling import ProfilingSession, memory_profiling
 from memacct.registry import (
     BackendInfo,
@@ -105,6 +112,7 @@ __all__ = [
     "MemoryDelta",
     "MemorySnapshot",
     "ProfileResult",
+    "ProfiledSetup",
     "ProfilingError",
     "ProfilingOutOfMemoryError",
     "ProfilingSession",

@@ -30,6 +30,7 @@ __all__ = [
     "TorchLikeBackend",
     "allocator_settings",
     "get_quirks",
+    "is_out_of_memory",
     "validate_backend",
     "with_allocator_settings",
 ]
@@ -91,7 +92,11 @@ class DeviceBackend(Protocol):
     ``process_memory(device) -> int | None`` (this process's device memory,
     for per-process attribution of the rest to other processes), and
     ``consistent_reading(device)``, a context manager during which the device's
-    readings cannot change (the simulated device's lock; a snapshot holds it).
+    readings cannot change (the simulated device's lock; a snapshot holds it),
+    and the out-of-memory declaration: ``out_of_memory_errors`` (a tuple of
+    the exception types the framework raises when the device is full) and
+    ``is_out_of_memory(exc) -> bool`` for a framework that raises a generic
+    type (MindSpore's ``RuntimeError``); see :func:`is_out_of_memory`.
     """
 
     name: str
@@ -182,6 +187,21 @@ def get_quirks(backend: object) -> BackendQuirks:
     return quirks if isinstance(quirks, BackendQuirks) else BackendQuirks()
 
 
+def is_out_of_memory(backend: object, exc: BaseException) -> bool:
+    """Whether ``exc`` means the device ran out of memory, as ``backend`` declares it.
+
+    The core never matches class names or messages: a backend's
+    ``is_out_of_memory(exc)`` decides where it has one, else membership in its
+    ``out_of_memory_errors``; a backend that declares neither has no
+    exception that means out-of-memory.
+    """
+    check = getattr(backend, "is_out_of_memory", None)
+    if callable(check):
+        return bool(check(exc))
+    errors = getattr(backend, "out_of_memory_errors", ())
+    return isinstance(errors, tuple) and bool(errors) and isinstance(exc, errors)
+
+
 def allocator_settings(backend: object) -> dict[str, str]:
     """The allocator settings in effect: the backend's declared variables that are set."""
     return {
@@ -210,6 +230,12 @@ class TorchLikeBackend:
     name: str = "torch-like"
     default_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
     quirks: BackendQuirks = BackendQuirks()
+    out_of_memory_errors: tuple[type[BaseException], ...] = ()
+    """Exception types that mean the device is full (e.g. ``torch.OutOfMemoryError``)."""
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the device ran out of memory (default: its type is declared)."""
+        return bool(self.out_of_memory_errors) and isinstance(exc, self.out_of_memory_errors)
 
     def __init__(
         self,
