@@ -184,6 +184,8 @@ class KVCachePlan(BaseModel):
     provenance: Provenance
     agreement: Agreement | None = None
     allocator_reserve_bytes: int = Field(default=0, ge=0)
+    cudagraph_memory: int = Field(default=0, ge=0)
+    retained_memory: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
@@ -194,7 +196,8 @@ class KVCachePlan(BaseModel):
             )
         checks = [
             ("non_kv_cache_memory", self.non_kv_cache_memory,
-             self.weights_memory + self.activation_peak + self.non_allocator_increase),
+             self.weights_memory + self.activation_peak + self.non_allocator_increase
+             + self.cudagraph_memory + self.retained_memory),
             ("kv_cache_bytes", self.kv_cache_bytes,
              self.target_allocation - self.non_kv_cache_memory),
             ("block_bytes", self.block_bytes, self.block_size * self.spec.bytes_per_token),
@@ -471,6 +474,8 @@ def plan_kv_cache(
         weights_memory=result.weights_memory,
         activation_peak=result.activation_peak,
         non_allocator_increase=result.non_allocator_increase,
+        cudagraph_memory=result.cudagraph_memory,
+        retained_memory=result.retained_memory,
         kv_cache_bytes=kv_bytes,
         block_size=block_size,
         block_bytes=block_bytes,
