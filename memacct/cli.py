@@ -197,6 +197,11 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option("--truth-source", default=None, help="allocated_peak, reserved or auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
 @click.option(
+    "--allow-mismatch",
+    is_flag=True,
+    help="Plan even if the profile recorded another model, layout or batch budget.",
+)
+@click.option(
     "--plot",
     "plot_path",
     type=click.Path(dir_okay=False),
@@ -218,6 +223,7 @@ def plan_cmd(
     kv_cache_dtype: str,
     truth_source: str | None,
     as_json: bool,
+    allow_mismatch: bool,
     plot_path: str | None,
 ) -> None:
     """Plan the KV cache from a saved profile or a simulated device.
@@ -271,6 +277,7 @@ def plan_cmd(
         block_size=block_size,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
+        allow_mismatch=allow_mismatch,
     )
     if plot_path is not None:
         from memacct.plot import plot_plan

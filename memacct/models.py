@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import enum
 import math
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -32,6 +34,7 @@ from pydantic import (
 )
 
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.io import atomic_write_text, read_text
 from memacct.units import format_gib
 
 __all__ = [
@@ -462,6 +465,25 @@ class ProfileResult(BaseModel):
                 f"({self.cudagraph_memory}) and retained_memory ({self.retained_memory}) is "
                 f"below the {self.truth_source} increase it comes from ({floor})"
             )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile as JSON (atomically); returns the path.
+
+        Raises:
+            ConfigError: the file cannot be written.
+        """
+        return atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", "profile")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ProfileResult:
+        """Read a profile written by :meth:`save`, cross-checked (see :class:`ProfileResult`).
+
+        Raises:
+            ConfigError: missing, over 16 MiB, not JSON, or fields that contradict
+                each other (a tampered or corrupt file), in one line.
+        """
+        result: ProfileResult = load_model_json(cls, read_text(path, "profile"), str(path))
+        return result
 
     @property
     def backend(self) -> str:

@@ -28,6 +28,7 @@ from memacct._version import __version__
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, TruthSource, load_model_json
+from memacct.planner.guard import check_profile_matches
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
@@ -369,6 +370,7 @@ def plan_kv_cache(
     max_num_batched_tokens: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     num_gpu_blocks_override: int | None = None,
+    allow_mismatch: bool = False,
 ) -> KVCachePlan:
     """Plan the KV cache of one rank from its profile (contract).
 
@@ -393,6 +395,8 @@ def plan_kv_cache(
             layers hold only ``window + chunk`` tokens. ``None``: no chunked prefill.
         kv_cache_memory_bytes: KV-cache budget in bytes, overriding the utilization.
         num_gpu_blocks_override: block count, overriding the utilization.
+        allow_mismatch: plan even when the profile recorded another model, layout
+            or batch budget than ``spec`` (see :mod:`memacct.planner.guard`).
 
     Raises:
         InvalidInputError: an argument is out of range, or both overrides are given.
@@ -405,6 +409,9 @@ def plan_kv_cache(
         raise InvalidInputError(f"plan_kv_cache takes a ProfileResult, got {type(result).__name__}")
     if not isinstance(spec, KVCacheSpec):
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
+    check_profile_matches(
+        result, spec, max_num_batched_tokens=max_num_batched_tokens, allow_mismatch=allow_mismatch
+    )
     utilization = _check_utilization(gpu_memory_utilization)
     block_size = _check_positive("block_size", block_size)
     max_len = _resolve_max_model_len(max_model_len, spec)
