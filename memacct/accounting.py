@@ -45,6 +45,7 @@ from typing import Literal
 from memacct.backend import BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
+from memacct.replay import ServingTrace, replay_need
 from memacct.truth import PeakMeasurement, resolve_truth_source
 from memacct.units import MiB, format_gib
 
@@ -192,6 +193,10 @@ class ProfileReadings:
         allocator_settings: the allocator settings in effect.
         profiled: what was profiled.
         duration_s: wall time of the session.
+        serving_trace: the profiled work's allocation traces, where the caller knows
+            them (the simulated engine does; on CUDA, torch's memory history could).
+        allocator_model: the backend's allocator model (a :mod:`memacct.sim` preset)
+            to replay them through; ``auto`` sizes the activations from the replay.
     """
 
     baseline: MemorySnapshot
@@ -207,6 +212,8 @@ class ProfileReadings:
     allocator_settings: Mapping[str, str] = field(default_factory=dict)
     profiled: ProfiledSetup = field(default_factory=ProfiledSetup)
     duration_s: float = 0.0
+    serving_trace: ServingTrace | None = None
+    allocator_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +246,25 @@ def _peaks(r: ProfileReadings) -> _Peaks:
         inactive_split=max(p.inactive_split_peak for p in phases),
         allocated_abs=alloc_abs,
         reserved_abs=res_abs,
+    )
+
+
+def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
+    """What a replay of the serving shapes needs (``auto`` only, where a trace and model exist)."""
+    if (
+        r.requested_truth_source is not TruthSource.AUTO
+        or r.serving_trace is None
+        or r.allocator_model is None
+        or peaks.activation_reserved <= peaks.activation_allocated
+    ):
+        return None
+    return replay_need(
+        r.allocator_model,
+        r.serving_trace,
+        # About the cache a plan at the physical limit gives: what the profile left free.
+        kv_cache_bytes=max(0, r.after.free - peaks.activation_reserved),
+        low_hint=peaks.activation_allocated // 2,
+        high_hint=peaks.activation_reserved,
     )
 
 
@@ -362,6 +388,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         # free-memory formula charges it through the drop of free memory.
         weights_idle=weights_idle if formula == "components" else 0,
         weights_given=r.weights_memory is not None,
+        replay_need=_replay(r, peaks),
     )
     decision = resolve_truth_source(r.requested_truth_source, measurement, r.quirks)
     source = decision.truth_source

@@ -42,6 +42,7 @@ from memacct.measure import (
     snapshot,
 )
 from memacct.models import MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
+from memacct.replay import ServingTrace
 from memacct.truth import requested_truth_source
 from memacct.units import format_gib
 
@@ -79,6 +80,7 @@ class ProfilingSession:
         self.weights_memory = weights_memory
         self.requested_truth_source = truth_source
         self.profiled = profiled or ProfiledSetup()
+        self.serving_trace: ServingTrace | None = None
         self.before: MemorySnapshot | None = None
         self._result: ProfileResult | None = None
         self._phases: list[PhasePeak] = []
@@ -218,6 +220,8 @@ class ProfilingSession:
             allocator_settings=allocator_settings(self.backend),
             profiled=self.profiled,
             duration_s=time.perf_counter() - self._start,
+            serving_trace=self.serving_trace,
+            allocator_model=getattr(self.backend, "allocator_model", None),
         )
 
     def out_of_memory_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:
@@ -261,6 +265,7 @@ def memory_profiling(
     device: int | None = None,
     accounting: str | None = None,
     profiled: ProfiledSetup | Mapping[str, Any] | None = None,
+    serving_trace: ServingTrace | None = None,
 ) -> Iterator[ProfilingSession]:
     """Profile the block: the memory it needs besides the KV cache.
 
@@ -296,6 +301,10 @@ def memory_profiling(
             its fields: architecture, model name, TP/PP size and rank, dtype,
             max_num_batched_tokens, max_num_seqs), recorded in the profile so the
             planner can refuse a spec that does not match.
+        serving_trace: the profiled work's allocation traces
+            (:class:`memacct.replay.ServingTrace`), where the caller knows them. With
+            a backend that names its ``allocator_model``, ``auto`` replays serving-step
+            shapes through that model to size the activations' memory.
 
     Raises:
         InvalidInputError: the baseline belongs to another backend or device,
@@ -346,6 +355,7 @@ def memory_profiling(
             )
         _active.add(key)
     session = ProfilingSession(backend, baseline, dev, weights_memory, requested, setup)
+    session.serving_trace = serving_trace
     try:
         session.start()
         try:

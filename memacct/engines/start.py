@@ -196,7 +196,8 @@ def simulate_engine_start(
         "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
     }
     with memory_profiling(
-        backend, baseline, truth_source=truth_source, profiled=profiled
+        backend, baseline, truth_source=truth_source, profiled=profiled,
+        serving_trace=workload,
     ) as session:
         # Every sequence contributes a token, so a step never has more sequences than tokens.
         num_seqs = min(max_num_seqs, max_num_batched_tokens)

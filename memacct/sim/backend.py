@@ -57,6 +57,7 @@ class SimBackend(TorchLikeBackend):
             )
         self.sim_device = device
         alloc = device.allocator
+        self.allocator_model: str | None = alloc.name  # replayed by the auto truth source
         super().__init__(
             device.api,
             name="sim",
