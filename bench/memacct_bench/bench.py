@@ -1,4 +1,4 @@
-"""The truth-source accuracy benchmark: simulated serving scenarios, three truth sources."""
+"""The truth-source accuracy benchmark: simulated serving scenarios, three truth sources.
 
 For each scenario (the shipped ``bench/memacct_bench/scenarios/*.json``, a
 directory of your own, or scenarios drawn by :mod:`memacct_bench.generator`)
