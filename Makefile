@@ -49,7 +49,7 @@ lint: install
 
 # The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput.
 bench: install
-	$(VENV)/bin/memacct bench --output docs/results.md
+	$(VENV)/bin/memacct bench --full --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see

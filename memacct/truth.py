@@ -153,17 +153,31 @@ def resolve_truth_source(
     if rpi <= api:
         steps.append("the pool does not fragment")
         return _decision(peaks, steps, api)
+    isp = peaks.inactive_split_increase
+    stranded = api + 2 * isp if isp > 0 else 0
     if peaks.replay_need is not None:
         need = max(api, peaks.replay_need)
         steps.append(
             "replaying the profile, the KV cache and serving-step shapes through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
-        return _decision(peaks, steps, need)
+        if stranded > need and quirks.growth_rounding != "packed":
+            # The replay's shapes are a sample; the measured stranding bounds what it missed.
+            steps.append(
+                f"{_gib(isp)} stranded in partly used segments, charged for this step and "
+                "once more for a step of another size"
+            )
+        floor = stranded
+        if quirks.growth_rounding == "packed":
+            # Expandable segments report no stranded pieces to bound the replay's sample
+            # with: the reserved peak stays the floor.
+            floor = rpi
+            if rpi > need:
+                steps.append("the pool reports no stranded pieces: the reserved peak is the floor")
+        return _decision(peaks, steps, max(need, floor))
     estimate = rpi
-    isp = peaks.inactive_split_increase
-    if isp > 0 and api + 2 * isp > rpi:
-        estimate = api + 2 * isp
+    if stranded > rpi:
+        estimate = stranded
         steps.append(
             f"no replay: {_gib(isp)} stranded in partly used segments, charged for this step "
             "and once more for a step of another size"

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from memacct.errors import InvalidInputError
@@ -52,6 +53,13 @@ _NORMALIZE: dict[str, Callable[[object], object]] = {
 }
 
 
+def _fallback_name(spec: KVCacheSpec) -> bool:
+    # A config without _name_or_path is named after its class ("Qwen2ForCausalLM") or its
+    # model_type: that names the architecture, already compared, not the model.
+    name = spec.model_name
+    return name == spec.model_type or re.fullmatch(r"[A-Za-z0-9_]+For[A-Za-z]+", name) is not None
+
+
 def planned_setup(
     spec: KVCacheSpec,
     *,
@@ -61,7 +69,7 @@ def planned_setup(
     """What a plan of ``spec`` with these budgets assumes, in :class:`ProfiledSetup`'s names."""
     planned: dict[str, object] = {
         "architecture": spec.model_type,
-        "model_name": spec.model_name,
+        "model_name": None if _fallback_name(spec) else spec.model_name,
         "tensor_parallel_size": spec.tensor_parallel_size,
         "pipeline_parallel_size": spec.pipeline_parallel_size,
         "dtype": spec.dtype,
