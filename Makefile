@@ -12,7 +12,7 @@ BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(filter-out backends/_template/%,
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 91
 
-.PHONY: install demo test test-core test-all lint bench fuzz docs clean
+.PHONY: install demo test test-core test-all lint bench seed-cases hardware accuracy fuzz docs clean
 
 $(STAMP): pyproject.toml bench/pyproject.toml $(wildcard backends/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,10 +47,28 @@ lint: install
 	$(VENV)/bin/ruff check memacct backends bench tests tools
 	$(VENV)/bin/mypy --strict memacct bench/memacct_bench $(foreach d,$(BACKEND_DIRS),$(d)/memacct_$(notdir $(d)))
 
-# The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput.
+# The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput,
+# then KV-cache planning time per model (fails above 5 ms).
 bench: install
 	$(VENV)/bin/memacct bench --full --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
+	$(PY) -m memacct_bench.seed_cases
+	$(PY) benchmarks/bench_plan.py
+	$(PY) benchmarks/bench_offline_plan.py
+
+# On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the
+# same trace on the simulator, a JSON report (docs/hardware.md). Without one: says so, exit 0.
+hardware: install
+	$(PY) tools/hardware.py --output out/hardware-report.json
+
+# The seed's published vllm-mindspore cases replayed on the simulated device
+# (docs/simulator.md, "The seed's cases").
+seed-cases: install
+	$(PY) -m memacct_bench.seed_cases
+
+# Replays the real start-up logs of tests/data/startup_logs/ and writes docs/accuracy.md.
+accuracy: install
+	$(PY) tools/accuracy.py --output docs/accuracy.md
 
 # The property tests with 20x the examples, from a fresh random seed (not in CI; see
 # docs/reliability.md for the last run's figures).

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 from rich.console import Console
@@ -182,18 +182,49 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     "--device",
     "device_preset",
     default=None,
-    help="Simulate the engine's start on this device preset (e.g. h100-80gb).",
+    help="Plan offline for this device (preset or short name: h100, rtx4090, 910b4, ...).",
 )
-@click.option("--allocator", default=None, help="Allocator preset of the simulated device.")
-@click.option("--model", required=True, help="config.json path, a preset name, or 'list'.")
+@click.option(
+    "--device-memory",
+    default=None,
+    help="Plan offline for any other device of this total memory (e.g. 24GiB).",
+)
+@click.option("--allocator", default=None, help="Allocator preset (simulated device only).")
+@click.option(
+    "--model", required=True, help="config.json path, checkpoint directory, preset, or 'list'."
+)
 @click.option("--gpu-memory-utilization", "utilization", type=float, default=0.9, show_default=True)
-@click.option("--block-size", type=int, default=16, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "vllm-ascend", "sglang"]),
+    default="vllm",
+    show_default=True,
+    help="Whose KV-cache manager sizes the cache (docs/engines.md).",
+)
+@click.option(
+    "--kv-cache-memory-bytes",
+    "kv_cache_memory",
+    default=None,
+    help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); with neither --profile "
+    "nor --device the plan needs no device.",
+)
+@click.option(
+    "--block-size", type=int, default=None, help="Default: the engine's (vLLM 16, SGLang 1)."
+)
 @click.option("--max-model-len", type=int, default=None)
-@click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
-@click.option("--max-num-seqs", type=int, default=256, show_default=True)
+@click.option(
+    "--max-num-batched-tokens", type=int, default=None, help="Default: the engine's, per device."
+)
+@click.option("--max-num-seqs", type=int, default=None, help="Default: the engine's, per device.")
 @click.option("--tensor-parallel-size", type=int, default=1, show_default=True)
 @click.option("--pipeline-parallel-size", type=int, default=1, show_default=True)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (offline plan).")
+@click.option(
+    "--engine-version",
+    default=None,
+    help="Follow this engine release offline (e.g. 0.11.0); default: the newest modelled.",
+)
 @click.option("--truth-source", default=None, help="allocated_peak, reserved or auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
 @click.option(
@@ -211,25 +242,33 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 def plan_cmd(
     profile_path: str | None,
     device_preset: str | None,
+    device_memory: str | None,
     allocator: str | None,
     model: str,
     utilization: float,
-    block_size: int,
+    engine: str,
+    kv_cache_memory: str | None,
+    block_size: int | None,
     max_model_len: int | None,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
     tensor_parallel_size: int,
     pipeline_parallel_size: int,
     kv_cache_dtype: str,
+    enforce_eager: bool,
+    engine_version: str | None,
     truth_source: str | None,
     as_json: bool,
     allow_mismatch: bool,
     plot_path: str | None,
 ) -> None:
-    """Plan the KV cache from a saved profile or a simulated device.
+    """Plan the KV cache from a saved profile, or offline for a device.
 
-    Prints the profiling report, a breakdown of the device's memory, and the
-    plan (blocks, tokens, concurrency).
+    Offline (no --profile): the engine's start-up is estimated from the model
+    (weights as the engine shards and quantizes them, the profile run, CUDA
+    graphs) and the first line is the verdict: "fits: N concurrent requests of
+    L tokens" or "does not fit: ..." with what to change (exit status 1).
+    With --profile: the profiling report, a breakdown and the plan.
     """
     from memacct.planner import KVCacheSpec, load_profile, model_presets, plan_kv_cache
 
@@ -239,46 +278,58 @@ def plan_cmd(
         return
     if plot_path is not None and Path(plot_path).suffix.lower() not in {".png", ".svg"}:
         raise InvalidInputError(f"--plot {plot_path!r} must end in .png or .svg")
-    if profile_path is not None and device_preset is not None:
-        raise InvalidInputError("give either --profile or --device, not both")
-    config, model_name = _model_config(model)
+    if profile_path is not None and (device_preset is not None or device_memory is not None):
+        raise InvalidInputError("give either --profile or --device/--device-memory, not both")
+    config, model_name, checkpoint = _model_source(model)
+    kv_bytes = None if kv_cache_memory is None else _parse_bytes(kv_cache_memory)
+    budget_only = kv_bytes is not None and device_preset is None and device_memory is None
+    if profile_path is None and not budget_only:
+        if kv_bytes is not None:
+            raise InvalidInputError(
+                "--kv-cache-memory-bytes gives the budget itself: drop --device/--device-memory "
+                "(or drop --kv-cache-memory-bytes to have memacct estimate the budget)"
+            )
+        _plan_offline_cmd(
+            config, model_name, checkpoint, device_preset, device_memory, allocator, utilization,
+            block_size, max_model_len, max_num_batched_tokens, max_num_seqs,
+            tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, enforce_eager,
+            truth_source, as_json, plot_path, engine=engine, engine_version=engine_version,
+        )  # fmt: skip
+        return
     spec = KVCacheSpec.from_hf_config(
         config,
         kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
-    if profile_path is not None:
-        if truth_source is not None:
-            raise InvalidInputError(
-                "--truth-source applies when profiling; a saved profile already resolved "
-                "its truth source (profile again to change it)"
-            )
-        result = load_profile(profile_path)
-    else:
-        from memacct.engines.start import simulate_engine_start
-
-        start = simulate_engine_start(
-            config,
-            device=device_preset or "h100-80gb",
-            allocator=allocator or "torch-cuda",
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            tensor_parallel_size=tensor_parallel_size,
-            kv_cache_dtype=kv_cache_dtype,
-            truth_source=truth_source or "auto",
-            progress=not as_json and sys.stderr.isatty(),
+    if engine_version is not None or enforce_eager:
+        raise InvalidInputError(
+            "--engine-version and --enforce-eager shape the offline plan; a saved profile "
+            "already measured the engine (drop --profile to plan offline)"
         )
-        result = start.result
+    if truth_source is not None:
+        raise InvalidInputError(
+            "--truth-source applies when profiling; a saved profile already resolved "
+            "its truth source (profile again to change it)"
+        )
+    result = None if profile_path is None else load_profile(profile_path)
     plan = plan_kv_cache(
         result,
         spec,
+        engine=engine,
+        kv_cache_memory_bytes=kv_bytes,
         gpu_memory_utilization=utilization,
         block_size=block_size,
         max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_batched_tokens=max_num_batched_tokens or 8192,
         allow_mismatch=allow_mismatch,
     )
+    if result is None:
+        if as_json:
+            click.echo(plan.model_dump_json(indent=2))
+        else:
+            click.echo(plan.report())
+        return
     if plot_path is not None:
         from memacct.plot import plot_plan
 
@@ -300,6 +351,163 @@ def plan_cmd(
     )
     if plot_path is not None:
         console.print(f"plot written to {plot_path}", markup=False)
+
+
+def _parse_bytes(text: str) -> int:
+    """``--kv-cache-memory-bytes``: ``20GiB``, ``512MiB`` or a plain byte count (at least 1)."""
+    from memacct.units import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"--kv-cache-memory-bytes {exc}") from None
+    if value < 1:
+        raise InvalidInputError(
+            f"--kv-cache-memory-bytes {text!r} is not a size the KV cache can have: give at "
+            f"least one byte, e.g. 20GiB"
+        )
+    return value
+
+
+def _model_source(model: str) -> tuple[dict[str, Any], str, Path | None]:
+    """The config, a display name and, for a checkpoint directory, its path."""
+    path = Path(model)
+    if path.is_dir():
+        from memacct.planner.config import read_config_file
+
+        return read_config_file(path / "config.json"), path.name, path
+    config, name = _model_config(model)
+    return config, name, None
+
+
+def _plan_offline_cmd(
+    config: dict[str, Any],
+    model_name: str,
+    checkpoint: Path | None,
+    device_preset: str | None,
+    device_memory: str | None,
+    allocator: str | None,
+    utilization: float,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    kv_cache_dtype: str,
+    enforce_eager: bool,
+    truth_source: str | None,
+    as_json: bool,
+    plot_path: str | None,
+    engine: str = "vllm",
+    engine_version: str | None = None,
+) -> None:
+    from memacct.devices import parse_memory_size
+    from memacct.engines.start import plan_offline
+
+    if allocator is not None:
+        raise InvalidInputError(
+            f"--allocator {allocator!r} applies to the simulated device (memacct bench); the "
+            "offline plan follows the engine's own arithmetic and needs no allocator"
+        )
+    if truth_source is not None:
+        from memacct.models import TruthSource
+
+        TruthSource.parse(truth_source)
+    if pipeline_parallel_size != 1:
+        raise InvalidInputError(
+            f"--pipeline-parallel-size {pipeline_parallel_size}: the offline plan models one "
+            "tensor-parallel group; plan each pipeline stage's layers with --profile"
+        )
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise InvalidInputError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    plan = plan_offline(
+        config,
+        model_name=model_name,
+        engine=engine,
+        device=device_preset,
+        device_memory=parse_memory_size(device_memory) if device_memory is not None else None,
+        gpu_memory_utilization=utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        checkpoint=checkpoint,
+        engine_version=engine_version,
+    )
+    if plot_path is not None:
+        _plot_offline(plan, plot_path)
+    if as_json:
+        click.echo(plan.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print(plan.verdict, markup=False)
+        for suggestion in plan.suggestions:
+            console.print(f"  - {suggestion}", markup=False)
+        for note in plan.notes:
+            console.print(f"note: {note}", markup=False)
+        console.print(_offline_table(plan))
+        if plan.fits:
+            console.print(
+                f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
+                f"({plan.kv_tokens:,} tokens, {format_gib(plan.num_blocks * plan.block_bytes)}); "
+                f"maximum concurrency for {plan.max_model_len:,} tokens per request: "
+                f"{plan.max_concurrency:.2f}x",
+                markup=False,
+            )
+        if plot_path is not None:
+            console.print(f"plot written to {plot_path}", markup=False)
+    if not plan.fits:
+        raise click.exceptions.Exit(1)
+
+
+def _offline_table(plan: Any) -> Table:
+    table = Table(
+        title=f"{plan.model} on {plan.device_label} ({plan.engine} {plan.engine_version}, "
+        f"TP {plan.tensor_parallel_size}, per rank)"
+    )
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    graphs = "CUDA graphs" + ("" if plan.cudagraph_charged else " (not charged)")
+    rows = [
+        ("device total", plan.total_memory),
+        (f"engine budget ({plan.gpu_memory_utilization})", plan.requested_memory),
+        (f"weights ({plan.quantization or 'unquantized'}, {plan.weights_source})",
+         plan.weights_memory),
+        (f"activation peak ({plan.max_num_batched_tokens} tokens, {plan.max_num_seqs} seqs)",
+         plan.activation_peak),
+        ("non-torch growth", plan.non_allocator_increase),
+        (graphs, plan.cudagraph_memory),
+        ("KV cache", plan.kv_cache_bytes),
+    ]  # fmt: skip
+    for label, value in rows:
+        table.add_row(label, f"{value / 2**30:.2f}")
+    return table
+
+
+def _plot_offline(plan: Any, path: str) -> None:
+    from types import SimpleNamespace
+
+    from memacct.models import TruthSource
+    from memacct.plot import plot_plan
+
+    used = max(0, plan.num_blocks * plan.block_bytes)
+    graphs = plan.cudagraph_memory if plan.cudagraph_charged else 0
+    result = SimpleNamespace(
+        baseline=SimpleNamespace(other_processes=0, non_allocator=0),
+        non_allocator_increase=plan.non_allocator_increase,
+        activation_peak=plan.activation_peak + graphs,
+        allocated_peak_increase=plan.activation_peak + graphs,
+        truth_source=TruthSource.ALLOCATED_PEAK,
+        weights_memory=plan.weights_memory,
+        backend="offline",
+        device=plan.device,
+    )
+    shim = SimpleNamespace(kv_cache_used_bytes=used, total_memory=plan.total_memory)
+    plot_plan(shim, cast(Any, result), path, title=f"{plan.model} on {plan.device_label}")
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:

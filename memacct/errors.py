@@ -54,7 +54,17 @@ class ProfilingOutOfMemoryError(ProfilingError):
 
 
 class InsufficientMemoryError(MemacctError):
-    """The plan does not fit in the device's memory."""
+    """The plan does not fit in the device's memory.
+
+    Attributes:
+        estimated_max_model_len: when one request of ``max_model_len`` does
+            not fit, the engine's estimate of the longest length that does
+            (0: not even one token); ``None`` for other refusals.
+    """
+
+    def __init__(self, message: str, *, estimated_max_model_len: int | None = None) -> None:
+        super().__init__(message)
+        self.estimated_max_model_len = estimated_max_model_len
 
 
 class AgreementError(MemacctError):

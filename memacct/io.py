@@ -45,6 +45,7 @@ __all__ = [
     "loads_json_object",
     "read_bytes_bounded",
     "read_json_object",
+    "read_prefix",
     "read_text",
 ]
 
@@ -89,6 +90,29 @@ def read_bytes_bounded(
         raise ConfigError(
             f"{what} {_describe(p)} is larger than {format_size(limit)}, far more than any "
             f"real one: check that it is the right file"
+        )
+    return data
+
+
+def read_prefix(path: str | os.PathLike[str], what: str, offset: int, size: int) -> bytes:
+    """Read ``size`` bytes at ``offset`` of a regular file (a safetensors header), never more.
+
+    Raises:
+        ConfigError: missing, not a regular file, unreadable, or shorter than asked.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {_describe(p)} is not a readable file: check the path")
+    try:
+        with p.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read(size)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {_describe(p)}: {exc.strerror or exc}") from None
+    if len(data) != size:
+        raise ConfigError(
+            f"{what} {_describe(p)} ends after {offset + len(data)} bytes, expected at least "
+            f"{offset + size}: the file is truncated or not of that kind"
         )
     return data
 

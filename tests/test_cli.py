@@ -83,30 +83,58 @@ def test_unknown_command_is_a_usage_error() -> None:
     assert main(["nosuch"]) == 2
 
 
-def test_plan_json_is_a_valid_plan_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:
-    from memacct import KVCachePlan
-
-    argv = ["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb", "--json"]
-    assert main(argv) == 0
-    plan = KVCachePlan.model_validate_json(capsys.readouterr().out)
-    assert plan.provenance.backend == "sim"
-    assert plan.num_blocks > 0
-    assert plan.num_blocks * plan.block_bytes <= plan.kv_cache_bytes <= plan.target_allocation
-
-
-def test_plan_prints_the_report_block_then_the_breakdown(
+def test_offline_plan_json_keeps_the_plan_keys_and_adds_cudagraph_memory(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    argv = ["plan", "--model", "qwen2.5-7b", "--device", "h100-80gb", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    for key in ("weights_memory", "activation_peak", "non_allocator_increase", "kv_cache_bytes",
+                "num_blocks", "kv_tokens", "max_concurrency", "cudagraph_memory"):  # fmt: skip
+        assert key in plan, key
+    assert plan["fits"] and plan["num_blocks"] > 0
+    assert plan["num_blocks"] * plan["block_bytes"] <= plan["kv_cache_bytes"]
+    assert plan["kv_tokens"] == plan["num_blocks"] * plan["block_size"]
+
+
+def test_offline_plan_prints_the_verdict_first(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--model", "qwen2.5-7b", "--device", "a100-40gb"]) == 0
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    start = lines.index("Memory profiling results:")
-    names = [line.split()[0] for line in lines[start + 1 : start + 8]]
-    assert names == [
-        "duration", "total_gpu_memory", "gpu_memory_utilization", "target_allocation",
-        "baseline_memory", "max_inference_spike", "kv_cache_size",
-    ]  # fmt: skip
-    assert "device memory breakdown" in out and "maximum concurrency" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("fits: ") and "concurrent requests of 32,768 tokens" in lines[0]
+    assert "(KV cache " in lines[0]
+
+
+def test_offline_plan_that_does_not_fit_says_what_to_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--model", "llama-3.1-70b", "--device", "l4-24gb"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("does not fit: the weights alone")
+    assert any("--tensor-parallel-size to 8" in line for line in out)
+
+
+def test_offline_plan_without_a_device_says_which_it_simulates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--model", "qwen2.5-7b"]) == 0
+    assert "no device given: planned for an NVIDIA H100 80GB" in capsys.readouterr().out
+
+
+def test_offline_plan_of_gpt_oss_works_with_kv_cache_dtype_auto(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--model", "gpt-oss-20b", "--device", "l4", "--kv-cache-dtype", "auto"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("fits: ")
+
+
+def test_offline_plan_for_any_device_memory_and_eager(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "qwen2.5-7b", "--device-memory", "24GiB", "--enforce-eager",
+            "--json"]  # fmt: skip
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["total_memory"] == 24 * 2**30 and plan["cudagraph_memory"] == 0
 
 
 def test_plan_from_saved_profile_matches_the_library(
@@ -161,17 +189,18 @@ def test_model_list_prints_the_presets(capsys: pytest.CaptureFixture[str]) -> No
     [
         (["--model", "missing.json"], "does not exist"),
         (["--model", "nosuch"], "neither a config.json file nor a model preset"),
-        (["--model", "qwen2.5-7b", "--device", "h999"], "unknown device preset 'h999'"),
+        (["--model", "qwen2.5-7b", "--device", "h999"], "unknown device 'h999'"),
         (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "0"], "got 0.0"),
         (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "1.5"], "got 1.5"),
         (["--model", "qwen2.5-7b", "--gpu-memory-utilization", "nan"], "got nan"),
-        (["--model", "qwen2.5-7b", "--block-size", "0"], "block_size must be a positive"),
-        (["--model", "qwen2.5-7b", "--max-model-len", "10000000"], "largest max_model_len"),
+        (["--model", "qwen2.5-7b", "--block-size", "0"], "block_size must be positive"),
+        (["--model", "qwen2.5-7b", "--max-model-len", "10000000"], "position limit (32768"),
         (["--model", "qwen2.5-7b", "--kv-cache-dtype", "int3"], "unknown kv_cache_dtype 'int3'"),
         (["--model", "qwen2.5-7b", "--plot", "x.gif"], "must end in .png or .svg"),
-        (["--model", "llama-3.1-70b", "--device", "l4-24gb"], "raise tensor_parallel_size"),
+        (["--model", "qwen2.5-7b", "--device-memory", "lots"], "is not a size"),
         (["--model", "qwen2.5-7b", "--truth-source", "peak"], "unknown truth source 'peak'"),
-        (["--model", "qwen2.5-7b", "--max-num-batched-tokens", "0"], "must be a positive"),
+        (["--model", "qwen2.5-7b", "--max-num-batched-tokens", "0"], "must be positive"),
+        (["--model", "qwen2.5-7b", "--allocator", "torch-cuda"], "applies to the simulated"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(
@@ -205,3 +234,14 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
     snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
     assert len({s.timestamp for s in snaps}) == 3
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_offline_plan_follows_an_older_engine_release(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "llama-3.1-8b", "--device", "h100", "--json"]
+    assert main([*base, "--engine-version", "0.11.0"]) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert main(base) == 0
+    new = json.loads(capsys.readouterr().out)
+    assert old["engine_version"] == "0.11.0" and not old["cudagraph_charged"]
+    assert old["activation_peak"] > new["activation_peak"]
+    assert main([*base, "--engine-version", "latest"]) == 2

@@ -93,6 +93,10 @@ FIXTURES = [
     ("deepseek-v3", {"kv_cache_dtype": "fp8"}, 61 * MLA * 1),
     ("deepseek-v2-lite", {}, 27 * MLA * 2),
     ("deepseek-v2-lite", {"tensor_parallel_size": 2}, 27 * MLA * 2),
+    ("cohere2-7b", {}, 2 * 32 * 8 * 128 * 2),
+    ("gemma-3n-e4b", {}, 2 * 20 * 2 * 256 * 2),  # 15 of 35 layers share earlier layers' KV
+    ("qwen3-next-80b-a3b", {}, 2 * 12 * 2 * 256 * 2),  # 12 full-attention layers, 36 GDN
+    ("granite-4.0-h-small", {}, 2 * 4 * 8 * 128 * 2),  # 4 attention layers, 36 Mamba2
 ]
 
 
@@ -243,17 +247,18 @@ def test_null_sliding_window_means_full_attention() -> None:
     assert windows(spec_of("mixtral-8x7b")) == [(32, None)]
 
 
-def test_chunked_attention_is_counted_as_full_attention() -> None:
+def test_llama4_rope_layers_are_chunked_and_every_fourth_is_global() -> None:
     spec = spec_of("llama-4-scout")
-    assert windows(spec) == [(48, None)]
-    assert any("chunked" in note for note in spec.notes)
+    assert windows(spec) == [(48, None)]  # per-token cost: chunked layers cost as full ones
+    kinds = [(layer.kind, layer.chunk) for layer in spec.layers]
+    assert kinds == ([("chunked", 8192)] * 3 + [("full", None)]) * 12
 
 
-def test_chunked_attention_in_layer_types_is_full_attention() -> None:
+def test_chunked_attention_in_layer_types_needs_a_chunk_size() -> None:
     config = tiny(layer_types=["chunked_attention", "full_attention"] * 2)
-    spec = KVCacheSpec.from_hf_config(config)
-    assert windows(spec) == [(4, None)]
-    assert any("chunked" in note for note in spec.notes)
+    assert [x.kind for x in KVCacheSpec.from_hf_config(config).layers] == ["full"] * 4
+    chunked = KVCacheSpec.from_hf_config(config | {"attention_chunk_size": 1024})
+    assert [x.kind for x in chunked.layers] == ["chunked", "full"] * 2
 
 
 def test_layer_types_of_wrong_length_is_config_error() -> None:
@@ -337,14 +342,23 @@ def test_unknown_modelopt_kv_scheme_falls_back_to_model_dtype() -> None:
     assert any("'NVFP4'" in note for note in spec.notes)
 
 
-def test_auto_without_a_config_dtype_is_config_error_with_the_fix() -> None:
-    with pytest.raises(ConfigError, match=r"no torch_dtype or dtype.*kv_cache_dtype='bfloat16'"):
-        spec_of("gpt-oss-20b")
+def test_auto_without_a_config_dtype_is_bfloat16_as_vllm_runs_it() -> None:
+    spec = spec_of("gpt-oss-20b")
+    assert spec.kv_dtype == "bfloat16"
+    assert any("no torch_dtype or dtype" in note for note in spec.notes)
 
 
 def test_newer_dtype_key_is_read_when_torch_dtype_is_absent() -> None:
-    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype=..., dtype="float32"))
-    assert (spec.dtype, spec.bytes_per_token) == ("float32", 2 * 4 * 8 * 64 * 4)
+    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype=..., dtype="float16"))
+    assert (spec.dtype, spec.bytes_per_token) == ("float16", 2 * 4 * 8 * 64 * 2)
+
+
+def test_float32_checkpoint_gets_a_bfloat16_cache_as_engines_run_it() -> None:
+    spec = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"))
+    assert (spec.dtype, spec.kv_dtype, spec.bytes_per_token) == (
+        "float32", "bfloat16", 2 * 4 * 8 * 64 * 2)
+    explicit = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"), kv_cache_dtype="float32")
+    assert explicit.bytes_per_token == 2 * 4 * 8 * 64 * 4
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int4", 16, "bf"])
@@ -395,7 +409,7 @@ def test_gpt2_style_keys_are_understood() -> None:
     config = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024,
               "torch_dtype": "float32"}
     spec = KVCacheSpec.from_hf_config(config)
-    assert spec.bytes_per_token == 2 * 12 * 12 * 64 * 4
+    assert spec.bytes_per_token == 2 * 12 * 12 * 64 * 2
     assert spec.max_position_embeddings == 1024
 
 
@@ -631,3 +645,66 @@ def test_each_load_returns_a_fresh_dict() -> None:
 
 def test_from_preset_names_the_spec_after_the_preset() -> None:
     assert KVCacheSpec.from_preset("qwen3-8b").model_name == "qwen3-8b"
+
+
+# --- per-layer kinds: hybrids, state sizes, KV sharing ------------------------------------------
+
+
+def test_qwen3_next_has_gdn_state_layers_and_every_fourth_full() -> None:
+    spec = spec_of("qwen3-next-80b-a3b", tensor_parallel_size=2)
+    assert [x.kind for x in spec.layers] == (["mamba"] * 3 + ["full"]) * 12
+    conv = (2 * 16 * 128 + 32 * 128) // 2 * 3
+    recurrent = 32 // 2 * 128 * 128
+    assert spec.layers[0].state_bytes == (conv + recurrent) * 2
+    assert spec.layers[0].state_kind == "gdn"
+
+
+def test_granite_h_mamba_layers_count_in_the_pipeline_split() -> None:
+    spec = spec_of("granite-4.0-h-small", pipeline_parallel_size=2)
+    assert spec.pipeline_layers == (20, 20)
+    assert [i for i, x in enumerate(spec.layers) if x.kind == "full"] == [5, 15, 25, 35]
+    assert spec.num_layers == 20 and sum(g.num_layers for g in spec.layer_groups) == 2
+
+
+def test_gemma_3n_shared_layers_read_the_last_layer_of_their_kind() -> None:
+    spec = spec_of("gemma-3n-e4b")
+    shared = {i: x.shares_kv_with for i, x in enumerate(spec.layers) if x.shares_kv_with}
+    assert sorted(shared) == list(range(20, 35))
+    assert {shared[i] for i in shared if spec.layers[i].kind == "sliding"} == {18}
+    assert {shared[i] for i in shared if spec.layers[i].kind == "full"} == {19}
+    assert any("share the KV cache" in note for note in spec.notes)
+
+
+def test_cohere2_sliding_layers_see_their_window_plus_one() -> None:
+    assert windows(spec_of("cohere2-7b")) == [(8, None), (24, 4097)]
+
+
+def test_nemotron_h_pattern_gives_mamba_attention_and_cacheless_layers() -> None:
+    config = {
+        "model_type": "nemotron_h", "num_hidden_layers": 6, "hybrid_override_pattern": "M-M*-E",
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
+        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 2,
+        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
+    }
+    spec = KVCacheSpec.from_hf_config(config)
+    assert [x.kind for x in spec.layers] == ["mamba", "none", "mamba", "full", "none", "none"]
+    assert spec.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 2
+    assert spec.bytes_per_token == 2 * 2 * 64 * 2
+    with pytest.raises(ConfigError, match="hybrid_override_pattern"):
+        KVCacheSpec.from_hf_config(config | {"hybrid_override_pattern": "M*"})
+
+
+def test_a_pipeline_stage_without_kv_layers_cannot_be_planned_for_vllm() -> None:
+    from memacct.engines import get_engine
+    from memacct.engines.base import KVSettings
+
+    config = {
+        "model_type": "nemotron_h", "num_hidden_layers": 4, "hybrid_override_pattern": "*MM-",
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
+        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 16, "n_groups": 1,
+        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
+    }
+    spec = KVCacheSpec.from_hf_config(config, pipeline_parallel_size=4)
+    assert spec.pipeline_stage == 0
+    with pytest.raises(InvalidInputError, match="holds no KV-cache layer"):
+        get_engine("vllm").kv.plan(spec, 2**30, KVSettings(max_model_len=4096))

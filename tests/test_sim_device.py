@@ -144,7 +144,7 @@ def test_npu_workspace_is_process_memory_outside_reserved() -> None:
 
 
 def test_allocator_options_reach_the_preset() -> None:
-    dev = SimDevice(allocator="mindspore", allocator_options={"unit_bytes": 256 * MiB})
+    dev = SimDevice(allocator="mindspore-block", allocator_options={"unit_bytes": 256 * MiB})
     dev.malloc(1 * MiB)
     assert dev.api.memory_reserved() == 256 * MiB
     with pytest.raises(InvalidInputError, match="does not take options"):

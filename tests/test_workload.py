@@ -36,12 +36,13 @@ def test_parameters_of_llama31_8b_add_up_to_its_published_count() -> None:
     assert sum(workload("llama-3.1-8b").parameter_tensors()) == 8_030_261_248 * 2
 
 
-def test_tensor_parallelism_halves_the_linear_layers_and_replicates_embeddings() -> None:
+def test_tensor_parallelism_halves_linear_layers_and_splits_embeddings_by_vocabulary() -> None:
     one = workload("llama-3.1-8b").parameter_tensors()
     two = workload("llama-3.1-8b", tensor_parallel_size=2).parameter_tensors()
-    embeddings = 2 * 128256 * 4096 * 2  # token embedding + LM head, bf16, replicated
-    norms = (2 * 32 + 1) * 4096 * 2
-    assert sum(two) - embeddings - norms == (sum(one) - embeddings - norms) // 2
+    norms = (2 * 32 + 1) * 4096 * 2  # replicated on every rank
+    # vLLM's VocabParallelEmbedding / ParallelLMHead: 128256 (a multiple of 64) / 2 per rank.
+    assert two[0] == 128256 // 2 * 4096 * 2
+    assert sum(two) - norms == (sum(one) - norms) // 2
 
 
 def test_weights_include_the_engines_persistent_input_buffers() -> None:

@@ -198,7 +198,7 @@ def test_run_scenario_reports_planned_and_oracle_bytes_and_their_ratio() -> None
 def test_the_allocated_peak_runs_out_of_memory_where_auto_does_not() -> None:
     allocated, auto = run_scenarios(small_qwen(), ["allocated_peak", "auto"])
     assert allocated.oom and allocated.oom_at is not None
-    assert not auto.oom and auto.efficiency > 0.97
+    assert not auto.oom and auto.efficiency > 0.95
 
 
 def test_a_plan_that_completes_is_never_above_the_oracle() -> None:

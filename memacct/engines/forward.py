@@ -312,13 +312,16 @@ class TransformerWorkload:
     def parameter_tensors(self) -> list[int]:
         """Bytes of each parameter tensor on this rank, layer by layer.
 
-        Real sizes: one rank's shard of each tensor-parallel linear layer;
-        embeddings and the LM head replicated (see ``docs/workload.md``).
+        Real sizes: one rank's shard of each tensor-parallel linear layer; the
+        embedding and the LM head split by vocabulary as vLLM's vocabulary-parallel
+        layers split them (``docs/engines.md``). :mod:`memacct.planner.weights`
+        sizes the same parameters (and quantized layouts) for offline plans.
         """
         s = self.shape
         dt = s.dtype_bytes
         h = s.hidden_size
-        out = [s.vocab_size * h * dt]  # token embedding
+        vocab_rank = -(-s.vocab_size // s.tensor_parallel_size)
+        out = [vocab_rank * h * dt]  # token embedding
         for layer in range(s.num_layers):
             out.extend([h * dt] * (s.norms_per_layer // 2))  # input norm(s)
             out.extend(self._attention_weights())
@@ -326,7 +329,7 @@ class TransformerWorkload:
             out.extend(self._mlp_weights(layer))
         out.append(h * dt)  # final norm
         if not s.tie_word_embeddings:
-            out.append(s.vocab_size * h * dt)  # LM head
+            out.append(vocab_rank * h * dt)  # LM head
         return out
 
     def _attention_weights(self) -> list[int]:
@@ -448,7 +451,19 @@ class TransformerWorkload:
                 f"{self.max_num_seqs}): an engine never schedules it"
             )
 
-    def _build_step(self, num_tokens: int, num_seqs: int) -> list[int]:
+    def forward_trace(self, num_tokens: int, num_seqs: int) -> list[int]:
+        """The allocation trace of the model's forward pass alone, without sampling.
+
+        What a CUDA graph of a batch of ``num_tokens`` captures (vLLM captures
+        the model, never the sampler). Not cached.
+
+        Raises:
+            InvalidInputError: as :meth:`step_trace`.
+        """
+        self._check_step(num_tokens, num_seqs)
+        return self._build_step(num_tokens, num_seqs, sample=False)
+
+    def _build_step(self, num_tokens: int, num_seqs: int, *, sample: bool = True) -> list[int]:
         s = self.shape
         t = num_tokens
         dt = s.dtype_bytes
@@ -473,7 +488,10 @@ class TransformerWorkload:
         # Final norm is fused and in place; then the residual stream is gone.
         assert residual is not None
         tr.free(residual)
-        self._sample(tr, hidden, num_seqs)
+        if sample:
+            self._sample(tr, hidden, num_seqs)
+        else:
+            tr.free(hidden)
         tr.free(logits_indices, attn_meta)
         assert not tr.live, "a step trace must free everything it allocates"
         return tr.ops

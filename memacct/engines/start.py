@@ -13,9 +13,13 @@ the start-up of one rank of an engine such as vLLM, in the engine's order:
 5. ``memacct.memory_profiling(...)`` around one dummy forward pass of
    ``max_num_batched_tokens`` tokens with sampling for ``max_num_seqs`` rows.
 
-It is what ``memacct plan --device`` runs and the first half of
-:func:`memacct.sim.run_scenario`, so the benchmark profiles exactly what a
-user plans from.
+It is the first half of :func:`memacct.sim.run_scenario` (the benchmark).
+
+:func:`plan_offline` is what ``memacct plan --model X --device Y`` runs: the
+engine's start-up estimated without any device, term by term as the engine
+computes it (``engines/<engine>/startup.py``), and a verdict a person reads
+first ("fits: N concurrent requests of L tokens" or "does not fit: ..." with
+what to change). It needs no simulator and answers in milliseconds.
 
 Example::
 
@@ -28,13 +32,17 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from memacct.checks import check_int, check_optional_int
 from memacct.engines.forward import TransformerWorkload, replay
-from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.errors import InsufficientMemoryError, InvalidInputError, MemacctError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
@@ -44,7 +52,15 @@ from memacct.sim.backend import SimBackend
 from memacct.sim.device import SimDevice
 from memacct.units import MiB, format_gib
 
-__all__ = ["DEFAULT_CONTEXT_BYTES", "EngineStart", "make_device", "simulate_engine_start"]
+__all__ = [
+    "DEFAULT_CONTEXT_BYTES",
+    "EngineStart",
+    "OfflinePlan",
+    "make_device",
+    "plan_offline",
+    "position_limit",
+    "simulate_engine_start",
+]
 
 DEFAULT_CONTEXT_BYTES = 512 * MiB
 """This process's memory outside the allocator: a CUDA context with cuBLAS workspaces."""
@@ -208,3 +224,356 @@ def simulate_engine_start(
         f"profiled: non-KV memory {format_gib(result.non_kv_cache_memory)} ({result.truth_source})",
     )
     return EngineStart(dev, backend, spec, result, workload, weights)
+
+
+# ---------------------------------------------------------------- offline plan (no device)
+
+
+class OfflinePlan(BaseModel):
+    """An engine's start-up on a device it has not run on yet, and the KV cache it would get.
+
+    Sizes in bytes. ``fits`` is the verdict; ``verdict`` says it in one line a
+    person reads first, ``suggestions`` what to change when it does not fit.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    engine: str
+    engine_version: str
+    device: str
+    device_label: str
+    device_defaulted: bool
+    total_memory: int
+    gpu_memory_utilization: float
+    requested_memory: int
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enforce_eager: bool
+    weights_memory: int
+    weights_source: str
+    quantization: str | None
+    activation_peak: int
+    non_allocator_increase: int
+    cudagraph_memory: int
+    cudagraph_charged: bool
+    non_kv_cache_memory: int
+    kv_cache_bytes: int
+    block_size: int
+    block_bytes: int
+    num_blocks: int
+    kv_tokens: int
+    max_model_len: int
+    request_bytes: int
+    max_concurrency: float
+    fits: bool
+    verdict: str
+    suggestions: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def position_limit(config: Mapping[str, Any]) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts for a config (its derived max_model_len).
+
+    ``max_position_embeddings`` (or the first of vLLM's other length keys),
+    scaled by ``rope_scaling.factor`` except for the rope types that already
+    state the extended length (``llama3``, ``longrope``, ``su``, ``mrope``,
+    ``default``) and Gemma 3; ``yarn`` scales ``original_max_position_embeddings``.
+    """
+    from memacct.planner.weights import _text
+
+    cfg = _text(config)
+    limit: int | None = None
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "max_sequence_length", "max_seq_length", "seq_len"):  # fmt: skip
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            limit = value if limit is None else min(limit, value)
+    if limit is None:
+        return None
+    scaling = cfg.get("rope_scaling")
+    # vLLM applies no rope factor to Gemma 3: its max_position_embeddings already states the
+    # extended length (docs/engines.md, "Longest max_model_len").
+    if isinstance(scaling, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
+        kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+        factor = scaling.get("factor")
+        if kind not in ("llama3", "longrope", "su", "mrope", "default", "") and isinstance(
+            factor, (int, float)
+        ):
+            if kind == "yarn":
+                original = scaling.get("original_max_position_embeddings")
+                base = original if isinstance(original, int) else limit
+                limit = max(limit, int(base * factor))
+            else:
+                limit = int(limit * factor)
+    return limit
+
+
+def _engine_kv_plan(
+    spec: KVCacheSpec, engine: str, kv: int, block_size: int, max_len: int, est: Any
+) -> tuple[Any, InsufficientMemoryError | None]:
+    """The engine's own KV plan for the budget ``kv``, or why the engine would refuse it."""
+    from memacct.planner.plan import plan_kv_cache
+
+    if kv <= 0:
+        return None, None
+    try:
+        plan = plan_kv_cache(
+            None,
+            spec,
+            engine=engine,
+            kv_cache_memory_bytes=kv,
+            block_size=block_size,
+            max_model_len=max_len,
+            max_num_batched_tokens=est.max_num_batched_tokens,
+            max_num_seqs=est.max_num_seqs,
+        )
+    except InsufficientMemoryError as exc:
+        return None, exc
+    return plan, None
+
+
+def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> int:
+    """The smallest power-of-two multiple of ``tp`` whose weights leave room for the rest."""
+    from memacct.planner.weights import estimate_weights
+
+    rest = est.activation_peak + est.non_allocator_increase
+    candidate = tp * 2
+    while candidate < 64:
+        try:
+            w = estimate_weights(config, tensor_parallel_size=candidate).total_bytes
+        except MemacctError:
+            return candidate
+        if w + rest < 0.9 * est.requested_memory:
+            return candidate
+        candidate *= 2
+    return candidate
+
+
+def plan_offline(
+    config: Mapping[str, Any],
+    *,
+    model_name: str = "model",
+    engine: str = "vllm",
+    device: str | None = None,
+    device_memory: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    tensor_parallel_size: int = 1,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool = False,
+    kv_cache_dtype: str = "auto",
+    block_size: int | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    engine_version: str | None = None,
+) -> OfflinePlan:
+    """Plan an engine's KV cache offline: does the model fit on the device, and how many requests.
+
+    Args:
+        config: the model's ``config.json``.
+        model_name: the model's name, for messages.
+        engine: ``vllm``, ``vllm-ascend`` or ``sglang``.
+        device: a device preset or alias (:func:`memacct.devices.resolve_device`);
+            with neither this nor ``device_memory``, an H100 80GB (said in the notes).
+        device_memory: the device's total memory in bytes, for any other device.
+        gpu_memory_utilization: the engine's utilization (SGLang: ``mem_fraction_static``).
+        tensor_parallel_size: ranks the model is split across.
+        max_model_len: longest request; default the model's position limit.
+        max_num_batched_tokens: the engine's token budget (default: the engine's, per device).
+        max_num_seqs: the engine's sequence budget (default: the engine's, per device).
+        enforce_eager: no CUDA graphs.
+        kv_cache_dtype: as for :meth:`KVCacheSpec.from_hf_config`.
+        block_size: tokens per KV-cache block; ``None``: the engine's default.
+        checkpoint: a checkpoint directory: weights from its safetensors headers.
+        engine_version: the engine release to follow (``0.11.0``): the sampler's path and
+            whether CUDA graphs are charged changed between vLLM releases; default the
+            newest memacct models.
+
+    Raises:
+        InvalidInputError: an argument out of range, an unknown device or engine, or
+            ``max_model_len`` beyond the model's position limit (as the engine refuses it).
+        ConfigError: the config lacks a size the estimate needs.
+        UnknownQuantizationError: the checkpoint's quantization is not one memacct can size.
+    """
+    from memacct.devices import DEVICE_INFO, resolve_device
+    from memacct.engines import get_engine
+    from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
+    from memacct.planner.weights import estimate_weights, mxfp4_padding
+
+    chosen = get_engine(engine)
+    startup = chosen.startup
+    if block_size is None:
+        block_size = chosen.kv.default_block_size
+    defaulted = device is None and device_memory is None
+    notes: list[str] = []
+    if device_memory is not None:
+        if device is not None:
+            raise InvalidInputError("give --device or --device-memory, not both")
+        total, dev_name, label = device_memory, "custom", f"a device of {format_gib(device_memory)}"
+    else:
+        info = resolve_device(device or "h100-80gb") if device else DEVICE_INFO["h100-80gb"]
+        total, dev_name, label = info.total_bytes, info.name, info.label
+        if defaulted:
+            notes.append(
+                f"no device given: planned for an {info.label} ({info.name}, "
+                f"{format_gib(info.total_bytes)}); pass --device or --device-memory"
+            )
+    check_int("tensor_parallel_size", tensor_parallel_size)
+    check_int("block_size", block_size)
+    check_optional_int("max_num_batched_tokens", max_num_batched_tokens)
+    check_optional_int("max_num_seqs", max_num_seqs)
+    check_optional_int("max_model_len", max_model_len)
+    if engine_version is not None:
+        from memacct.engines.vllm.startup import parse_version
+
+        if parse_version(engine_version) is None:
+            raise InvalidInputError(
+                f"engine version {engine_version!r} is not a release number: give e.g. 0.11.0"
+            )
+    kv_dtype = _kv_dtype(config, kv_cache_dtype)
+    spec = KVCacheSpec.from_hf_config(
+        dict(config), kv_cache_dtype=kv_dtype, tensor_parallel_size=tensor_parallel_size
+    )
+    limit = position_limit(config)
+    if max_model_len is not None and limit is not None and max_model_len > limit:
+        raise InvalidInputError(
+            f"max_model_len {max_model_len} is beyond {model_name}'s position limit ({limit} "
+            f"tokens, from its config.json): {engine} refuses it at start; the largest "
+            f"max_model_len it accepts is {limit}"
+        )
+    max_len = max_model_len or limit or 32768
+    weights = None
+    layout = (
+        "hopper"
+        if "h100" in dev_name or "h200" in dev_name
+        else ("blackwell" if "b200" in dev_name or "5090" in dev_name else "marlin")
+    )
+    if checkpoint is not None:
+        weights = estimate_weights(checkpoint, tensor_parallel_size=tensor_parallel_size)
+    elif engine != "sglang":
+        weights = estimate_weights(
+            config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
+        )
+    settings_type = StartupSettings
+    extra: dict[str, Any] = {}
+    if engine == "sglang":
+        from memacct.engines.sglang.startup import SglangSettings
+
+        # SGLang's one budget knob: --gpu-memory-utilization stands for mem_fraction_static.
+        settings_type = SglangSettings
+        extra["mem_fraction_static"] = gpu_memory_utilization
+    settings = settings_type(
+        **extra,
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        kv_cache_dtype=kv_dtype,
+        block_size=block_size,
+        engine_version=engine_version,
+    )
+    est = startup.estimate(
+        config, total_memory=total, device_name=dev_name, settings=settings, weights=weights
+    )
+    notes.extend(est.notes)
+    kv = est.kv_cache_bytes
+    kv_plan, refusal = _engine_kv_plan(spec, engine, kv, block_size, max_len, est)
+    if kv_plan is not None:
+        block_size = kv_plan.block_size
+        block_bytes = kv_plan.block_bytes
+        num_blocks = kv_plan.num_blocks
+        kv_tokens = kv_plan.kv_tokens
+        used = kv_plan.kv_cache_used_bytes
+        request = kv_plan.request_bytes
+        concurrency = kv_plan.max_concurrency
+    else:
+        block_bytes = spec.bytes_per_block(block_size)
+        num_blocks = max(0, kv) // block_bytes
+        kv_tokens = num_blocks * block_size
+        used = num_blocks * block_bytes
+        request = spec.request_bytes(max_len, block_size, min(est.max_num_batched_tokens, max_len))
+        concurrency = 0.0
+    fits = kv_plan is not None
+    suggestions: list[str] = []
+    gib = format_gib
+    if fits:
+        count = int(concurrency)
+        verdict = (
+            f"fits: {count} concurrent request{'' if count == 1 else 's'} of {max_len:,} tokens "
+            f"(KV cache {gib(used)})"
+        )
+    else:
+        if est.weights_memory >= est.requested_memory:
+            why = (
+                f"the weights alone ({gib(est.weights_memory)} per rank) exceed "
+                f"{gib(est.requested_memory)} ({gpu_memory_utilization} of {gib(total)})"
+            )
+        elif kv <= 0 or refusal is None or refusal.estimated_max_model_len is None:
+            why = (
+                f"nothing is left for the KV cache: {gib(est.requested_memory)} "
+                f"({gpu_memory_utilization} of {gib(total)}) minus weights "
+                f"{gib(est.weights_memory)}, activation peak {gib(est.activation_peak)}, "
+                f"non-torch {gib(est.non_allocator_increase)}"
+                + (f", CUDA graphs {gib(est.cudagraph_memory)}" if est.cudagraph_charged else "")
+                + f" is {gib(kv)}"
+            )
+        else:
+            best = refusal.estimated_max_model_len
+            why = (
+                f"one request of {max_len:,} tokens does not fit in the {gib(kv)} KV cache as "
+                f"{engine} counts it (the longest that fits is {best:,} tokens)"
+            )
+            suggestions.append(f"lower --max-model-len to {best:,} or less")
+        verdict = f"does not fit: {why}"
+        suggestions.append(
+            f"raise --tensor-parallel-size to {_fitting_tp(config, est, tensor_parallel_size)}"
+        )
+        if est.weights.quantization is None:
+            suggestions.append("use a quantized checkpoint (FP8 halves the weights of bf16)")
+        if spec.kv_dtype_bytes > 1:
+            suggestions.append("store the KV cache in FP8 (--kv-cache-dtype fp8)")
+        if gpu_memory_utilization < 0.95:
+            suggestions.append("raise --gpu-memory-utilization (e.g. 0.95)")
+        if not enforce_eager and est.cudagraph_charged:
+            suggestions.append("--enforce-eager saves the CUDA-graph memory")
+    return OfflinePlan(
+        model=model_name,
+        engine=est.engine,
+        engine_version=est.version,
+        device=dev_name,
+        device_label=label,
+        device_defaulted=defaulted,
+        total_memory=total,
+        gpu_memory_utilization=gpu_memory_utilization,
+        requested_memory=est.requested_memory,
+        tensor_parallel_size=tensor_parallel_size,
+        kv_cache_dtype=spec.kv_dtype,
+        max_num_batched_tokens=est.max_num_batched_tokens,
+        max_num_seqs=est.max_num_seqs,
+        enforce_eager=enforce_eager,
+        weights_memory=est.weights_memory,
+        weights_source=est.weights.source,
+        quantization=est.weights.quantization,
+        activation_peak=est.activation_peak,
+        non_allocator_increase=est.non_allocator_increase,
+        cudagraph_memory=est.cudagraph_memory,
+        cudagraph_charged=est.cudagraph_charged,
+        non_kv_cache_memory=est.non_kv_cache_memory,
+        kv_cache_bytes=kv,
+        block_size=block_size,
+        block_bytes=block_bytes,
+        num_blocks=num_blocks,
+        kv_tokens=kv_tokens,
+        max_model_len=max_len,
+        request_bytes=request,
+        max_concurrency=concurrency,
+        fits=fits,
+        verdict=verdict,
+        suggestions=tuple(suggestions),
+        notes=tuple(notes),
+    )

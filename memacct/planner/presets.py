@@ -21,6 +21,10 @@ gemma-3-12b            google/gemma-3-12b-it                       text_config, 
 gpt-oss-20b            openai/gpt-oss-20b                          layer_types, no dtype
 deepseek-v3            deepseek-ai/DeepSeek-V3                     MLA, MoE, FP8 weights
 deepseek-v2-lite       deepseek-ai/DeepSeek-V2-Lite-Chat           MLA
+cohere2-7b             CohereLabs/c4ai-command-r7b-12-2024         sliding window + 1, 3:1
+gemma-3n-e4b           google/gemma-3n-E4B-it                      KV sharing, text_config
+qwen3-next-80b-a3b     Qwen/Qwen3-Next-80B-A3B-Instruct            gated delta net hybrid
+granite-4.0-h-small    ibm-granite/granite-4.0-h-small             Mamba2 hybrid
 =====================  ==========================================  ===========================
 """
 

@@ -16,6 +16,12 @@ cache one token needs on one rank, for:
   fewer KV heads than ranks) and pipeline parallelism (layers split across
   stages as vLLM splits them; the stage with the most cache decides).
 
+It also lists every layer of the model as a :class:`LayerSpec`
+(:mod:`memacct.planner.layers`): full, sliding, chunked local (Llama 4), MLA,
+Mamba2 / gated-delta-net state with its bytes per request (Granite-4.0-H,
+Qwen3-Next, Nemotron-H), cache-less and KV-sharing layers (Gemma-3n). The
+engines' KV-cache managers (:mod:`memacct.engines`) plan from that list.
+
 Example::
 
     >>> from memacct.planner import KVCacheSpec, load_model_preset
@@ -57,15 +63,21 @@ from memacct.planner.config import (
     _raise_missing_config,
     read_config_file,
 )
+from memacct.planner.layers import LayerSpec, layer_kinds, layer_specs, state_bytes
 
 __all__ = [
     "KVCacheSpec",
     "LayerGroup",
+    "LayerSpec",
     "kv_dtype_bytes",
     "pipeline_partition",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+FP8_DS_MLA = "fp8_ds_mla"
+# Bytes per token per layer of DeepSeek-V3.2's sparse-MLA KV format (docs/engines.md).
+FP8_DS_MLA_BYTES = 656
 
 
 
@@ -87,6 +99,8 @@ def kv_dtype_bytes(kv_cache_dtype: str) -> tuple[str, int]:
         )
     name = kv_cache_dtype.strip().lower().removeprefix("torch.")
     name = _DTYPE_ALIASES.get(name, name)
+    if name == FP8_DS_MLA:
+        return name, 1
     if name not in _KV_DTYPES:
         choices = ", ".join(["auto", *_KV_DTYPES, *_DTYPE_ALIASES])
         raise InvalidInputError(f"unknown kv_cache_dtype {kv_cache_dtype!r}: use one of {choices}")
@@ -174,9 +188,16 @@ class KVCacheSpec(BaseModel):
         experts_per_token: experts each token is routed to, else ``None``.
         moe_intermediate_size: one expert's MLP hidden size, else ``None``.
         num_shared_experts: always-active experts (DeepSeek), else ``None``.
-        layer_groups: this rank's layers grouped by per-token cost and window.
+        layer_groups: this rank's attention layers grouped by per-token cost
+            and window (layers without a KV cache of their own are left out).
         bytes_per_token: KV-cache bytes one token needs on this rank, all
             its layers together.
+        layers: every layer of the model (all stages), one :class:`LayerSpec`
+            each, sized for one rank; empty for a spec built by hand, which
+            the engines then read from ``layer_groups``.
+        state_dtype_bytes: bytes per element of Mamba/linear-attention state
+            (``mamba_ssm_dtype`` when the config gives it, else the model
+            dtype), for hybrids only.
         notes: assumptions made while reading the config, one sentence each.
     """
 
@@ -211,13 +232,20 @@ class KVCacheSpec(BaseModel):
     num_shared_experts: int | None = Field(default=None, ge=0)
     layer_groups: tuple[LayerGroup, ...] = Field(min_length=1)
     bytes_per_token: int = Field(gt=0)
+    layers: tuple[LayerSpec, ...] = ()
+    state_dtype_bytes: int | None = Field(default=None, gt=0)
     notes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCacheSpec:
         layers = sum(g.num_layers for g in self.layer_groups)
-        if layers != self.num_layers:
+        if layers > self.num_layers:
             raise ValueError(f"layer_groups hold {layers} layers, num_layers is {self.num_layers}")
+        if self.layers and len(self.layers) != self.total_num_layers:
+            raise ValueError(
+                f"layers lists {len(self.layers)} layers, total_num_layers is "
+                f"{self.total_num_layers}"
+            )
         per_token = sum(g.bytes_per_token for g in self.layer_groups)
         if per_token != self.bytes_per_token:
             raise ValueError(
@@ -246,14 +274,18 @@ class KVCacheSpec(BaseModel):
     def request_bytes(
         self, num_tokens: int, block_size: int = 16, max_num_batched_tokens: int | None = None
     ) -> int:
-        """Exact KV-cache bytes one request of ``num_tokens`` tokens needs on this rank.
+        """KV-cache bytes one request of ``num_tokens`` tokens holds on this rank, engine-neutral.
 
         Full-attention layers hold every token, in whole blocks:
-        ``ceil(num_tokens / block_size)`` blocks. Sliding-window layers hold,
-        as vLLM counts them, the window before the newest chunk plus the chunk:
+        ``ceil(num_tokens / block_size)`` blocks. Sliding-window layers hold
+        the window before the newest chunk plus the chunk:
         ``ceil((window - 1 + max_num_batched_tokens) / block_size) + 1`` blocks
         (the window seldom starts on a block boundary), never more than the
-        full-attention count.
+        full-attention count. This is the memory a request really touches;
+        each engine reserves its own way (vLLM adds in-flight batches, does
+        not cap the extra block and pads groups; see :mod:`memacct.engines`
+        and ``docs/engines.md``), and :func:`memacct.plan_kv_cache` follows
+        the engine.
 
         Args:
             num_tokens: prompt plus output tokens of the request.
@@ -382,65 +414,21 @@ def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None
         )
         return declared
     if model_dtype is None:
-        raise ConfigError(
-            f"{cfg.source} has no torch_dtype or dtype, so kv_cache_dtype='auto' has nothing "
-            f"to follow: pass the dtype the engine runs, e.g. kv_cache_dtype='bfloat16'"
+        # vLLM reads a missing dtype as float32 and runs float32 checkpoints in bfloat16.
+        cfg.notes.append(
+            f"{cfg.source} has no torch_dtype or dtype: kv_cache_dtype='auto' is bfloat16, "
+            f"as vLLM runs it; pass kv_cache_dtype if the engine runs another dtype"
         )
+        return "bfloat16"
+    if model_dtype == "float32":
+        # vLLM (vllm/config/model.py _resolve_auto_dtype) and SGLang run float32
+        # checkpoints in the device's preferred 16-bit dtype: bfloat16 on CUDA.
+        cfg.notes.append(
+            "the checkpoint is float32: kv_cache_dtype='auto' is bfloat16, as engines run it; "
+            "pass kv_cache_dtype='float32' for a float32 KV cache"
+        )
+        return "bfloat16"
     return model_dtype
-
-
-def _layer_windows(cfg: _Config, num_layers: int) -> list[int | None]:
-    """Each layer's sliding window (``None``: full attention)."""
-    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
-    layer_types = cfg.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-            count = len(layer_types) if isinstance(layer_types, list) else type(layer_types)
-            raise ConfigError(
-                f"{cfg.source}: layer_types must list one type per layer ({num_layers}), "
-                f"got {count}: fix layer_types or num_hidden_layers"
-            )
-        windows: list[int | None] = []
-        for i, kind in enumerate(layer_types):
-            if kind == "sliding_attention":
-                if window is None:
-                    raise ConfigError(
-                        f"{cfg.source}: layer_types[{i}] is 'sliding_attention' but "
-                        f"sliding_window is not set: add sliding_window"
-                    )
-                windows.append(window)
-            elif kind in ("full_attention", "chunked_attention"):
-                windows.append(None)
-            else:
-                raise ConfigError(
-                    f"{cfg.source}: layer_types[{i}] = {kind!r}: memacct sizes "
-                    f"'full_attention', 'sliding_attention' and 'chunked_attention' layers; "
-                    f"other kinds (linear attention, state-space layers) keep a per-request "
-                    f"state it does not model"
-                )
-        if "chunked_attention" in layer_types:
-            cfg.notes.append(_CHUNKED_NOTE)
-        return windows
-    if window is None:
-        return [None] * num_layers
-    if cfg.get("use_sliding_window") is False:
-        cfg.notes.append(f"sliding_window {window} ignored: use_sliding_window is false")
-        return [None] * num_layers
-    pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), _MAX_LAYERS)
-    if pattern is not None:
-        # Every pattern-th layer (1-based) attends globally; the rest slide.
-        return [None if (i + 1) % pattern == 0 else window for i in range(num_layers)]
-    window_layers = cfg.integer(("max_window_layers",), _MAX_LAYERS, low=0)
-    if window_layers is not None and cfg.get("use_sliding_window") is True:
-        # Qwen2's rule: the first max_window_layers layers attend globally.
-        return [window if i >= window_layers else None for i in range(num_layers)]
-    return [window] * num_layers
-
-
-_CHUNKED_NOTE = (
-    "chunked local attention layers are counted as full attention, as vLLM counts "
-    "them unless its hybrid KV-cache manager is enabled"
-)
 
 
 def _kv_heads(cfg: _Config, num_heads: int) -> int:
@@ -498,10 +486,12 @@ def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int
     return 1
 
 
-def _group_stage(windows: Sequence[int | None], per_layer: int) -> tuple[LayerGroup, ...]:
+def _group_stage(layers: Sequence[LayerSpec], per_layer: int) -> tuple[LayerGroup, ...]:
     counts: dict[int | None, int] = {}
-    for window in windows:
-        counts[window] = counts.get(window, 0) + 1
+    for layer in layers:
+        if layer.bytes_per_token:
+            window = layer.window if layer.kind == "sliding" else None
+            counts[window] = counts.get(window, 0) + 1
     order = sorted(counts, key=lambda w: -1 if w is None else w)
     return tuple(
         LayerGroup(num_layers=counts[w], bytes_per_token_per_layer=per_layer, sliding_window=w)
@@ -523,7 +513,7 @@ def _build_spec(
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
     dtype, dtype_bytes = _model_dtype(cfg)
     kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
-    kv_bytes = _KV_DTYPES[kv_dtype]
+    kv_bytes = 1 if kv_dtype == FP8_DS_MLA else _KV_DTYPES[kv_dtype]
 
     lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
     rope_dim: int | None = None
@@ -539,15 +529,21 @@ def _build_spec(
         total_kv_heads = kv_heads = 1
         # One latent serves both keys and values, and every TP rank keeps all of it.
         per_layer = head_dim * kv_bytes
+        if kv_dtype == FP8_DS_MLA:
+            # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
+            per_layer = FP8_DS_MLA_BYTES
     else:
         attention = "mha"
+        if kv_dtype == FP8_DS_MLA:
+            raise InvalidInputError(
+                f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
+                f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
+            )
         head_dim = _head_dim(cfg, hidden, num_heads)
         total_kv_heads = _kv_heads(cfg, num_heads)
         kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
         per_layer = 2 * kv_heads * head_dim * kv_bytes
 
-    if cfg.get("attention_chunk_size") is not None and _CHUNKED_NOTE not in cfg.notes:
-        cfg.notes.append(_CHUNKED_NOTE)
     mtp_layers = cfg.integer(("num_nextn_predict_layers",), _MAX_LAYERS, low=0)
     if mtp_layers:
         cfg.notes.append(
@@ -555,18 +551,30 @@ def _build_spec(
             f"cache only when the engine runs them for speculative decoding"
         )
 
-    windows = _layer_windows(cfg, num_layers)
+    kinds = layer_kinds(cfg, num_layers)
+    if attention == "mla":
+        kinds = [("mla", None) if kind == "full" else (kind, size) for kind, size in kinds]
+    state_sizes, state_dtype_bytes = state_bytes(cfg, kinds, hidden, tp, dtype_bytes)
+    layers = layer_specs(cfg, kinds, per_layer, state_sizes)
     stages = pipeline_partition(num_layers, pp)
     starts = [sum(stages[:i]) for i in range(pp)]
 
-    def stage_key(stage: int) -> tuple[int, int]:
-        layer_windows = windows[starts[stage] : starts[stage] + stages[stage]]
-        return len(layer_windows), sum(w is None for w in layer_windows)
+    def stage_layers(stage: int) -> list[LayerSpec]:
+        return [x for x in layers[starts[stage] : starts[stage] + stages[stage]] if x.has_cache]
 
-    # Every layer costs the same per token, so the stage with the most layers needs the most
+    def stage_key(stage: int) -> tuple[int, int, int]:
+        kv = [x for x in stage_layers(stage) if x.bytes_per_token]
+        return len(kv), sum(x.kind in ("full", "mla") for x in kv), stages[stage]
+
+    # Every KV layer costs the same per token, so the stage with the most of them needs the most
     # cache; among equals, the one with more full-attention layers needs more for long requests.
     stage = max(range(pp), key=stage_key)
-    groups = _group_stage(windows[starts[stage] : starts[stage] + stages[stage]], per_layer)
+    groups = _group_stage(stage_layers(stage), per_layer)
+    if not groups:
+        raise ConfigError(
+            f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "
+            f"use fewer pipeline stages"
+        )
 
     num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), _MAX_HEADS)
     experts_per_token = cfg.integer(
@@ -577,7 +585,14 @@ def _build_spec(
             f"{cfg.source}: {experts_per_token} experts per token exceeds the {num_experts} "
             f"experts: fix num_experts_per_tok"
         )
-    intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
+    found = cfg.find(("intermediate_size", "ffn_dim", "n_inner"))
+    if found is not None and isinstance(found[1], list) and found[1]:
+        # Per-layer sizes (Gemma-3n): the largest one bounds the MLP.
+        intermediate: int | None = max(
+            cfg.check_int(found[0], v, high=_MAX_INTERMEDIATE) for v in found[1]
+        )
+    else:
+        intermediate = cfg.integer(("intermediate_size", "ffn_dim", "n_inner"), _MAX_INTERMEDIATE)
     moe_intermediate = cfg.integer(("moe_intermediate_size",), _MAX_INTERMEDIATE)
     if moe_intermediate is None and num_experts is not None:
         moe_intermediate = intermediate
@@ -617,6 +632,8 @@ def _build_spec(
         ),
         layer_groups=groups,
         bytes_per_token=sum(g.bytes_per_token for g in groups),
+        layers=tuple(layers),
+        state_dtype_bytes=state_dtype_bytes,
         notes=tuple(dict.fromkeys(cfg.notes)),
     )
 

@@ -6,7 +6,8 @@ backend). The allocator rules it follows and their sources are in
 benchmark) is the separate ``memacct-bench`` distribution in ``bench/``.
 """
 
+from memacct.sim._core import PrivatePool
 from memacct.sim.allocator import ALLOCATOR_PRESETS, SimOutOfMemory
 from memacct.sim.device import DEVICE_PRESETS, SimDevice
 
-__all__ = ["ALLOCATOR_PRESETS", "DEVICE_PRESETS", "SimDevice", "SimOutOfMemory"]
+__all__ = ["ALLOCATOR_PRESETS", "DEVICE_PRESETS", "PrivatePool", "SimDevice", "SimOutOfMemory"]

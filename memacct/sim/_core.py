@@ -1,6 +1,6 @@
 """The caching-allocator model shared by every preset (the ``torch-cuda`` rules).
 
-See ``memacct.sim.allocator`` for the public face and SIMULATOR.md for the facts
+See ``memacct.sim.allocator`` for the public face and ``docs/simulator.md`` for the facts
 modelled. Everything here is written for speed on the malloc/free hot path:
 ``__slots__`` classes, plain attribute access, one int key per free block and
 incremental statistics; :meth:`CachingAllocator._recount_stats` recomputes the
@@ -25,12 +25,15 @@ __all__ = [
     "LARGE_BUFFER",
     "MIN_BLOCK_SIZE",
     "MIN_LARGE_ALLOC",
+    "ONE_EXA_BYTES",
     "ROUND_LARGE",
     "SMALL_BUFFER",
     "SMALL_SIZE",
     "CachingAllocator",
     "DeviceMemory",
     "InvalidPointerError",
+    "InvalidTypeError",
+    "PrivatePool",
     "SimOutOfMemory",
     "SimpleDeviceMemory",
     "format_size",
@@ -49,6 +52,13 @@ MIN_LARGE_ALLOC = 10 * MiB
 ROUND_LARGE = 2 * MiB
 """Rounding of segments for requests of :data:`MIN_LARGE_ALLOC` and more."""
 
+ONE_EXA_BYTES = 1 << 60
+"""Requests of this size or more are refused before the allocator looks anywhere."""
+MAX_SPLIT_FLOOR_MB = LARGE_BUFFER // MiB
+"""``max_split_size_mb`` must be larger than this (torch's check)."""
+_NO_LIMIT = 1 << 127
+"""``max_split_size`` when unset (torch's ``SIZE_MAX``)."""
+
 KEY_SHIFT = 64
 """Free blocks are keyed ``size << KEY_SHIFT | address``: best fit, then lowest address."""
 _ADDR_MASK = (1 << KEY_SHIFT) - 1
@@ -57,9 +67,11 @@ _BASE_ADDRESS = 0x7F00_0000_0000
 _ADDRESS_ALIGN = 2 * MiB
 """New segments start on this boundary, as device virtual addresses do."""
 
-# Block states.
+# Block states (not statistics: ``allocated_bytes`` is a statistic, ``IN_USE`` a state).
 FREE = 0
-ALLOCATED = 1
+"""Cached: mapped memory no tensor uses."""
+IN_USE = 1
+"""Handed out by ``malloc`` and not yet freed."""
 UNMAPPED = 2
 """Virtual address space without memory behind it (expandable segments only)."""
 
@@ -103,6 +115,10 @@ class SimOutOfMemory(MemacctError, RuntimeError):
     def __reduce__(self) -> tuple[type[SimOutOfMemory], tuple[str], dict[str, int]]:
         # Keeps the numbers across pickling (multiprocessing, pytest-xdist).
         return (type(self), (str(self.args[0]),), dict(self.__dict__))
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """An argument of the wrong type (also a :class:`TypeError`, as torch raises)."""
 
 
 class InvalidPointerError(InvalidInputError):
@@ -302,16 +318,63 @@ class _Pool:
         stats: the pool's counters.
     """
 
-    __slots__ = ("free", "page", "segments", "split_min", "stat_name", "stats", "unmapped")
+    __slots__ = (
+        "free", "page", "segments", "small", "split_min", "stat_name", "stats", "stream",
+        "unmapped",
+    )
 
     def __init__(self, stat_name: str, split_min: int, peaks: _Peaks, page: int = 0) -> None:
         self.stat_name = stat_name
+        self.small = stat_name == "small_pool"
+        self.stream = 0
         self.split_min = split_min
         self.page = page
         self.free = FreeSet()
         self.unmapped = FreeSet()
         self.segments: dict[int, _Segment] = {}
         self.stats = _Stats(peaks)
+
+
+class PrivatePool:
+    """A private memory pool (torch's CUDA-graph pool or ``torch.cuda.MemPool``).
+
+    Allocations routed to it (:meth:`CachingAllocator.use_pool`) take segments
+    that only the pool uses; blocks freed in it stay in it. Its wholly free
+    segments go back to the device only after :meth:`CachingAllocator.release_pool`
+    (the graph or ``MemPool`` was deleted), at the next ``empty_cache`` or retry.
+
+    Attributes:
+        id: the pool's number (1, 2, ...; 0 is the default pool).
+        released: whether its owner let it go.
+    """
+
+    __slots__ = ("id", "pools", "released")
+
+    def __init__(self, pool_id: int, pools: tuple[_Pool, _Pool]) -> None:
+        self.id = pool_id
+        self.pools = pools
+        self.released = False
+
+    def __repr__(self) -> str:
+        return f"<PrivatePool {self.id}{' released' if self.released else ''}>"
+
+
+class _Stat:
+    """One torch ``Stat`` outside the pools: current, peak, allocated, freed."""
+
+    __slots__ = ("allocated", "current", "freed", "peak")
+
+    def __init__(self) -> None:
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def change(self, n: int) -> None:
+        self.current += n
+        if n > 0:
+            self.allocated += n
+            if self.current > self.peak:
+                self.peak = self.current
+        else:
+            self.freed -= n
 
 
 def _pair_pools(first: _Pool, second: _Pool) -> None:
@@ -357,6 +420,117 @@ def _check_size(size: object) -> int:
     return n
 
 
+def _check_max_split(value: object) -> int:
+    if value is None:
+        return _NO_LIMIT
+    if isinstance(value, bool) or not isinstance(value, int) or value <= MAX_SPLIT_FLOOR_MB:
+        raise InvalidInputError(
+            f"max_split_size_mb too small, must be > {MAX_SPLIT_FLOOR_MB} (an int of MiB), "
+            f"got {value!r}; leave it unset for no limit"
+        )
+    return value * MiB
+
+
+def _check_divisions(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (
+        value > 1 and value & (value - 1)
+    ):
+        raise InvalidInputError(
+            f"roundup_power2_divisions must be a power of 2 (or 0/1 for off), got {value!r}"
+        )
+    return value
+
+
+def _check_gc_threshold(value: object) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        raise InvalidInputError(
+            f"garbage_collection_threshold must be a number strictly between 0.0 and 1.0, "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+def _split_settings(text: str) -> list[str]:
+    """Split ``a:1,b:[x:1,y:2]`` at the commas outside brackets."""
+    items: list[str] = []
+    depth = 0
+    current = ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        items.append(current)
+    return [item for item in items if item.strip()]
+
+
+def _int_setting(values: dict[str, str], key: str) -> int:
+    try:
+        return int(values[key])
+    except ValueError:
+        raise InvalidInputError(
+            f"allocator setting {key} must be an int, got {values[key]!r}"
+        ) from None
+
+
+def _float_setting(values: dict[str, str], key: str) -> float:
+    try:
+        return float(values[key])
+    except ValueError:
+        raise InvalidInputError(
+            f"allocator setting {key} must be a number, got {values[key]!r}"
+        ) from None
+
+
+def _parse_buckets(text: str) -> dict[int, int]:
+    """``[64:8,128:2,>:1]`` -> divisions by log2(size in MiB); ``-1`` for ``>``."""
+    buckets: dict[int, int] = {}
+    last = 0
+    for item in text.strip("[]").split(","):
+        key, _, value = item.partition(":")
+        divisions = _check_divisions(int(value))
+        if key.strip() == ">":
+            buckets[-1] = divisions
+            continue
+        mib = int(key)
+        if mib <= 0 or mib & (mib - 1):
+            raise InvalidInputError(
+                f"roundup_power2_divisions interval {mib} MiB must be a power of 2"
+            )
+        bucket = mib.bit_length() - 1
+        for b in range(last, bucket + 1):
+            buckets.setdefault(b, divisions)
+        last = bucket + 1
+    if -1 in buckets:
+        for b in range(last, 40):
+            buckets.setdefault(b, buckets[-1])
+    return buckets
+
+
+def _roundup_power2(size: int, divisions: int, rounded: int) -> int:
+    """torch's ``roundup_power2_next_division`` for sizes above ``512 x divisions``."""
+    if size <= MIN_BLOCK_SIZE * divisions:
+        return rounded
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    base = size & ~(step - 1)
+    return size if base == size else base + step
+
+
 class CachingAllocator:
     """PyTorch's CUDA caching allocator, modelled (preset ``torch-cuda``).
 
@@ -380,8 +554,22 @@ class CachingAllocator:
     Virtual addresses of released segments are never reused, so the same
     trace always gives the same addresses and statistics.
 
+    Settings (``PYTORCH_CUDA_ALLOC_CONF``), rules in ``docs/simulator.md``:
+    ``max_split_size_mb`` (blocks of that size or more are never split and
+    serve only requests within 20 MiB of their size; ``oversize_*`` counts
+    them), ``roundup_power2_divisions`` (sizes rounded up to one of N steps
+    between powers of two), ``garbage_collection_threshold`` (with
+    :meth:`set_memory_fraction`: free cached segments before growing past
+    that share of the allowed memory).
+
+    Private pools (:meth:`private_pool`, :meth:`use_pool`) hold CUDA-graph and
+    ``MemPool`` memory; ``stream=`` keeps one free list per stream.
+
     Args:
         device_memory: where segments are mapped from.
+        max_split_size_mb: ``None`` (unlimited) or an int > 20.
+        roundup_power2_divisions: ``None``/0/1 (off) or a power of two.
+        garbage_collection_threshold: ``None`` or a float in (0, 1).
     """
 
     name: ClassVar[str] = "torch-cuda"
@@ -396,8 +584,18 @@ class CachingAllocator:
     _refit: ClassVar[bool] = False
     """Whether :meth:`_refit_block` may replace the best-fit block (expandable segments)."""
 
-    def __init__(self, device_memory: DeviceMemory) -> None:
+    def __init__(
+        self,
+        device_memory: DeviceMemory,
+        *,
+        max_split_size_mb: int | None = None,
+        roundup_power2_divisions: int | None = None,
+        garbage_collection_threshold: float | None = None,
+    ) -> None:
         self._device = device_memory
+        self._max_split = _check_max_split(max_split_size_mb)
+        self._divisions = _check_divisions(roundup_power2_divisions)
+        self._gc_threshold = _check_gc_threshold(garbage_collection_threshold)
         self._peaks = _Peaks()
         self._small = _Pool("small_pool", MIN_BLOCK_SIZE, self._peaks)
         # Large blocks split only when more than 1 MiB would remain.
@@ -407,6 +605,23 @@ class CachingAllocator:
         """Rounded requests up to this size use the small pool."""
         self._persistent_pool: _Pool | None = None
         """Pool for ``persistent=True`` requests, if the preset has one."""
+        self._extra_pools: list[_Pool] = []
+        """Stream and private pools (they share the default pools' counters)."""
+        self._stream_pools: dict[tuple[int, int], tuple[_Pool, _Pool]] = {}
+        self._private: dict[int, PrivatePool] = {}
+        self._capture: PrivatePool | None = None
+        self._division_buckets: dict[int, int] = {}
+        self._slow_rounding = self._divisions > 1
+        self._slow = self._slow_rounding
+        """Requests take the slow path (rounding setting, a private pool in use)."""
+        self._allowed: int | None = None
+        self._fraction = 1.0
+        self.num_sync_all_streams = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+        self.oversize_allocations = _Stat()
+        self.oversize_segments = _Stat()
+        self._acc_base: dict[str, int] = {}
         self._live: dict[int, _Block] = {}
         self._free_blocks: dict[int, _Block] = {}
         self._next_addr = _BASE_ADDRESS
@@ -414,8 +629,8 @@ class CachingAllocator:
         self.num_ooms = 0
 
     @property
-    def _pools(self) -> tuple[_Pool, _Pool]:
-        return (self._small, self._large)
+    def _pools(self) -> tuple[_Pool, ...]:
+        return (self._small, self._large, *self._extra_pools)
 
     def __repr__(self) -> str:
         return (
@@ -442,15 +657,85 @@ class CachingAllocator:
 
     def round_size(self, size: int) -> int:
         """The block size a request of ``size`` bytes (> 0) needs before any split rule."""
-        return (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+        rounded = (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+        if self._slow_rounding:
+            return self._roundup(size, rounded)
+        return rounded
 
-    def malloc(self, size: int, *, persistent: bool = False) -> int:
+    def configure(self, settings: str) -> None:
+        """Apply allocator settings as ``PYTORCH_CUDA_ALLOC_CONF`` spells them.
+
+        Like ``torch.cuda.memory._set_allocator_settings``, every call starts from
+        the defaults: keys not named are reset. Keys: ``max_split_size_mb``,
+        ``roundup_power2_divisions`` (``4`` or ``[64:8,128:2,>:1]``, sizes in MiB),
+        ``garbage_collection_threshold``, ``expandable_segments`` (must match the
+        preset).
+
+        Raises:
+            InvalidInputError: an unknown key or an invalid value (named).
+        """
+        values: dict[str, str] = {}
+        for item in _split_settings(settings):
+            key, sep, value = item.partition(":")
+            key = key.strip()
+            if not sep or not key:
+                raise InvalidInputError(
+                    f"allocator setting {item!r} is not key:value; e.g. max_split_size_mb:128"
+                )
+            values[key] = value.strip()
+        known = {
+            "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+            "expandable_segments",
+        }
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidInputError(
+                f"Unrecognized allocator setting {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            )
+        if "expandable_segments" in values:
+            wanted = values["expandable_segments"] == "True"
+            if wanted != (self._refit is True):
+                raise InvalidInputError(
+                    f"expandable_segments:{values['expandable_segments']} does not match the "
+                    f"{self.name} preset; choose the preset with(out) -expandable instead"
+                )
+        self._max_split = _check_max_split(
+            _int_setting(values, "max_split_size_mb") if "max_split_size_mb" in values else None
+        )
+        self._gc_threshold = _check_gc_threshold(
+            _float_setting(values, "garbage_collection_threshold")
+            if "garbage_collection_threshold" in values else None
+        )
+        self._divisions = 0
+        self._division_buckets = {}
+        text = values.get("roundup_power2_divisions")
+        if text is not None and text.startswith("["):
+            self._division_buckets = _parse_buckets(text)
+        elif text is not None:
+            self._divisions = _check_divisions(_int_setting(values, "roundup_power2_divisions"))
+        self._slow_rounding = self._divisions > 1 or bool(self._division_buckets)
+        self._slow = self._slow_rounding or self._capture is not None
+
+    def _roundup(self, size: int, rounded: int) -> int:
+        """Rounding under ``roundup_power2_divisions`` (torch's ``round_size``)."""
+        n = size + self._pad
+        divisions = self._divisions
+        if self._division_buckets:
+            bucket = max(0, n.bit_length() - 1 - 20)  # log2 of the size in MiB
+            divisions = self._division_buckets.get(bucket, self._division_buckets.get(-1, 0))
+        if divisions > 1:
+            return _roundup_power2(n, divisions, rounded)
+        return rounded
+
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
         """Allocate ``size`` bytes and return the block's address.
 
         Args:
             size: bytes requested (``0`` returns the null pointer ``0``).
             persistent: the block holds weights or constants; only the
-                ``mindspore`` preset uses the hint (its persistent pool).
+                ``mindspore`` presets use the hint (their persistent pool).
+            stream: the stream the block is allocated on (0: the default); a
+                block is reused only by requests on its stream.
 
         Raises:
             SimOutOfMemory: the device cannot hold the request even after the
@@ -465,11 +750,16 @@ class CachingAllocator:
         rounded = (size + self._pad + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
         if persistent and self._persistent_pool is not None:
             pool = self._persistent_pool
+        elif self._slow or stream:
+            pool, rounded = self._route(size, rounded, stream)
         elif rounded <= self._small_max:
             pool = self._small
         else:
             pool = self._large
         key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
+        if key >= 0 and self._max_split < _NO_LIMIT and not self._split_fit(key, rounded):
+            pool.free.add(key)
+            key = -1
         if key >= 0:
             block = self._free_blocks.pop(key & _ADDR_MASK)
             if self._refit:
@@ -479,7 +769,9 @@ class CachingAllocator:
         ps = pool.stats
         nxt = block.next
         remaining = block.size - rounded
-        if remaining >= pool.split_min:
+        if block.size >= self._max_split:
+            self.oversize_allocations.change(1)
+        elif remaining >= pool.split_min and (pool.small or rounded < self._max_split):
             addr = block.addr
             rest = _Block(addr + rounded, remaining, pool)
             rest.prev = block
@@ -499,7 +791,7 @@ class CachingAllocator:
         elif self._track_inactive_split and (block.prev is not None or nxt is not None):
             ps.inactive_split -= 1
             ps.inactive_split_bytes -= block.size
-        block.state = ALLOCATED
+        block.state = IN_USE
         block.requested = size
         addr = block.addr
         self._live[addr] = block
@@ -551,6 +843,8 @@ class CachingAllocator:
         pool = block.pool
         size = block.size
         requested = block.requested
+        if size >= self._max_split:
+            self.oversize_allocations.change(-1)
         free_set = pool.free
         free_blocks = self._free_blocks
         block.state = FREE
@@ -615,6 +909,89 @@ class CachingAllocator:
             for st in (small, large):
                 setattr(st, counter + "_peak", getattr(st, counter))
             setattr(self._peaks, counter, getattr(small, counter) + getattr(large, counter))
+        for stat in (self.oversize_allocations, self.oversize_segments):
+            stat.peak = stat.current
+
+    def reset_accumulated_memory_stats(self) -> None:
+        """Zero every ``allocated``/``freed`` metric and the event counters (``num_*``)."""
+        stats = self.memory_stats()
+        self._acc_base = {
+            key: value + self._acc_base.get(key, 0)
+            for key, value in stats.items()
+            if key.endswith((".allocated", ".freed"))
+        }
+        self.num_alloc_retries = self.num_ooms = 0
+        self.num_sync_all_streams = self.num_device_alloc = self.num_device_free = 0
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Cap this allocator's reservation at ``fraction`` of the device (``0.0``-``1.0``).
+
+        Raises:
+            InvalidInputError: ``fraction`` is not a float in [0, 1] (torch's
+                ``set_per_process_memory_fraction`` checks).
+        """
+        if not isinstance(fraction, float):
+            raise InvalidTypeError(
+                f"Invalid type for fraction argument, must be float, got {fraction!r}: "
+                "pass e.g. 0.5"
+            )
+        if not 0.0 <= fraction <= 1.0:
+            raise InvalidInputError(
+                f"Invalid fraction value: {fraction}. Allowed range: 0~1; pass a fraction "
+                "of the device between 0 and 1"
+            )
+        self._allowed = int(fraction * self._device.total)
+        self._fraction = fraction
+
+    @property
+    def memory_fraction(self) -> float:
+        """The cap set by :meth:`set_memory_fraction` (1.0 when unset)."""
+        return self._fraction
+
+    # ------------------------------------------------------- private pools
+
+    def private_pool(self) -> PrivatePool:
+        """A new private pool (a CUDA graph's pool, or ``torch.cuda.MemPool``)."""
+        pool_id = len(self._private) + 1
+        while pool_id in self._private:
+            pool_id += 1
+        pools = (self._make_pool(self._small), self._make_pool(self._large))
+        pp = PrivatePool(pool_id, pools)
+        self._private[pool_id] = pp
+        return pp
+
+    def use_pool(self, pool: PrivatePool | None) -> None:
+        """Route the following requests to ``pool`` (``None``: back to the default pools).
+
+        Raises:
+            InvalidInputError: ``pool`` is not one of this allocator's live private pools.
+        """
+        if pool is not None and self._private.get(getattr(pool, "id", -1)) is not pool:
+            raise InvalidInputError(
+                f"{pool!r} is not a live private pool of this allocator: make one with "
+                "private_pool() and do not use it after release_pool()"
+            )
+        if pool is not None and pool.released:
+            raise InvalidInputError(f"{pool!r} was released; make a new private pool")
+        self._capture = pool
+        self._slow = self._slow_rounding or pool is not None
+
+    def release_pool(self, pool: PrivatePool) -> None:
+        """The pool's owner is gone: its free segments may go back to the device.
+
+        Raises:
+            InvalidInputError: ``pool`` is not a live private pool of this allocator.
+        """
+        if self._private.get(getattr(pool, "id", -1)) is not pool:
+            raise InvalidInputError(f"{pool!r} is not a live private pool of this allocator")
+        pool.released = True
+        if self._capture is pool:
+            self.use_pool(None)
+        self._drop_released_pools()
+
+    def pool_reserved(self, pool: PrivatePool) -> int:
+        """Bytes reserved by the segments of ``pool``."""
+        return sum(seg.size for p in pool.pools for seg in p.segments.values())
 
     def memory_stats(self) -> dict[str, int]:
         """Statistics with torch's key names, sorted by key as torch returns them.
@@ -642,8 +1019,23 @@ class CachingAllocator:
                 out[prefix + "current"] = cur
                 out[prefix + "freed"] = cum - cur
                 out[prefix + "peak"] = peak
+        for name, stat in (
+            ("oversize_allocations", self.oversize_allocations),
+            ("oversize_segments", self.oversize_segments),
+        ):
+            out[name + ".allocated"] = stat.allocated
+            out[name + ".current"] = stat.current
+            out[name + ".freed"] = stat.freed
+            out[name + ".peak"] = stat.peak
+        if self._acc_base:
+            for key, base in self._acc_base.items():
+                out[key] -= base
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
+        out["num_sync_all_streams"] = self.num_sync_all_streams
+        out["num_device_alloc"] = self.num_device_alloc
+        out["num_device_free"] = self.num_device_free
+        out["max_split_size"] = -1 if self._max_split == _NO_LIMIT else self._max_split
         self._extra_stats(out)
         return dict(sorted(out.items()))
 
@@ -651,7 +1043,7 @@ class CachingAllocator:
 
     def _segment_size(self, pool: _Pool, rounded: int) -> int:
         """Size of the segment mapped for a request that no cached block fits."""
-        if pool is self._small:
+        if pool.small:
             return SMALL_BUFFER
         if rounded < MIN_LARGE_ALLOC:
             return LARGE_BUFFER
@@ -665,8 +1057,12 @@ class CachingAllocator:
         """Map memory for the request: a free block of at least ``rounded`` bytes
         (not in the free set), or ``None`` if the device has not enough free."""
         size = self._segment_size(pool, rounded)
+        if self._allowed is not None and self.reserved + size > self._allowed:
+            return None
         if not self._device.map(size):
             return None
+        if size >= self._max_split:
+            self.oversize_segments.change(1)
         return self._add_segment(pool, size)
 
     def _release_for_retry(self) -> None:
@@ -690,14 +1086,27 @@ class CachingAllocator:
     # ------------------------------------------------------------ internals
 
     def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
+        if size >= ONE_EXA_BYTES:
+            # Refused before any cache look-up, retry or statistic, as torch does.
+            raise SimOutOfMemory(
+                f"Simulated device out of memory ({self.name} allocator). Tried to allocate "
+                f"more than 1EB memory ({size} bytes requested); ask for less",
+                requested=size, attempted=size, total=self._device.total,
+                free=self._device.free, reserved=self.reserved, allocated=self.allocated,
+            )
+        if self._gc_threshold and self._allowed is not None:
+            self._garbage_collect()
         block = self._new_block(pool, rounded)
-        if block is None:
+        if block is None and self._max_split < _NO_LIMIT and self._release_oversize(pool, rounded):
+            block = self._new_block(pool, rounded)
+        if block is None and self._capture is None:
+            # No release during a capture: torch retries only with no capture underway.
             self._release_for_retry()
             self.num_alloc_retries += 1
             block = self._new_block(pool, rounded)
-            if block is None:
-                self.num_ooms += 1
-                raise self._out_of_memory(pool, rounded, size)
+        if block is None:
+            self.num_ooms += 1
+            raise self._out_of_memory(pool, rounded, size)
         return block
 
     def _add_segment(self, pool: _Pool, size: int) -> _Block:
@@ -705,6 +1114,7 @@ class CachingAllocator:
         addr = self._take_address(size)
         block = _Block(addr, size, pool)
         pool.segments[addr] = _Segment(addr, size, block)
+        self.num_device_alloc += 1
         pool.stats.add("segment", 1)
         pool.stats.add("reserved_bytes", size)
         return block
@@ -718,18 +1128,123 @@ class CachingAllocator:
         return addr
 
     def _release_cached(self) -> None:
-        """Unmap every segment that is one free block (torch's ``release_cached_blocks``)."""
-        for pool in self._pools:
+        """Unmap every segment that is one free block (torch's ``release_cached_blocks``).
+
+        Segments of private pools whose owner is alive stay.
+        """
+        self.num_sync_all_streams += 1
+        for pool in self._releasable_pools():
             for seg in list(pool.segments.values()):
-                head = seg.head
-                if head.state != FREE or head.size != seg.size:
-                    continue
-                pool.free.remove((head.size << KEY_SHIFT) | head.addr)
-                del self._free_blocks[head.addr]
-                del pool.segments[seg.addr]
-                self._device.unmap(seg.size)
-                pool.stats.add("segment", -1)
-                pool.stats.add("reserved_bytes", -seg.size)
+                self._release_segment(pool, seg)
+        self._drop_released_pools()
+
+    def _release_segment(self, pool: _Pool, seg: _Segment) -> bool:
+        """Unmap ``seg`` if it is one free block; return whether it was."""
+        head = seg.head
+        if head.state != FREE or head.size != seg.size:
+            return False
+        pool.free.remove((head.size << KEY_SHIFT) | head.addr)
+        del self._free_blocks[head.addr]
+        del pool.segments[seg.addr]
+        self._device.unmap(seg.size)
+        self.num_device_free += 1
+        if seg.size >= self._max_split:
+            self.oversize_segments.change(-1)
+        pool.stats.add("segment", -1)
+        pool.stats.add("reserved_bytes", -seg.size)
+        return True
+
+    def _releasable_pools(self) -> list[_Pool]:
+        held = {id(p) for pp in self._private.values() if not pp.released for p in pp.pools}
+        return [p for p in self._pools if id(p) not in held]
+
+    def _drop_released_pools(self) -> None:
+        for pool_id, pp in list(self._private.items()):
+            if pp.released and not any(p.segments for p in pp.pools):
+                del self._private[pool_id]
+                self._extra_pools = [p for p in self._extra_pools if p not in pp.pools]
+
+    def _make_pool(self, like: _Pool) -> _Pool:
+        """A pool of ``like``'s kind sharing its counters (streams, private pools)."""
+        pool = _Pool(like.stat_name, like.split_min, self._peaks, like.page)
+        pool.small = like.small
+        pool.stats = like.stats
+        self._extra_pools.append(pool)
+        return pool
+
+    def _route(self, size: int, rounded: int, stream: int) -> tuple[_Pool, int]:
+        """Pool and rounded size of a request on the slow path (settings, streams, pools)."""
+        if self._slow_rounding:
+            rounded = self._roundup(size, rounded)
+        small = rounded <= self._small_max
+        if self._capture is not None:
+            pools = self._capture.pools
+        elif stream:
+            if (
+                isinstance(stream, bool)
+                or not isinstance(stream, int)
+                or stream < 0
+            ):
+                raise InvalidInputError(
+                    f"stream must be a non-negative int stream id, got {stream!r}"
+                )
+            pools = self._stream_pools.get((stream, 0)) or self._new_stream_pools(stream)
+        else:
+            pools = (self._small, self._large)
+        return (pools[0] if small else pools[1]), rounded
+
+    def _new_stream_pools(self, stream: int) -> tuple[_Pool, _Pool]:
+        pools = (self._make_pool(self._small), self._make_pool(self._large))
+        for p in pools:
+            p.stream = stream
+        self._stream_pools[(stream, 0)] = pools
+        return pools
+
+    def _split_fit(self, key: int, rounded: int) -> bool:
+        """torch's ``max_split_size`` rule for a best-fit candidate of size ``key >> 64``."""
+        bsize = key >> KEY_SHIFT
+        limit = self._max_split
+        if rounded < limit and bsize >= limit:
+            return False
+        return not (rounded >= limit and bsize >= rounded + LARGE_BUFFER)
+
+    def _release_oversize(self, pool: _Pool, rounded: int) -> bool:
+        """torch's ``release_available_cached_blocks``: free oversize cached segments."""
+        need = max(rounded, self._max_split)
+        candidates = sorted(
+            (
+                seg for seg in pool.segments.values()
+                if seg.head.state == FREE and seg.head.size == seg.size
+                and seg.size >= self._max_split
+            ),
+            key=lambda seg: (seg.size, seg.addr),
+        )
+        fitting = [seg for seg in candidates if seg.size >= need]
+        if fitting:
+            return self._release_segment(pool, fitting[0])
+        released = 0
+        for seg in reversed(candidates):
+            if released >= need:
+                break
+            self._release_segment(pool, seg)
+            released += seg.size
+        return released >= need
+
+    def _garbage_collect(self) -> None:
+        """torch's ``garbage_collect_cached_blocks``, by segment address (oldest first)."""
+        allowed = self._allowed or 0
+        threshold = int(self._gc_threshold * allowed)
+        if self.reserved <= threshold:
+            return
+        target = self.reserved - threshold
+        freed = 0
+        for pool in self._releasable_pools():
+            for addr in sorted(pool.segments):
+                if freed >= target:
+                    return
+                seg = pool.segments[addr]
+                if self._release_segment(pool, seg):
+                    freed += seg.size
 
     def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
         attempted = self._attempt_size(pool, rounded)
@@ -739,9 +1254,9 @@ class CachingAllocator:
         allocated = self.allocated
         message = (
             f"Simulated device out of memory ({self.name} allocator). Tried to allocate "
-            f"{format_size(attempted)} ({attempted} bytes) for a request of {size} bytes. "
-            f"The device has a total capacity of {format_size(total)} of which "
-            f"{format_size(free)} is free. Of the memory this allocator holds, "
+            f"{format_size(attempted)}. GPU 0 has a total capacity of {format_size(total)} "
+            f"of which {format_size(free)} is free (a request of {size} bytes, "
+            f"{attempted} bytes from the device). Of the memory this allocator holds, "
             f"{format_size(allocated)} is allocated and {format_size(reserved - allocated)} "
             f"is reserved but unallocated. Free memory (fewer live tensors, a smaller batch, "
             f"a lower gpu_memory_utilization or KV-cache size) and retry. {self._oom_hint()}"
@@ -760,7 +1275,7 @@ class CachingAllocator:
 
     def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
         """``(pool, address, size, [(block address, size, state)])`` for every segment."""
-        names = {FREE: "free", ALLOCATED: "allocated", UNMAPPED: "unmapped"}
+        names = {FREE: "free", IN_USE: "in_use", UNMAPPED: "unmapped"}
         out = []
         for pool in self._pools:
             for addr in sorted(pool.segments):
@@ -785,7 +1300,7 @@ class CachingAllocator:
         live_seen = 0
         unmapped_seen = 0
         for pool in self._pools:
-            counts = dict.fromkeys(_COUNTERS, 0)
+            counts = totals.setdefault(pool.stat_name, dict.fromkeys(_COUNTERS, 0))
             for seg in pool.segments.values():
                 counts["segment"] += self._segment_count(seg)
                 b: _Block | None = seg.head
@@ -796,7 +1311,7 @@ class CachingAllocator:
                         raise AssertionError(f"broken block chain at {b.addr:#x}")
                     if b.state != UNMAPPED:
                         counts["reserved_bytes"] += b.size
-                    if b.state == ALLOCATED:
+                    if b.state == IN_USE:
                         live_seen += 1
                         if self._live.get(b.addr) is not b:
                             raise AssertionError(f"allocated block {b.addr:#x} not live")
@@ -827,7 +1342,6 @@ class CachingAllocator:
                     b = b.next
                 if expect != seg.addr + seg.size:
                     raise AssertionError(f"blocks do not tile segment {seg.addr:#x}")
-            totals[pool.stat_name] = counts
         if live_seen != len(self._live) or free_seen != len(self._free_blocks):
             raise AssertionError("block indexes out of step with the segments")
         if sum(len(p.free) for p in self._pools) != free_seen:

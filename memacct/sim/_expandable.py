@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memacct.sim._core import (
     _ADDR_MASK,
-    ALLOCATED,
     FREE,
+    IN_USE,
     KEY_SHIFT,
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -48,6 +50,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
 
     Args:
         device_memory: where pages are mapped from.
+        **settings: the torch-cuda settings (``max_split_size_mb``, ...).
     """
 
     name = "torch-cuda-expandable"
@@ -55,8 +58,8 @@ class ExpandableSegmentsAllocator(CachingAllocator):
     _track_inactive_split = False
     _refit = True
 
-    def __init__(self, device_memory: DeviceMemory) -> None:
-        super().__init__(device_memory)
+    def __init__(self, device_memory: DeviceMemory, **settings: Any) -> None:
+        super().__init__(device_memory, **settings)
         for pool, page in ((self._small, SMALL_BUFFER), (self._large, LARGE_BUFFER)):
             pool.page = page
             pool.split_min = MIN_BLOCK_SIZE
@@ -125,7 +128,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
                 start = below
             room = 0
             b: _Block | None = start
-            while room < rounded and b is not None and b.state != ALLOCATED:
+            while room < rounded and b is not None and b.state != IN_USE:
                 room += b.size
                 b = b.next
             if room >= rounded:
@@ -152,8 +155,11 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         """
         page = pool.page
         nbytes = min(-(-size // page) * page, block.size)
+        if self._allowed is not None and self.reserved + nbytes > self._allowed:
+            return None
         if not self._device.map(nbytes):
             return None
+        self.num_device_alloc += 1
         pool.unmapped.remove(block.addr)
         del self._unmapped_blocks[block.addr]
         if nbytes < block.size:
@@ -173,7 +179,8 @@ class ExpandableSegmentsAllocator(CachingAllocator):
 
     def _release_cached(self) -> None:
         """Unmap whole pages of free blocks; drop virtual segments left with no memory."""
-        for pool in self._pools:
+        self.num_sync_all_streams += 1
+        for pool in self._releasable_pools():
             for key in list(pool.free):
                 self._unmap_pages(pool, self._free_blocks[key & _ADDR_MASK])
             for seg in list(pool.segments.values()):
@@ -226,6 +233,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         pool.unmapped.add(middle.addr)
         self._unmapped_blocks[middle.addr] = middle
         self._device.unmap(hi - lo)
+        self.num_device_free += 1
         pool.stats.add("reserved_bytes", lo - hi)
 
     # ------------------------------------------------------------ helpers

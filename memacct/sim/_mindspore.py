@@ -1,50 +1,633 @@
-"""MindSpore's dynamic memory pool (preset ``mindspore``)."""
+"""MindSpore's dynamic memory pool: the VMM pool (preset ``mindspore``) and the block pool
+(preset ``mindspore-block``).
+
+The rules and the MindSpore source files they come from are in ``docs/simulator.md``
+(section "MindSpore"). Two modes exist in MindSpore and both are modelled:
+
+* **VMM** (virtual memory management; the default on Ascend 910B/910C): each pool reserves
+  one virtual range as large as the pool budget and maps 2 MiB physical pages into it on
+  demand; idle pages are unmapped ("eager free") and their physical pages reused when a
+  request does not fit.
+* **Block pool** (VMM off): each pool grows by blocks of a unit (1 GiB) doubled until the
+  request fits, capped at the free memory; a failed growth is final.
+
+In both, one budget (MindSpore's ``max_device_memory``) caps every pool together.
+"""
+
+# Peaks are kept with ``if c > peak: peak = c`` on the hot path, as in ``_core``.
+# ruff: noqa: PLR1730
 
 from __future__ import annotations
 
-from memacct.errors import InvalidInputError
-from memacct.sim._core import MIN_BLOCK_SIZE, CachingAllocator, DeviceMemory, _Block, _Pool
-from memacct.units import GiB
+from typing import Any, ClassVar
 
-__all__ = ["MindSporeMemoryPool"]
+from memacct.errors import InvalidInputError
+from memacct.sim._core import (
+    _ADDR_MASK,
+    FREE,
+    IN_USE,
+    KEY_SHIFT,
+    MIN_BLOCK_SIZE,
+    UNMAPPED,
+    CachingAllocator,
+    DeviceMemory,
+    InvalidPointerError,
+    SimOutOfMemory,
+    _Block,
+    _check_size,
+    _Pool,
+    _Segment,
+    format_size,
+)
+from memacct.sim._freeset import FreeSet
+from memacct.units import GiB, MiB
+
+__all__ = [
+    "MINDSPORE_VERSIONS",
+    "VMM_PAGE",
+    "MindSporeBlockPool",
+    "MindSporeMemoryPool",
+    "default_budget",
+]
+
+VMM_PAGE = 2 * MiB
+"""Physical page of the VMM pool (``vmm_align_size``, default 2 MB)."""
+MINDSPORE_VERSIONS = ("2.5", "2.6")
+"""MindSpore versions whose statistics semantics are modelled (see :class:`MindSporeMemoryPool`)."""
+_BUDGET_RESERVE = 10 * MiB
+
+
+def default_budget(free_bytes: int) -> int:
+    """MindSpore's pool budget without ``max_device_memory``: free x 15/16, 2 MiB down, - 10 MiB."""
+    return max(0, (free_bytes * 15 // 16) // VMM_PAGE * VMM_PAGE - _BUDGET_RESERVE)
+
+
+def _check_budget(budget_bytes: object) -> int | None:
+    if budget_bytes is None:
+        return None
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
+        raise InvalidInputError(
+            f"mindspore budget_bytes (max_device_memory) must be a positive int of bytes or "
+            f"None for MindSpore's default, got {budget_bytes!r}"
+        )
+    return budget_bytes
+
+
+def _no_streams(stream: object) -> InvalidInputError:
+    return InvalidInputError(
+        f"stream={stream!r}: the simulated MindSpore pool models the default stream only "
+        "(docs/simulator.md); allocate on stream 0"
+    )
+
+
+def _check_version(version: object) -> str:
+    if version not in MINDSPORE_VERSIONS:
+        raise InvalidInputError(
+            f"mindspore version must be one of {', '.join(MINDSPORE_VERSIONS)}, got {version!r}"
+        )
+    return str(version)
+
+
+class _VmmPool:
+    """One MindSpore allocator (persistent or common) under VMM: virtual ranges of buffers."""
+
+    __slots__ = (
+        "allocated",
+        "allocation",
+        "eager",
+        "idle",
+        "pages",
+        "peak_allocated",
+        "peak_allocation",
+        "persistent",
+        "requested",
+        "segments",
+        "stat_name",
+    )
+
+    def __init__(self, stat_name: str, persistent: bool) -> None:
+        self.stat_name = stat_name
+        self.persistent = persistent
+        self.idle = FreeSet()
+        """Keys of idle (mapped) buffers."""
+        self.eager = FreeSet()
+        """Keys of eager-free buffers (virtual space whose whole pages are unmapped)."""
+        self.pages: set[int] = set()
+        """Indexes (address // page) of this pool's mapped pages."""
+        self.segments: dict[int, _Segment] = {}
+        self.allocation = self.allocated = self.requested = 0
+        self.peak_allocation = self.peak_allocated = 0
 
 
 class MindSporeMemoryPool(CachingAllocator):
-    """MindSpore's best-fit dynamic memory pool, modelled (preset ``mindspore``).
+    """MindSpore's memory pool with virtual memory management, modelled (preset ``mindspore``).
 
-    - Sizes: MindSpore aligns a request as ``(size + 512 + 31) // 512 * 512``,
-      which is "pad by 32 bytes, then round up to 512": a 512-byte request
-      takes 1024 bytes, a 480-byte one 512.
-    - Two pools: *persistent* (``malloc(..., persistent=True)``: weights and
-      constants) and *common* (activations). In the torch-style statistics
-      keys the persistent pool appears as ``small_pool`` and the common pool
-      as ``large_pool``; ``all`` is the sum, as everywhere.
-    - Each pool grows in blocks (the ``segment`` statistic) of the unit size
-      (``unit_bytes``, default 1 GiB, MindSpore's ``mempool_block_size``); a
-      request larger than the unit gets the unit doubled until it fits. A
-      block is capped at the device's free memory (rounded down to 512), but
-      is never smaller than the request.
-    - Best fit over idle buffers of the pool (lowest address on ties, where
-      MindSpore takes the oldest idle buffer of that size); a buffer splits
-      when at least 512 bytes remain; a freed buffer merges only with idle
-      neighbours inside its own block.
-    - :meth:`empty_cache` releases only blocks that are entirely idle; on a
-      full device the pool does the same and retries once before raising.
+    - Sizes: ``(size + 512 + 31) // 512 * 512`` (pad 32 bytes, round up to 512).
+    - Two allocators, *persistent* (``malloc(..., persistent=True)``: weights, constants)
+      and *common* (activations, KV cache). Each reserves one virtual range of the pool
+      budget (more only if a request is larger) and tiles it with buffers that are in use,
+      idle (mapped) or eager-free (unmapped).
+    - Malloc: the best-fitting idle buffer (smallest, then lowest address); else the
+      best-fitting eager-free buffer, whose pages covering the request are mapped (a page
+      already mapped for a neighbour is shared); a buffer splits when at least 512 bytes
+      remain, the remainder keeping its state. If that fails (no buffer, or no physical
+      page: the budget or the device is exhausted), every idle buffer of every allocator
+      turns eager-free, the whole pages inside eager-free buffers are unmapped into a cache
+      of physical pages, and the request is retried; then a new virtual range is reserved
+      and tried; then :class:`SimOutOfMemory`.
+    - A physical page comes from the cache of unmapped pages first, else from the device,
+      and only while the pages held stay below the budget (one budget for both allocators).
+    - Free: the buffer turns idle and merges with idle neighbours.
+    - :meth:`empty_cache` turns idle buffers eager-free, unmaps their whole pages and gives
+      every cached physical page back to the device.
 
-    Besides torch's keys, :meth:`memory_stats` has MindSpore's own:
-    ``total_reserved_memory``, ``total_allocated_memory``,
-    ``total_idle_memory``, ``max_reserved_memory``, ``max_allocated_memory``.
+    Statistics: ``reserved`` (``reserved_bytes.all.current``) is the physical memory held,
+    mapped pages plus cached ones; ``allocated`` the bytes of buffers in use. In torch-style
+    keys the persistent allocator is ``small_pool`` and the common one ``large_pool``; the
+    cached pages count in ``all`` only. MindSpore's own keys are added
+    (``total_reserved_memory``, ...), with the semantics of ``version``: ``"2.6"`` reports
+    the physical memory and absolute peaks; ``"2.5"`` reported the virtual size as
+    ``total_reserved_memory`` and peaks relative to the last reset.
+
+    Args:
+        device_memory: where physical pages come from.
+        budget_bytes: the pool budget (MindSpore's ``max_device_memory``); ``None`` takes
+            MindSpore's default from the device's free memory at the first request.
+        version: ``"2.6"`` (default) or ``"2.5"``: statistics semantics.
+    """
+
+    name: ClassVar[str] = "mindspore"
+    growth_granularity_bytes = VMM_PAGE
+    _pad: ClassVar[int] = 32
+
+    def __init__(
+        self,
+        device_memory: DeviceMemory,
+        *,
+        budget_bytes: int | None = None,
+        version: str = "2.6",
+    ) -> None:
+        self._budget_option = _check_budget(budget_bytes)
+        self._version = _check_version(version)
+        super().__init__(device_memory)
+        self._budget = self._budget_option
+        self._persist = _VmmPool("small_pool", True)
+        self._common = _VmmPool("large_pool", False)
+        self._bufs: dict[int, tuple[_VmmPool, _Block]] = {}
+        """Every idle or eager-free buffer by address, with its allocator."""
+        self._vlive: dict[int, tuple[_VmmPool, _Block]] = {}
+        self._handles = 0
+        """Physical pages held (mapped + cached)."""
+        self._cached = 0
+        """Physical pages unmapped but kept for reuse."""
+        self._peak_reserved = 0
+        self._peak_all_allocated = 0
+        self._peak_all_allocation = 0
+        self._peak_all_requested = 0
+        self._reset_allocated = 0
+        self._reset_reserved = 0
+        self.num_eager_frees = 0
+
+    # ------------------------------------------------------------------ readings
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The pool budget in bytes (``None`` until the first request sets the default)."""
+        return self._budget
+
+    @property
+    def version(self) -> str:
+        """MindSpore version whose statistics semantics are modelled."""
+        return self._version
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of buffers in use."""
+        return self._persist.allocated + self._common.allocated
+
+    @property
+    def reserved(self) -> int:
+        """Physical bytes held: mapped pages plus cached ones."""
+        return self._handles * VMM_PAGE
+
+    @property
+    def live_blocks(self) -> int:
+        """Number of buffers in use."""
+        return len(self._vlive)
+
+    @property
+    def _live(self) -> dict[int, _Block]:
+        return {addr: block for addr, (_, block) in self._vlive.items()}
+
+    @_live.setter
+    def _live(self, value: dict[int, _Block]) -> None:
+        # The base class initialises an unused mapping; the VMM pool keeps its own.
+        pass
+
+    # ---------------------------------------------------------------- malloc/free
+
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
+        """Allocate ``size`` bytes from the persistent or the common allocator.
+
+        Raises:
+            SimOutOfMemory: no buffer fits even after eager free and a new virtual range.
+            InvalidInputError: ``size`` is negative or not an int, or ``stream`` is not 0.
+        """
+        if stream:
+            raise _no_streams(stream)
+        if size.__class__ is not int or size <= 0:
+            size = _check_size(size)
+            if size == 0:
+                return 0
+        if self._budget is None:
+            self._budget = default_budget(self._device.free)
+        rounded = (size + 32 + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+        pool = self._persist if persistent else self._common
+        if not pool.segments:
+            self._reserve_range(pool, rounded)
+        block = self._take(pool, rounded)
+        if block is None:
+            self._eager_free_all()
+            block = self._take(pool, rounded)
+            if block is None:
+                self._reserve_range(pool, rounded)
+                block = self._take(pool, rounded)
+                if block is None:
+                    self.num_ooms += 1
+                    raise self._vmm_oom(size, rounded)
+        block.state = IN_USE
+        block.requested = size
+        self._vlive[block.addr] = (pool, block)
+        n = block.size
+        pool.allocation += 1
+        pool.allocated += n
+        pool.requested += size
+        if pool.allocation > pool.peak_allocation:
+            pool.peak_allocation = pool.allocation
+        if pool.allocated > pool.peak_allocated:
+            pool.peak_allocated = pool.allocated
+        total = self._persist.allocated + self._common.allocated
+        if total > self._peak_all_allocated:
+            self._peak_all_allocated = total
+        count = self._persist.allocation + self._common.allocation
+        if count > self._peak_all_allocation:
+            self._peak_all_allocation = count
+        req = self._persist.requested + self._common.requested
+        if req > self._peak_all_requested:
+            self._peak_all_requested = req
+        return block.addr
+
+    def free(self, ptr: int) -> None:
+        """Return a buffer: it turns idle and merges with idle neighbours.
+
+        Raises:
+            InvalidPointerError: ``ptr`` is not a live allocation.
+        """
+        entry = self._vlive.pop(ptr, None)
+        if entry is None:
+            if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
+                return
+            raise InvalidPointerError(
+                f"free({ptr!r}): no live allocation of the {self.name} allocator at that "
+                "address (never returned by malloc, or already freed); free each pointer "
+                "malloc returned exactly once"
+            )
+        pool, block = entry
+        pool.allocation -= 1
+        pool.allocated -= block.size
+        pool.requested -= block.requested
+        self._settle(pool, block, FREE)
+
+    def empty_cache(self) -> None:
+        """Eager-free every idle buffer and give every cached physical page back."""
+        self._eager_free_all()
+        if self._cached:
+            self._device.unmap(self._cached * VMM_PAGE)
+            self._handles -= self._cached
+            self._cached = 0
+
+    def reset_peak_memory_stats(self) -> None:
+        """Set every peak to its current value (MindSpore resets max allocated and reserved)."""
+        for pool in (self._persist, self._common):
+            pool.peak_allocated = pool.allocated
+            pool.peak_allocation = pool.allocation
+        self._peak_all_allocated = self.allocated
+        self._peak_all_allocation = self._persist.allocation + self._common.allocation
+        self._peak_all_requested = self._persist.requested + self._common.requested
+        self._peak_reserved = self.reserved
+        self._reset_allocated = self.allocated
+        self._reset_reserved = self._virtual_bytes()
+
+    def memory_stats(self) -> dict[str, int]:
+        """Torch-style keys plus MindSpore's own (see the class docstring)."""
+        out: dict[str, int] = {}
+        pools = (self._persist, self._common)
+        reserved = self.reserved
+        mapped = {p.stat_name: len(p.pages) * VMM_PAGE for p in pools}
+        segments = {p.stat_name: len(p.segments) for p in pools}
+        values: dict[str, dict[str, tuple[int, int]]] = {
+            "allocation": {
+                p.stat_name: (p.allocation, p.peak_allocation) for p in pools
+            },
+            "allocated_bytes": {p.stat_name: (p.allocated, p.peak_allocated) for p in pools},
+            "requested_bytes": {p.stat_name: (p.requested, p.requested) for p in pools},
+            "reserved_bytes": {name: (v, v) for name, v in mapped.items()},
+            "segment": {name: (v, v) for name, v in segments.items()},
+        }
+        all_values = {
+            "allocation": (
+                self._persist.allocation + self._common.allocation,
+                self._peak_all_allocation,
+            ),
+            "allocated_bytes": (self.allocated, self._peak_all_allocated),
+            "requested_bytes": (
+                self._persist.requested + self._common.requested,
+                self._peak_all_requested,
+            ),
+            "reserved_bytes": (reserved, self._peak_reserved),
+            "segment": (sum(segments.values()), sum(segments.values())),
+        }
+        aliases = (
+            ("active", "allocation"),
+            ("active_bytes", "allocated_bytes"),
+            ("allocated_bytes", "allocated_bytes"),
+            ("allocation", "allocation"),
+            ("requested_bytes", "requested_bytes"),
+            ("reserved_bytes", "reserved_bytes"),
+            ("segment", "segment"),
+        )
+        for stat, source in aliases:
+            for pool_name, (cur, peak) in (("all", all_values[source]), *values[source].items()):
+                prefix = f"{stat}.{pool_name}."
+                out[prefix + "current"] = cur
+                out[prefix + "peak"] = max(peak, cur)
+        out["num_alloc_retries"] = self.num_alloc_retries
+        out["num_ooms"] = self.num_ooms
+        self._extra_stats(out)
+        return dict(sorted(out.items()))
+
+    def _extra_stats(self, out: dict[str, int]) -> None:
+        idle = sum(k >> KEY_SHIFT for p in (self._persist, self._common) for k in p.idle)
+        eager = sum(k >> KEY_SHIFT for p in (self._persist, self._common) for k in p.eager)
+        out["total_allocated_memory"] = self.allocated
+        out["total_idle_memory"] = idle
+        out["total_eager_free_memory"] = eager
+        if self._version == "2.5":
+            # Up to 2.5 the VMM pool reported its virtual size as reserved memory, and
+            # its peaks relative to the last reset.
+            virtual = self._virtual_bytes()
+            out["total_reserved_memory"] = virtual
+            out["max_reserved_memory"] = virtual - self._reset_reserved
+            out["max_allocated_memory"] = max(0, self._peak_all_allocated - self._reset_allocated)
+        else:
+            out["total_reserved_memory"] = self.reserved
+            out["max_reserved_memory"] = max(self._peak_reserved, self.reserved)
+            out["max_allocated_memory"] = self._peak_all_allocated
+        out["num_eager_frees"] = self.num_eager_frees
+
+    # ------------------------------------------------------------------ internals
+
+    def _virtual_bytes(self) -> int:
+        return sum(s.size for p in (self._persist, self._common) for s in p.segments.values())
+
+    def _reserve_range(self, pool: _VmmPool, rounded: int) -> None:
+        """Reserve a virtual range (no memory behind it) of the budget, or the request if larger."""
+        budget = self._budget or VMM_PAGE
+        size = max(budget, rounded)
+        size = -(-size // VMM_PAGE) * VMM_PAGE
+        addr = self._take_address(size, align=VMM_PAGE)
+        block = _Block(addr, size, self._small if pool.persistent else self._large, UNMAPPED)
+        pool.segments[addr] = _Segment(addr, size, block)
+        pool.eager.add((size << KEY_SHIFT) | addr)
+        self._bufs[addr] = (pool, block)
+
+    def _take(self, pool: _VmmPool, rounded: int) -> _Block | None:
+        """Best fit among idle buffers, else among eager-free ones; map and split it."""
+        key = pool.idle.pop_ceiling(rounded << KEY_SHIFT)
+        if key >= 0:
+            _, block = self._bufs.pop(key & _ADDR_MASK)
+        else:
+            key = pool.eager.pop_ceiling(rounded << KEY_SHIFT)
+            if key < 0:
+                return None
+            _, block = self._bufs.pop(key & _ADDR_MASK)
+            remaining = block.size - rounded
+            span = rounded if remaining >= MIN_BLOCK_SIZE else block.size
+            if not self._map(pool, block.addr, span):
+                pool.eager.add(key)
+                self._bufs[block.addr] = (pool, block)
+                return None
+        remaining = block.size - rounded
+        if remaining >= MIN_BLOCK_SIZE:
+            rest = _Block(block.addr + rounded, remaining, block.pool, block.state)
+            nxt = block.next
+            rest.prev = block
+            rest.next = nxt
+            if nxt is not None:
+                nxt.prev = rest
+            block.next = rest
+            block.size = rounded
+            (pool.idle if rest.state == FREE else pool.eager).add(
+                (remaining << KEY_SHIFT) | rest.addr
+            )
+            self._bufs[rest.addr] = (pool, rest)
+        return block
+
+    def _map(self, pool: _VmmPool, addr: int, nbytes: int) -> bool:
+        """Map every unmapped page of ``[addr, addr + nbytes)``; all or nothing."""
+        first = addr // VMM_PAGE
+        last = (addr + nbytes - 1) // VMM_PAGE
+        pages = pool.pages
+        new = [p for p in range(first, last + 1) if p not in pages]
+        from_cache = min(self._cached, len(new))
+        fresh = len(new) - from_cache
+        if fresh:
+            budget = self._budget or 0
+            if (self._handles + fresh) * VMM_PAGE > budget:
+                return False
+            if not self._device.map(fresh * VMM_PAGE):
+                return False
+            self._handles += fresh
+            if self._handles * VMM_PAGE > self._peak_reserved:
+                self._peak_reserved = self._handles * VMM_PAGE
+        self._cached -= from_cache
+        pages.update(new)
+        return True
+
+    def _settle(self, pool: _VmmPool, block: _Block, state: int) -> _Block:
+        """Give ``block`` (in no set) ``state``, merge it with same-state neighbours, index it."""
+        block.state = state
+        target = pool.idle if state == FREE else pool.eager
+        prev = block.prev
+        if prev is not None and prev.state == state:
+            target.remove((prev.size << KEY_SHIFT) | prev.addr)
+            del self._bufs[prev.addr]
+            prev.size += block.size
+            prev.next = block.next
+            if block.next is not None:
+                block.next.prev = prev
+            block = prev
+        nxt = block.next
+        if nxt is not None and nxt.state == state:
+            target.remove((nxt.size << KEY_SHIFT) | nxt.addr)
+            del self._bufs[nxt.addr]
+            block.size += nxt.size
+            block.next = nxt.next
+            if nxt.next is not None:
+                nxt.next.prev = block
+        target.add((block.size << KEY_SHIFT) | block.addr)
+        self._bufs[block.addr] = (pool, block)
+        return block
+
+    def _eager_free_all(self) -> None:
+        """Idle buffers turn eager-free; whole pages inside eager-free buffers are unmapped."""
+        self.num_eager_frees += 1
+        self.num_alloc_retries += 1
+        for pool in (self._persist, self._common):
+            for key in list(pool.idle):
+                _, block = self._bufs.pop(key & _ADDR_MASK)
+                pool.idle.remove(key)
+                self._settle(pool, block, UNMAPPED)
+            pages = pool.pages
+            for key in pool.eager:
+                size = key >> KEY_SHIFT
+                addr = key & _ADDR_MASK
+                lo = -(-addr // VMM_PAGE)
+                hi = (addr + size) // VMM_PAGE
+                for page in range(lo, hi):
+                    if page in pages:
+                        pages.remove(page)
+                        self._cached += 1
+
+    def _vmm_oom(self, size: int, rounded: int) -> SimOutOfMemory:
+        total = self._device.total
+        free = self._device.free
+        reserved = self.reserved
+        allocated = self.allocated
+        budget = self._budget or 0
+        return SimOutOfMemory(
+            f"Simulated device out of memory ({self.name} pool, VMM). Tried to allocate "
+            f"{format_size(rounded)} for a request of {size} bytes. The pool budget "
+            f"(max_device_memory) is {format_size(budget)}, of which the pool holds "
+            f"{format_size(reserved)} ({format_size(allocated)} in use); the device has "
+            f"{format_size(free)} free of {format_size(total)}. Free memory, lower "
+            "gpu_memory_utilization or the KV-cache size, or raise max_device_memory.",
+            requested=size,
+            attempted=rounded,
+            total=total,
+            free=free,
+            reserved=reserved,
+            allocated=allocated,
+        )
+
+    # ------------------------------------------------------------- for the tests
+
+    def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
+        names = {FREE: "idle", IN_USE: "in_use", UNMAPPED: "eager_free"}
+        out = []
+        for pool in (self._persist, self._common):
+            for addr in sorted(pool.segments):
+                seg = pool.segments[addr]
+                blocks = []
+                b: _Block | None = seg.head
+                while b is not None:
+                    blocks.append((b.addr, b.size, names[b.state]))
+                    b = b.next
+                out.append((pool.stat_name, seg.addr, seg.size, blocks))
+        return out
+
+    def _recount_stats(self) -> dict[str, int]:
+        """Current values recomputed from the buffers; checks the structure too."""
+        out: dict[str, int] = {}
+        totals = {"allocation": 0, "allocated_bytes": 0, "requested_bytes": 0}
+        seen_free = 0
+        for pool in (self._persist, self._common):
+            counts = dict.fromkeys(totals, 0)
+            mapped_needed: set[int] = set()
+            for seg in pool.segments.values():
+                b: _Block | None = seg.head
+                expect = seg.addr
+                prev: _Block | None = None
+                while b is not None:
+                    if b.addr != expect or b.prev is not prev:
+                        raise AssertionError(f"broken buffer chain at {b.addr:#x}")
+                    if b.state == IN_USE:
+                        if self._vlive.get(b.addr, (None, None))[1] is not b:
+                            raise AssertionError(f"buffer {b.addr:#x} in use but not live")
+                        counts["allocation"] += 1
+                        counts["allocated_bytes"] += b.size
+                        counts["requested_bytes"] += b.requested
+                    else:
+                        seen_free += 1
+                        target = pool.idle if b.state == FREE else pool.eager
+                        if ((b.size << KEY_SHIFT) | b.addr) not in target:
+                            raise AssertionError(f"buffer {b.addr:#x} not indexed")
+                        if prev is not None and prev.state == b.state:
+                            raise AssertionError(f"neighbours not merged at {b.addr:#x}")
+                    if b.state != UNMAPPED:
+                        mapped_needed.update(
+                            range(b.addr // VMM_PAGE, (b.addr + b.size - 1) // VMM_PAGE + 1)
+                        )
+                    expect = b.addr + b.size
+                    prev = b
+                    b = b.next
+                if expect != seg.addr + seg.size:
+                    raise AssertionError(f"buffers do not tile range {seg.addr:#x}")
+            if not mapped_needed <= pool.pages:
+                raise AssertionError("a buffer in use or idle lies on an unmapped page")
+            for name, value in counts.items():
+                out[f"{name}.{pool.stat_name}.current"] = value
+                totals[name] += value
+            out[f"reserved_bytes.{pool.stat_name}.current"] = len(pool.pages) * VMM_PAGE
+        if seen_free != len(self._bufs):
+            raise AssertionError("buffer index out of step with the ranges")
+        mapped = len(self._persist.pages) + len(self._common.pages)
+        if mapped + self._cached != self._handles:
+            raise AssertionError("physical pages out of step")
+        for name, value in totals.items():
+            out[f"{name}.all.current"] = value
+        out["reserved_bytes.all.current"] = self.reserved
+        return out
+
+
+class MindSporeBlockPool(CachingAllocator):
+    """MindSpore's memory pool without VMM, modelled (preset ``mindspore-block``).
+
+    - Sizes as the VMM pool: pad 32 bytes, round up to 512.
+    - Two pools: *persistent* (``malloc(..., persistent=True)``) and *common*; in
+      torch-style keys ``small_pool`` and ``large_pool``.
+    - Each pool grows by blocks (the ``segment`` statistic) of the unit (``unit_bytes``,
+      default 1 GiB) doubled until the request fits, capped at the device's free memory
+      and at what the budget leaves; never smaller than the request.
+    - Best fit over idle buffers of the pool (lowest address on ties); a buffer splits when
+      at least 512 bytes remain; a freed buffer merges only with idle neighbours of its
+      own block.
+    - A persistent request that its pool cannot serve from idle buffers goes to the common
+      pool: to an idle buffer there, or, while the common pool has no block, to its first
+      block; otherwise the persistent pool grows.
+    - **No release-and-retry**: when a block cannot be grown the request fails.
+      :meth:`empty_cache` releases only blocks that are entirely idle.
 
     Args:
         device_memory: where pool blocks are mapped from.
         unit_bytes: the block unit (a positive multiple of 512).
+        budget_bytes: the pool budget (``max_device_memory``); ``None`` takes MindSpore's
+            default from the device's free memory at the first request.
+        version: ``"2.6"`` or ``"2.5"`` (the block pool's statistics are the same in both).
     """
 
-    name = "mindspore"
+    name: ClassVar[str] = "mindspore-block"
     growth_granularity_bytes = 1 * GiB
-    _pad = 32
+    _pad: ClassVar[int] = 32
 
-    def __init__(self, device_memory: DeviceMemory, *, unit_bytes: int = 1 * GiB) -> None:
+    def __init__(
+        self,
+        device_memory: DeviceMemory,
+        *,
+        unit_bytes: int = 1 * GiB,
+        budget_bytes: int | None = None,
+        version: str = "2.6",
+    ) -> None:
         if (
             isinstance(unit_bytes, bool)
             or not isinstance(unit_bytes, int)
@@ -55,6 +638,8 @@ class MindSporeMemoryPool(CachingAllocator):
                 f"mindspore unit_bytes must be a positive multiple of {MIN_BLOCK_SIZE} bytes, "
                 f"got {unit_bytes!r}"
             )
+        self._budget = _check_budget(budget_bytes)
+        self._version = _check_version(version)
         super().__init__(device_memory)
         self.growth_granularity_bytes = unit_bytes
         for pool in self._pools:
@@ -67,6 +652,27 @@ class MindSporeMemoryPool(CachingAllocator):
         """The block unit in bytes."""
         return self.growth_granularity_bytes
 
+    @property
+    def budget_bytes(self) -> int | None:
+        """The pool budget in bytes (``None`` until the first request sets the default)."""
+        return self._budget
+
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
+        """Allocate as described in the class docstring."""
+        if stream:
+            raise _no_streams(stream)
+        if self._budget is None:
+            self._budget = default_budget(self._device.free)
+        if persistent and self._small.segments and size.__class__ is int and size > 0:
+            rounded = self.round_size(size)
+            if self._small.free.ceiling(rounded << KEY_SHIFT) < 0 and (
+                not self._large.segments or self._large.free.ceiling(rounded << KEY_SHIFT) >= 0
+            ):
+                # No idle persistent buffer fits: the common allocator serves it, from an
+                # idle buffer or, while it has no block yet, by growing its first block.
+                return super().malloc(size, persistent=False)
+        return super().malloc(size, persistent=persistent)
+
     def _segment_size(self, pool: _Pool, rounded: int) -> int:
         size = self.growth_granularity_bytes
         while size < rounded:
@@ -75,12 +681,23 @@ class MindSporeMemoryPool(CachingAllocator):
 
     def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
         size = self._segment_size(pool, rounded)
-        free = self._device.free // MIN_BLOCK_SIZE * MIN_BLOCK_SIZE
-        if size > free:
-            size = max(free, rounded)
-        if not self._device.map(size):
+        room = self._device.free
+        if self._budget is not None:
+            room = min(room, self._budget - self.reserved)
+        room = room // MIN_BLOCK_SIZE * MIN_BLOCK_SIZE
+        if size > room:
+            size = max(room, rounded)
+        if size > room or not self._device.map(size):
             return None
         return self._add_segment(pool, size)
+
+    def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
+        block = self._new_block(pool, rounded)
+        if block is None:
+            # MindSpore's block pool does not release idle blocks and retry.
+            self.num_ooms += 1
+            raise self._out_of_memory(pool, rounded, size)
+        return block
 
     def _attempt_size(self, pool: _Pool, rounded: int) -> int:
         # It failed because less than the request was free, so the block it
@@ -89,8 +706,9 @@ class MindSporeMemoryPool(CachingAllocator):
 
     def _oom_hint(self) -> str:
         return (
-            "Idle memory cannot be merged across pool blocks; a smaller unit "
-            "(mempool_block_size) wastes less."
+            "Idle memory cannot be merged across pool blocks and the block pool does not "
+            "release idle blocks to retry; MindSpore's VMM pool (MS_ALLOC_CONF=enable_vmm:True, "
+            "the default on 910B) or a smaller unit (mempool_block_size) wastes less."
         )
 
     def _extra_stats(self, out: dict[str, int]) -> None:
@@ -99,5 +717,15 @@ class MindSporeMemoryPool(CachingAllocator):
         out["total_reserved_memory"] = reserved
         out["total_allocated_memory"] = allocated
         out["total_idle_memory"] = reserved - allocated
+        out["total_eager_free_memory"] = 0
         out["max_reserved_memory"] = self._peaks.reserved_bytes
         out["max_allocated_memory"] = self._peaks.allocated_bytes
+
+
+def mindspore_options(options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Resolve the ``vmm`` option of the ``mindspore`` preset to a preset name and options."""
+    opts = dict(options)
+    vmm = opts.pop("vmm", True)
+    if not isinstance(vmm, bool):
+        raise InvalidInputError(f"mindspore vmm must be True or False, got {vmm!r}")
+    return ("mindspore" if vmm else "mindspore-block"), opts

@@ -1,13 +1,19 @@
 """Simulated caching allocators: faithful models of the real ones' fragmentation.
 
-Each preset models one framework's device allocator (facts in SIMULATOR.md):
+Each preset models one framework's device allocator (facts and sources in
+``docs/simulator.md``):
 
 =========================  ==============================================================
 ``torch-cuda``             PyTorch's CUDA caching allocator (:class:`CachingAllocator`)
 ``torch-cuda-expandable``  the same with ``expandable_segments:True``
                            (:class:`ExpandableSegmentsAllocator`)
 ``npu``                    Ascend torch_npu's allocator (:class:`NpuCachingAllocator`)
-``mindspore``              MindSpore's memory pool (:class:`MindSporeMemoryPool`)
+``npu-expandable``         the same with ``expandable_segments:True``
+                           (:class:`NpuExpandableAllocator`)
+``mindspore``              MindSpore's VMM memory pool, the default on Ascend 910B
+                           (:class:`MindSporeMemoryPool`)
+``mindspore-block``        MindSpore's block pool, used when VMM is off
+                           (:class:`MindSporeBlockPool`)
 =========================  ==============================================================
 
 :func:`make_allocator` builds one by name over a :class:`DeviceMemory`;
@@ -28,8 +34,8 @@ from memacct.sim._core import (
     format_size,
 )
 from memacct.sim._expandable import ExpandableSegmentsAllocator
-from memacct.sim._mindspore import MindSporeMemoryPool
-from memacct.sim._npu import NpuCachingAllocator
+from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool, mindspore_options
+from memacct.sim._npu import NpuCachingAllocator, NpuExpandableAllocator
 
 __all__ = [
     "ALLOCATOR_PRESETS",
@@ -37,8 +43,10 @@ __all__ = [
     "DeviceMemory",
     "ExpandableSegmentsAllocator",
     "InvalidPointerError",
+    "MindSporeBlockPool",
     "MindSporeMemoryPool",
     "NpuCachingAllocator",
+    "NpuExpandableAllocator",
     "SimOutOfMemory",
     "SimpleDeviceMemory",
     "format_size",
@@ -51,7 +59,9 @@ ALLOCATOR_PRESETS: dict[str, type[CachingAllocator]] = {
         CachingAllocator,
         ExpandableSegmentsAllocator,
         NpuCachingAllocator,
+        NpuExpandableAllocator,
         MindSporeMemoryPool,
+        MindSporeBlockPool,
     )
 }
 """Allocator presets by name."""
@@ -63,12 +73,30 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
     Args:
         name: a key of :data:`ALLOCATOR_PRESETS`.
         device_memory: where the allocator maps its memory from.
-        **options: preset options (``mindspore``: ``unit_bytes``).
+        **options: preset options. ``torch-cuda``, ``torch-cuda-expandable``,
+            ``npu``, ``npu-expandable``: ``max_split_size_mb``,
+            ``roundup_power2_divisions``, ``garbage_collection_threshold``;
+            ``torch-cuda`` and ``npu`` also ``expandable_segments`` (``True``
+            gives their ``-expandable`` preset).
+            ``mindspore``: ``vmm`` (``False`` gives the
+            ``mindspore-block`` preset), ``budget_bytes`` (``max_device_memory``),
+            ``version``; ``mindspore-block``: ``unit_bytes``, ``budget_bytes``, ``version``.
 
     Raises:
         InvalidInputError: ``name`` is not a preset (the message lists the
             presets), or an option is unknown or invalid.
     """
+    if name == "mindspore":
+        name, options = mindspore_options(options)
+    elif name in ("torch-cuda", "npu") and "expandable_segments" in options:
+        options = dict(options)
+        expandable = options.pop("expandable_segments")
+        if not isinstance(expandable, bool):
+            raise InvalidInputError(
+                f"expandable_segments must be True or False, got {expandable!r}"
+            )
+        if expandable:
+            name = f"{name}-expandable"
     try:
         cls = ALLOCATOR_PRESETS[name]
     except (KeyError, TypeError):

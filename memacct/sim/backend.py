@@ -15,12 +15,17 @@ from memacct.sim.device import SimDevice
 __all__ = ["SimBackend"]
 
 # The truth source each simulated allocator's real counterpart uses by default.
-_DEFAULT_TRUTH = {"mindspore": TruthSource.RESERVED}
+_DEFAULT_TRUTH = {
+    "mindspore": TruthSource.RESERVED,
+    "mindspore-block": TruthSource.RESERVED,
+}
 # How each allocator rounds a large tensor to its growth granularity (BackendQuirks);
 # the others give each large tensor its own segment rounded up to a multiple.
 _GROWTH_ROUNDING: dict[str, Literal["multiple", "packed", "doubling"]] = {
     "torch-cuda-expandable": "packed",
-    "mindspore": "doubling",
+    "npu-expandable": "packed",
+    "mindspore": "packed",
+    "mindspore-block": "doubling",
 }
 
 

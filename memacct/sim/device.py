@@ -18,14 +18,21 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memacct.devices import DEVICE_PRESETS
 from memacct.errors import InvalidInputError
-from memacct.sim._core import InvalidPointerError, SimOutOfMemory, _check_size, format_size
+from memacct.sim._core import (
+    InvalidPointerError,
+    PrivatePool,
+    SimOutOfMemory,
+    _check_size,
+    format_size,
+)
 from memacct.sim.allocator import ALLOCATOR_PRESETS, CachingAllocator, make_allocator
 
 __all__ = ["DEVICE_PRESETS", "SimDevice", "SimMemoryAPI"]
@@ -67,6 +74,13 @@ class _AllocatorMemory:
 class SimDevice:
     """A simulated accelerator with a faithful caching-allocator model.
 
+    CUDA-graph memory lives in private pools: ``with dev.graph_pool() as pool:``
+    routes the block's allocations to a new (or the given) pool, which keeps its
+    cached memory until :meth:`release_pool`; :meth:`private_pool` and
+    :meth:`use_pool` are ``torch.cuda.MemPool`` and ``use_mem_pool``. Requests
+    take ``stream=`` as in torch; settings go through
+    :meth:`set_allocator_settings` (``PYTORCH_CUDA_ALLOC_CONF`` syntax).
+
     Thread safe: one re-entrant lock (:attr:`lock`) guards every change and
     every reading; hold it yourself to read several values consistently.
     :attr:`allocator` is the bare allocator object, which is not locked.
@@ -78,7 +92,9 @@ class SimDevice:
         name: device name in reports; defaults to the preset name (or
             ``sim-<total_bytes>`` for a custom capacity).
         allocator_options: options of the allocator preset (``mindspore``:
-            ``unit_bytes``, its ``mempool_block_size``).
+            ``vmm``, ``budget_bytes`` (``max_device_memory``), ``version``;
+            ``mindspore-block``: ``unit_bytes`` (``mempool_block_size``),
+            ``budget_bytes``, ``version``).
 
     Raises:
         InvalidInputError: unknown preset or allocator, or a capacity that is
@@ -222,10 +238,10 @@ class SimDevice:
 
     # ------------------------------------------------------------ changes
 
-    def malloc(self, size: int, *, persistent: bool = False) -> int:
+    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
         """Allocate ``size`` bytes through the allocator; see :meth:`CachingAllocator.malloc`."""
         with self._lock:
-            return self._allocator.malloc(size, persistent=persistent)
+            return self._allocator.malloc(size, persistent=persistent, stream=stream)
 
     def free(self, ptr: int) -> None:
         """Free a pointer :meth:`malloc` returned; see :meth:`CachingAllocator.free`."""
@@ -241,6 +257,77 @@ class SimDevice:
         """Set every allocator peak to its current value."""
         with self._lock:
             self._allocator.reset_peak_memory_stats()
+
+    def reset_accumulated_memory_stats(self) -> None:
+        """Zero the allocator's ``allocated``/``freed`` metrics and its ``num_*`` counters."""
+        with self._lock:
+            self._allocator.reset_accumulated_memory_stats()
+
+    def set_allocator_settings(self, settings: str) -> None:
+        """Apply ``PYTORCH_CUDA_ALLOC_CONF``-style settings (see ``CachingAllocator.configure``)."""
+        with self._lock:
+            self._allocator.configure(settings)
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Cap the allocator's reservation at ``fraction`` of the device (torch's
+        ``set_per_process_memory_fraction``)."""
+        with self._lock:
+            self._allocator.set_memory_fraction(fraction)
+
+    # ------------------------------------------------------- private pools
+
+    def private_pool(self) -> PrivatePool:
+        """A new private pool (``torch.cuda.MemPool``): route requests to it with :meth:`use_pool`.
+
+        Its memory counts in the allocator's statistics like any other; its
+        cached segments go back to the device only after :meth:`release_pool`.
+        """
+        with self._lock:
+            return self._allocator.private_pool()
+
+    @contextlib.contextmanager
+    def use_pool(self, pool: PrivatePool) -> Iterator[PrivatePool]:
+        """Within the block, every :meth:`malloc` takes memory from ``pool``
+        (``torch.cuda.use_mem_pool``). No release-and-retry happens while it is in use."""
+        with self._lock:
+            previous = self._allocator._capture
+            self._allocator.use_pool(pool)
+        try:
+            yield pool
+        finally:
+            with self._lock:
+                self._allocator.use_pool(previous if previous and not previous.released else None)
+
+    @contextlib.contextmanager
+    def graph_pool(self, pool: PrivatePool | None = None) -> Iterator[PrivatePool]:
+        """Capture a CUDA graph: the block's allocations go to a private pool.
+
+        A new pool unless ``pool`` is given (graphs that share a pool, as vLLM's
+        do). Tensors freed inside stay cached in the pool; what the pool holds
+        is CUDA-graph memory. Call :meth:`release_pool` when the graph is deleted.
+
+        Example::
+
+            >>> dev = SimDevice("h100-80gb")
+            >>> with dev.graph_pool() as pool:
+            ...     dev.free(dev.malloc(64 * 2**20))      # a graph's scratch tensor
+            >>> dev.pool_reserved(pool)                   # held by the graph
+            67108864
+        """
+        if pool is None:
+            pool = self.private_pool()
+        with self.use_pool(pool):
+            yield pool
+
+    def release_pool(self, pool: PrivatePool) -> None:
+        """The graph or ``MemPool`` is deleted: the pool's cached memory becomes releasable."""
+        with self._lock:
+            self._allocator.release_pool(pool)
+
+    def pool_reserved(self, pool: PrivatePool) -> int:
+        """Bytes the private ``pool`` holds from the device."""
+        with self._lock:
+            return self._allocator.pool_reserved(pool)
 
     def external_malloc(self, nbytes: int) -> int:
         """Take ``nbytes`` for this process outside the allocator; return a handle.
@@ -397,6 +484,22 @@ class SimMemoryAPI:
         """Set every peak to its current value."""
         self._check(device)
         self._dev.reset_peak_memory_stats()
+
+    def reset_accumulated_memory_stats(self, device: int | None = None) -> None:
+        """Zero the ``allocated``/``freed`` metrics and the ``num_*`` counters."""
+        self._check(device)
+        self._dev.reset_accumulated_memory_stats()
+
+    def set_per_process_memory_fraction(self, fraction: float, device: int | None = None) -> None:
+        """Cap the allocator at ``fraction`` of the device (a float in [0, 1])."""
+        self._check(device)
+        self._dev.set_memory_fraction(fraction)
+
+    def get_per_process_memory_fraction(self, device: int | None = None) -> float:
+        """The cap set by :meth:`set_per_process_memory_fraction` (1.0 when unset)."""
+        self._check(device)
+        with self._dev.lock:
+            return self._dev.allocator.memory_fraction
 
     def empty_cache(self) -> None:
         """Release the allocator's releasable cached memory."""

@@ -1,0 +1,380 @@
+"""vLLM 0.33's KV-cache manager, as rules plus small functions.
+
+The rules, their sources in vLLM's code (``vllm/v1/core/kv_cache_planning.py``,
+``vllm/v1/core/kv_cache_utils.py``, ``vllm/v1/kv_cache_interface.py``,
+``vllm/platforms/interface.py``, ``vllm/config/vllm.py``) and the golden
+tables that check them are in ``docs/engines.md``. In short:
+
+1. every layer with a cache of its own becomes one per-layer spec (a full,
+   sliding-window, chunked-local, MLA or Mamba page); KV-sharing layers and
+   layers without a cache get none;
+2. for Mamba/linear-attention hybrids the block size is raised until an
+   attention page holds a state, and the state page is padded to match;
+3. page sizes are unified (a smaller attention page takes a larger block);
+4. layers are bucketed by spec; the group size is the smallest bucket (the
+   largest when it is under 1.5x the smallest); each bucket is split into
+   ``ceil(n / size)`` groups by striding;
+5. one pool serves all groups: a block is one page of every layer of the
+   widest group, per pipeline stage; the engine takes the fewest blocks over
+   the stages;
+6. one block (the null block) is held back before the fit check, the
+   estimate and an auto-fit;
+7. a request takes, per group, ``ceil(L / block)`` blocks (full, MLA),
+   ``ceil(min(window - 1 + in-flight, L) / block) + 1`` (sliding),
+   ``ceil(min(chunk + in-flight, L) / block)`` (chunked), or 3 state blocks
+   (Mamba, GDN with prefix caching; 1 without);
+8. concurrency = blocks / blocks per request; tokens = int(concurrency x L).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from memacct.engines.base import KVGroup, KVLayout, KVSettings
+from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.planner.spec import KVCacheSpec, LayerSpec, pipeline_partition
+from memacct.units import format_gib
+
+__all__ = ["VLLM_VERSION", "VllmKVManager", "in_flight_tokens", "layer_pages"]
+
+VLLM_VERSION = "0.33"
+
+# FlashAttention's smallest kernel block on Hopper (its kernel block sizes are multiples of 16).
+_KERNEL_BLOCK = 16
+# FlashInfer's GDN prefill exports checkpoints on a 64-token grid (SM90).
+_GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class Page:
+    """One layer's cache as vLLM specs it: a page of ``block_size`` tokens."""
+
+    layer: int
+    kind: str
+    per_token: int  # attention bytes per token (0 for a state)
+    block_size: int
+    page_bytes: int
+    window: int | None = None
+    chunk: int | None = None
+    state_blocks: int = 0  # blocks one request keeps (state layers only)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Layers with equal keys have equal specs and share a bucket."""
+        return (self.kind, self.per_token, self.block_size, self.page_bytes, self.window,
+                self.chunk, self.state_blocks)
+
+    def blocks_per_request(self, max_model_len: int, in_flight: int) -> int:
+        """Blocks one request of ``max_model_len`` takes for a layer of this spec."""
+        if self.kind == "mamba":
+            return self.state_blocks
+        if self.kind == "sliding":
+            assert self.window is not None
+            held = min(self.window - 1 + in_flight, max_model_len)
+            return -(-held // self.block_size) + 1
+        if self.kind == "chunked":
+            assert self.chunk is not None
+            held = min(self.chunk + in_flight, max_model_len)
+            return -(-held // self.block_size)
+        return -(-max_model_len // self.block_size)
+
+
+def in_flight_tokens(settings: KVSettings, pipeline_parallel_size: int) -> int:
+    """Tokens scheduled but not yet settled: batches in flight x batched tokens.
+
+    With async scheduling the V2 model runner keeps ``pp + 1`` batches in
+    flight; without it, ``pp``.
+    """
+    batches = pipeline_parallel_size + (1 if settings.async_scheduling else 0)
+    return batches * settings.max_num_batched_tokens
+
+
+def _layers(spec: KVCacheSpec) -> tuple[LayerSpec, ...]:
+    if spec.layers:
+        return spec.layers
+    # A spec built by hand: its one stage, from the groups.
+    layers: list[LayerSpec] = []
+    for group in spec.layer_groups:
+        kind = "sliding" if group.sliding_window is not None else (
+            "mla" if spec.attention == "mla" else "full")
+        layers += [LayerSpec(kind=kind, bytes_per_token=group.bytes_per_token_per_layer,
+                             window=group.sliding_window)] * group.num_layers
+    return tuple(layers)
+
+
+def _hybrid_block_size(
+    layers: Sequence[LayerSpec], settings: KVSettings
+) -> tuple[int, int | None]:
+    """The block size a Mamba hybrid runs with, and the padded state page (else None)."""
+    states = [x for x in layers if x.has_cache and x.kind == "mamba"]
+    attention = [x for x in layers if x.has_cache and x.kind != "mamba"]
+    if not states or not attention:
+        return settings.block_size, None
+    state_page = max(x.state_bytes or 0 for x in states)
+    per_token = attention[0].bytes_per_token
+    align = max(_KERNEL_BLOCK, settings.block_size)
+    if settings.enable_prefix_caching and any(x.state_kind == "gdn" for x in states):
+        align = math.lcm(align, _GDN_CHECKPOINT_ALIGNMENT)
+    block = align * -(-state_page // (align * per_token))
+    block = _KERNEL_BLOCK * -(-block // _KERNEL_BLOCK)
+    block = max(settings.block_size, block)
+    return block, block * per_token
+
+
+def layer_pages(spec: KVCacheSpec, settings: KVSettings) -> list[Page]:
+    """Each cache-holding layer's page, after the hybrid block raise."""
+    layers = _layers(spec)
+    block, state_page = _hybrid_block_size(layers, settings)
+    state_blocks = (3 if settings.enable_prefix_caching else 1)
+    pages: list[Page] = []
+    for index, layer in enumerate(layers):
+        if not layer.has_cache:
+            continue
+        if layer.kind == "mamba":
+            page = state_page or (layer.state_bytes or 0)
+            blocks = state_blocks if layer.state_kind in ("mamba2", "gdn") else (
+                2 if settings.enable_prefix_caching else 1)
+            pages.append(Page(index, "mamba", 0, block, page, state_blocks=blocks))
+            continue
+        pages.append(Page(index, layer.kind, layer.bytes_per_token, block,
+                          block * layer.bytes_per_token, layer.window, layer.chunk))
+    return pages
+
+
+def unify_page_sizes(pages: Sequence[Page]) -> list[Page]:
+    """Make every page as large as the largest (vLLM unifies before grouping hybrids)."""
+    largest = max((p.page_bytes for p in pages), default=0)
+    unified: list[Page] = []
+    for page in pages:
+        if page.page_bytes == largest or page.kind == "mamba":
+            unified.append(replace(page, page_bytes=largest))
+        elif largest % page.page_bytes == 0:
+            # A smaller attention page takes a proportionally larger block.
+            ratio = largest // page.page_bytes
+            unified.append(replace(page, block_size=page.block_size * ratio, page_bytes=largest))
+        else:
+            unified.append(replace(page, page_bytes=largest))
+    return unified
+
+
+def _uniform_type(pages: Sequence[Page]) -> bool:
+    """Whether all layers need the same token slots (one group, pages summed)."""
+    if len({p.block_size for p in pages}) > 1:
+        return False
+    first = pages[0]
+    if first.kind in ("full", "mla"):
+        return all(p.kind == first.kind for p in pages)
+    if first.kind == "sliding":
+        return all(p.kind == "sliding" and p.window == first.window for p in pages)
+    if first.kind == "chunked":
+        return all(p.kind == "chunked" and p.chunk == first.chunk for p in pages)
+    return all(p.key == first.key for p in pages)
+
+
+def group_layers(pages: Sequence[Page]) -> list[list[Page]]:
+    """vLLM's KV-cache groups: buckets of equal specs, split by striding to one size."""
+    if not pages:
+        return []
+    if len({p.key for p in pages}) == 1 or _uniform_type(pages):
+        return [list(pages)]
+    pages = unify_page_sizes(pages)
+    buckets: dict[tuple[object, ...], list[Page]] = {}
+    for page in pages:
+        buckets.setdefault(page.key, []).append(page)
+    sizes = [len(b) for b in buckets.values()]
+    size = min(sizes)
+    if max(sizes) < size * 1.5:
+        size = max(sizes)
+    groups: list[list[Page]] = []
+    for bucket in buckets.values():
+        count = -(-len(bucket) // size)
+        groups += [bucket[i::count] for i in range(count)]
+    return groups
+
+
+def _stage_bytes_per_block(
+    groups: Sequence[Sequence[Page]], stages: Sequence[range]
+) -> list[int]:
+    """Per stage: bytes of one block, the widest group's pages on that stage."""
+    return [
+        max(sum(p.page_bytes for p in group if p.layer in stage) for group in groups)
+        for stage in stages
+    ]
+
+
+def _blocks_per_request(
+    groups: Sequence[Sequence[Page]], max_model_len: int, in_flight: int
+) -> int:
+    return sum(
+        max(p.blocks_per_request(max_model_len, in_flight) for p in group) for group in groups
+    )
+
+
+def estimate_max_model_len(
+    groups: Sequence[Sequence[Page]], bytes_per_block: int, available: int, limit: int,
+    in_flight: int,
+) -> int:
+    """vLLM's binary search: the largest length in [1, limit] whose request fits (0: none)."""
+
+    def fits(length: int) -> bool:
+        return bytes_per_block * _blocks_per_request(groups, length, in_flight) <= available
+
+    if not fits(1):
+        return 0
+    low, high, best = 1, limit, 1
+    while low <= high:
+        mid = (low + high) // 2
+        if fits(mid):
+            best, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
+class VllmKVManager:
+    """vLLM 0.33's hybrid KV-cache manager (see the module docstring)."""
+
+    name = "vllm"
+    version = VLLM_VERSION
+    default_block_size = 16
+
+    def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
+        """vLLM's KV cache for ``budget_bytes`` on each rank (``kv_cache_memory_bytes``).
+
+        Raises:
+            InsufficientMemoryError: vLLM would refuse to start: no memory for
+                the cache, or one request of ``max_model_len`` does not fit
+                (``estimated_max_model_len`` is vLLM's estimate), or an
+                auto-fit finds no length.
+        """
+        pages = layer_pages(spec, settings)
+        if not pages:
+            raise InvalidInputError(
+                f"{spec.model_name} has no layer with a KV cache: nothing to plan"
+            )
+        groups = group_layers(pages)
+        pp = spec.pipeline_parallel_size
+        total = len(_layers(spec))
+        parts = pipeline_partition(total, pp) if spec.layers else (total,)
+        starts = [sum(parts[:i]) for i in range(len(parts))]
+        stages = [range(s, s + n) for s, n in zip(starts, parts, strict=True)]
+        stage_bpb = _stage_bytes_per_block(groups, stages)
+        if min(stage_bpb) <= 0:
+            raise InvalidInputError(
+                f"a pipeline stage of {spec.model_name} holds no KV-cache layer; vLLM cannot "
+                f"size its pool: use fewer pipeline stages"
+            )
+        in_flight = in_flight_tokens(settings, pp)
+        derived = settings.derived_max_model_len or spec.max_position_embeddings
+        max_len = settings.max_model_len
+        notes: list[str] = []
+        if max_len == -1:
+            if derived is None:
+                raise InvalidInputError(
+                    f"max_model_len=-1 fits up to the model's own longest length, but the "
+                    f"config of {spec.model_name} gives no max_position_embeddings: pass a "
+                    f"max_model_len"
+                )
+            fitted = min(
+                estimate_max_model_len(groups, bpb, budget_bytes - bpb, derived, in_flight)
+                for bpb in stage_bpb
+            )
+            if fitted <= 0:
+                raise InsufficientMemoryError(
+                    f"Cannot auto-fit max_model_len: {format_gib(budget_bytes)} of KV cache "
+                    f"({budget_bytes} bytes) holds not even one token of {spec.model_name} "
+                    f"after vLLM's null block: give the KV cache more memory",
+                    estimated_max_model_len=0,
+                )
+            max_len = min(derived, fitted)
+            notes.append(f"max_model_len=-1 auto-fit to {max_len} tokens")
+        for bpb in stage_bpb:
+            available = budget_bytes - bpb
+            if available <= 0:
+                raise InsufficientMemoryError(
+                    f"No available memory for the cache blocks: the KV-cache budget of "
+                    f"{budget_bytes} bytes does not exceed one block of {bpb} bytes (vLLM "
+                    f"holds one block back as its null block): give the KV cache more memory",
+                    estimated_max_model_len=0,
+                )
+            needed = bpb * _blocks_per_request(groups, max_len, in_flight)
+            if needed > available:
+                estimate = estimate_max_model_len(groups, bpb, available, max_len, in_flight)
+                raise InsufficientMemoryError(
+                    f"To serve one request of max_model_len={max_len}, vLLM {VLLM_VERSION} needs "
+                    f"{format_gib(needed)} ({needed} bytes) of KV cache, more than the "
+                    f"{format_gib(available)} ({available} bytes) available after its null "
+                    f"block. vLLM's estimate of the largest max_model_len that fits is "
+                    f"{estimate}: set max_model_len to at most {estimate}, or give the KV cache "
+                    f"more memory",
+                    estimated_max_model_len=estimate,
+                )
+        stage_blocks = tuple(budget_bytes // bpb for bpb in stage_bpb)
+        num_blocks = min(stage_blocks)
+        limiting = stage_bpb[stage_blocks.index(num_blocks)]
+        per_request = _blocks_per_request(groups, max_len, in_flight)
+        concurrency = num_blocks / per_request
+        if any(p.kind == "mamba" for p in pages) and pages[0].block_size != settings.block_size:
+            notes.append(
+                f"block size raised from {settings.block_size} to {pages[0].block_size} tokens "
+                f"so an attention page holds a Mamba/linear-attention state"
+            )
+        return KVLayout(
+            engine=self.name,
+            engine_version=self.version,
+            budget_bytes=budget_bytes,
+            block_size=pages[0].block_size,
+            block_bytes=limiting,
+            num_blocks=num_blocks,
+            stage_blocks=stage_blocks,
+            max_model_len=max_len,
+            blocks_per_request=per_request,
+            kv_tokens=int(concurrency * max_len),
+            max_concurrency=concurrency,
+            groups=tuple(_describe(group, max_len, in_flight) for group in groups),
+            notes=tuple(notes),
+        )
+
+    def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
+        """``layout`` with ``num_blocks`` blocks, refused as vLLM refuses (null block held back).
+
+        Raises:
+            InsufficientMemoryError: one request no longer fits.
+        """
+        if (num_blocks - 1) * layout.block_bytes < layout.request_bytes:
+            raise InsufficientMemoryError(
+                f"{num_blocks} blocks of {layout.block_bytes} bytes leave "
+                f"{(num_blocks - 1) * layout.block_bytes} bytes after vLLM's null block, less "
+                f"than one request of max_model_len={layout.max_model_len} needs "
+                f"({layout.request_bytes} bytes): lower max_model_len or give every rank more "
+                f"KV-cache memory"
+            )
+        concurrency = num_blocks / layout.blocks_per_request
+        return layout.model_copy(update={
+            "num_blocks": num_blocks, "max_concurrency": concurrency,
+            "kv_tokens": int(concurrency * layout.max_model_len),
+        })
+
+    def log_lines(self, layout: KVLayout) -> list[str]:
+        """vLLM 0.33's start-up lines about the KV cache."""
+        return [
+            f"Available KV cache memory: {layout.budget_bytes / (1 << 30):.2f} GiB",
+            f"GPU KV cache size: {layout.kv_tokens:,} tokens",
+            f"Maximum concurrency for {layout.max_model_len:,} tokens per request: "
+            f"{layout.max_concurrency:.2f}x",
+        ]
+
+
+def _describe(group: Sequence[Page], max_model_len: int, in_flight: int) -> KVGroup:
+    first = group[0]
+    return KVGroup(
+        kind=first.kind,
+        layers=tuple(p.layer for p in group),
+        page_bytes=first.page_bytes,
+        block_size=first.block_size,
+        window=first.window,
+        chunk=first.chunk,
+        blocks_per_request=max(p.blocks_per_request(max_model_len, in_flight) for p in group),
+    )

@@ -1,0 +1,430 @@
+"""vLLM's start-up, as it bears on memory: what one rank holds before the KV cache.
+
+vLLM (V1 engine; rules of the release in :data:`VERSION`) sizes the KV cache
+of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``)::
+
+    kv_cache_bytes = total x gpu_memory_utilization
+                     - weights - activation peak - non-torch growth - CUDA-graph estimate
+
+:func:`estimate_startup` computes every term offline, without a device:
+
+* **weights**: :func:`memacct.planner.weights.estimate_weights` (the engine's
+  per-rank sharding and quantized layouts);
+* **activation peak** of the profile run (``gpu_model_runner.py``,
+  ``profile_run``): a dummy forward over ``max_num_batched_tokens`` tokens,
+  then the dummy sampler over ``max_num_seqs`` rows of logits with top-k and
+  top-p on. The sampler's peak is :data:`SAMPLER_BYTES_PER_LOGIT` bytes per
+  (row x vocabulary entry) on every rank (the logits are gathered whole
+  under TP), which is why it grows with the vocabulary, not the model;
+* **non-torch growth**: memory outside PyTorch's allocator that appears after
+  the engine's own baseline snapshot (NCCL and custom all-reduce buffers
+  under TP), :data:`NON_TORCH_TP1_BYTES` / :data:`NON_TORCH_TP_BYTES`;
+* **CUDA graphs**: the pool of the largest captured batch, charged by
+  default as vLLM 0.33 does and zero with ``enforce_eager``.
+
+Defaults follow ``vllm serve`` per device class when the user sets none
+(``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``). Sources and
+measurements of each term are in ``docs/engines.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memacct.engines.forward import TransformerWorkload
+from memacct.errors import InvalidInputError
+from memacct.planner.spec import KVCacheSpec
+from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
+from memacct.units import GiB, MiB
+
+__all__ = [
+    "CUDAGRAPH_CHARGED_SINCE",
+    "NON_TORCH_TP1_BYTES",
+    "NON_TORCH_TP_BYTES",
+    "SAMPLER_BYTES_PER_LOGIT",
+    "SAMPLER_TRITON_BYTES_PER_LOGIT",
+    "TRITON_SAMPLER_SINCE",
+    "VERSION",
+    "StartupEstimate",
+    "StartupSettings",
+    "VllmStartup",
+    "batch_defaults",
+    "capture_sizes",
+    "full_capture_sizes",
+    "parse_version",
+    "trace_peak",
+]
+
+VERSION = "0.33"
+
+SAMPLER_BYTES_PER_LOGIT = 36
+"""Bytes per logit the dummy sampler holds at its peak, besides the model-dtype logits.
+
+``vllm/v1/sample/ops/topk_topp_sampler.py`` (the sort path of
+``apply_top_k_top_p``): the float32 logits (4), the sorted values (4) and their
+int64 indices (8), the top-k and top-p masks (1 + 1), the softmax over the sorted
+values (4), and the sort's own scratch (14, the part measured rather than read:
+seven vLLM 0.11 start-ups on H100 with max_num_seqs 1024 measured 37.4-38.9 bytes
+per logit in all, docs/accuracy.md). Releases that route batches of 8 or more
+through a Triton top-k/top-p kernel instead of the sort hold less.
+"""
+
+NON_TORCH_TP1_BYTES = round(0.13 * GiB)
+"""Non-torch growth after vLLM's baseline on one GPU (cuBLAS/attention workspaces): 0.13 GiB
+measured on H100 by vLLM 0.11 for five models of 0.6B-32B."""
+
+NON_TORCH_TP_BYTES = round(0.55 * GiB)
+"""The same under tensor parallelism (NCCL and custom all-reduce buffers): 0.54-0.55 GiB
+measured at TP2 on H100 (Qwen3-32B, Llama-3.3-70B)."""
+
+SAMPLER_TRITON_BYTES_PER_LOGIT = 12
+"""The same on the Triton top-k/top-p path (vllm-project/vllm#33538, from the February 2026
+releases on, for batches of 8 or more): the kernel masks the float32 logits in place, then
+``random_sample`` holds the float32 logits (4), their softmax (4) and the exponential draws
+of the same shape (4), plus :data:`SAMPLER_TRITON_BUFFER_BYTES`."""
+
+SAMPLER_TRITON_BUFFER_BYTES = 80 * MiB
+"""The Triton top-k/top-p kernel's own buffers ("around ~80MiB of extra VRAM",
+vllm-project/vllm#33538)."""
+
+TRITON_SAMPLER_SINCE = (0, 17)
+"""The first release memacct takes to carry the Triton top-k/top-p sampler: #33538 merged in
+February 2026, and the vLLM 0.21 start-up of docs/accuracy.md (Qwen3-8B on an RTX A5000)
+leaves no room for the sort path's 38 bytes per logit."""
+
+CUDAGRAPH_CHARGED_SINCE = (0, 21)
+"""vLLM charges its CUDA-graph estimate by default since v0.21.0 (its start-up log says so)."""
+
+GRAPH_BYTES_PER_LAYER_WIDTH = 36
+"""Per captured graph, bytes per (layer x hidden unit): its kernels' parameter buffers and
+the outputs it keeps. Qwen3-0.6B (28 x 1024) grew 0.10 GiB capturing 102 graphs in vLLM 0.11;
+vLLM 0.21 estimated 0.52 GiB for Qwen3-8B (36 x 4096) and 86 graphs: 35-40 bytes each."""
+
+
+def parse_version(text: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a release such as ``0.11.0``, ``0.11.x`` or ``v0.6.5.dev``; else None."""
+    if not isinstance(text, str):
+        return None
+    match = re.match(r"\s*v?(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
+    """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) for a device.
+
+    ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 8192
+    tokens and 1024 sequences on a device of at least 70 GiB that is not an
+    A100 (H100, H200, B200, MI300X), else 2048 and 256.
+    """
+    if total_memory >= 70 * GiB and "a100" not in device_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    """The batch sizes vLLM captures piecewise CUDA graphs for by default.
+
+    1, 2, 4, then every 8 up to 256 and every 16 above, up to
+    ``min(2 x max_num_seqs, 512)`` (``vllm/config/compilation.py``). vLLM logs them as
+    "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)".
+    """
+    largest = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
+    return [s for s in sizes if s <= largest]
+
+
+def full_capture_sizes(max_num_seqs: int) -> list[int]:
+    """The decode batch sizes captured as full graphs (``FULL_AND_PIECEWISE``, the default).
+
+    The piecewise sizes that do not exceed ``max_num_seqs`` (a decode step has one
+    token per request): 35 sizes for 256 sequences, as vLLM logs them.
+    """
+    return [s for s in capture_sizes(max_num_seqs) if s <= max_num_seqs]
+
+
+def trace_peak(trace: Sequence[int]) -> int:
+    """The largest live byte count of an allocation trace (see :mod:`memacct.engines.forward`)."""
+    sizes: list[int] = []
+    live = peak = 0
+    for op in trace:
+        if op >= 0:
+            sizes.append(op)
+            live += op
+            peak = max(peak, live)
+        else:
+            live -= sizes[~op]
+    return peak
+
+
+@dataclass(frozen=True)
+class StartupSettings:
+    """The engine settings a start-up depends on (``None``: the engine's default)."""
+
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+    charge_cudagraphs: bool | None = None
+    mxfp4_layout: str | None = None
+    engine_version: str | None = None
+
+
+@dataclass(frozen=True)
+class StartupEstimate:
+    """One rank right before the KV cache is allocated, and the KV budget the engine computes.
+
+    All sizes in bytes. ``kv_cache_bytes`` may be negative: the engine then
+    refuses to start.
+    """
+
+    engine: str
+    version: str
+    total_memory: int
+    gpu_memory_utilization: float
+    requested_memory: int
+    weights_memory: int
+    activation_peak: int
+    non_allocator_increase: int
+    cudagraph_memory: int
+    cudagraph_charged: bool
+    kv_cache_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    weights: WeightEstimate
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def non_kv_cache_memory(self) -> int:
+        """Weights + activation peak + non-torch growth (+ graphs where charged)."""
+        graphs = self.cudagraph_memory if self.cudagraph_charged else 0
+        return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
+
+
+def _device_class(device_name: str) -> str:
+    name = device_name.lower()
+    if any(k in name for k in ("h100", "h200", "h800", "h20")):
+        return "hopper"
+    if any(k in name for k in ("b200", "b100", "gb200", "rtx-5090", "blackwell")):
+        return "blackwell"
+    return "marlin"
+
+
+class VllmStartup:
+    """vLLM's start-up model (V1 engine).
+
+    Attributes:
+        name: the engine's name.
+        version: the vLLM release whose rules this follows.
+        sampler_bytes_per_logit: bytes per logit of the dummy sampler,
+            besides the model-dtype logits.
+        non_torch: (one GPU, tensor parallel) non-torch growth.
+    """
+
+    name = "vllm"
+    version = VERSION
+    sampler_bytes_per_logit = SAMPLER_BYTES_PER_LOGIT
+    non_torch = (NON_TORCH_TP1_BYTES, NON_TORCH_TP_BYTES)
+    graphs = True
+
+    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+        return batch_defaults(total_memory, device_name)
+
+    def estimate(
+        self,
+        config: Mapping[str, Any],
+        *,
+        total_memory: int,
+        device_name: str = "",
+        settings: StartupSettings | None = None,
+        weights: WeightEstimate | None = None,
+    ) -> StartupEstimate:
+        """Estimate one rank's start-up on a device of ``total_memory`` bytes.
+
+        Args:
+            config: the model's ``config.json``.
+            total_memory: the device's total memory as the runtime reports it.
+            device_name: the device's name (selects the engine's defaults and
+                the MXFP4 kernel layout).
+            settings: the engine's settings; ``None`` fields take its defaults.
+            weights: the weights when known already (e.g. from a checkpoint).
+
+        Raises:
+            InvalidInputError: a setting out of range.
+            ConfigError: the config lacks a size the estimate needs.
+        """
+        s = settings or StartupSettings()
+        if not 0 < s.gpu_memory_utilization <= 1:
+            raise InvalidInputError(
+                f"gpu_memory_utilization must be in (0, 1], got {s.gpu_memory_utilization!r}"
+            )
+        if isinstance(total_memory, bool) or not isinstance(total_memory, int) or total_memory <= 0:
+            raise InvalidInputError(
+                f"total_memory must be a positive byte count, got {total_memory!r}"
+            )
+        notes: list[str] = []
+        d_tokens, d_seqs = self.defaults(total_memory, device_name)
+        tokens = s.max_num_batched_tokens or d_tokens
+        seqs = s.max_num_seqs or d_seqs
+        if s.max_num_batched_tokens is None or s.max_num_seqs is None:
+            notes.append(
+                f"{self.name} defaults on this device: max_num_batched_tokens {d_tokens}, "
+                f"max_num_seqs {d_seqs}"
+            )
+        layout = s.mxfp4_layout or _device_class(device_name)
+        if weights is None:
+            weights = estimate_weights(
+                config, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
+            )
+        spec = KVCacheSpec.from_hf_config(
+            dict(config),
+            kv_cache_dtype=_kv_dtype(config, s.kv_cache_dtype),
+            tensor_parallel_size=s.tensor_parallel_size,
+        )
+        version = parse_version(s.engine_version) or parse_version(self.version)
+        activation = self.activation_peak(config, spec, tokens, seqs, s, version)
+        tp = s.tensor_parallel_size
+        non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
+        graphs = (
+            0
+            if (s.enforce_eager or not self.graphs)
+            else self.cudagraph_memory(config, spec, seqs, tokens, s)
+        )
+        requested = int(total_memory * s.gpu_memory_utilization)
+        charge = s.charge_cudagraphs
+        if charge is None:
+            charge = version is None or version >= CUDAGRAPH_CHARGED_SINCE
+        charged = charge and graphs > 0
+        kv = requested - weights.total_bytes - activation - non_torch - (graphs if charged else 0)
+        return StartupEstimate(
+            engine=self.name,
+            version=s.engine_version or self.version,
+            total_memory=total_memory,
+            gpu_memory_utilization=s.gpu_memory_utilization,
+            requested_memory=requested,
+            weights_memory=weights.total_bytes,
+            activation_peak=activation,
+            non_allocator_increase=non_torch,
+            cudagraph_memory=graphs,
+            cudagraph_charged=charged,
+            kv_cache_bytes=kv,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=seqs,
+            weights=weights,
+            notes=tuple(notes),
+        )
+
+    def _workload(
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        tokens: int,
+        seqs: int,
+        s: StartupSettings,
+    ) -> TransformerWorkload:
+        return TransformerWorkload(
+            spec,
+            config,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=seqs,
+            block_size=s.block_size,
+            max_model_len=s.max_model_len,
+        )
+
+    def sampler_peak(
+        self,
+        spec: KVCacheSpec,
+        config: Mapping[str, Any],
+        seqs: int,
+        version: tuple[int, int] | None = None,
+    ) -> int:
+        """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary.
+
+        The sort path before :data:`TRITON_SAMPLER_SINCE`, the Triton path from it on
+        (for 8 rows or more; ``None``: this model's release).
+        """
+        vocab = int(spec.vocab_size or 0)
+        logits_dtype = spec.dtype_bytes or 2
+        per_logit = self.sampler_bytes_per_logit
+        extra = 0
+        version = version or parse_version(self.version)
+        triton = self.sampler_bytes_per_logit == SAMPLER_BYTES_PER_LOGIT and seqs >= 8
+        if triton and (version is None or version >= TRITON_SAMPLER_SINCE):
+            per_logit, extra = SAMPLER_TRITON_BYTES_PER_LOGIT, SAMPLER_TRITON_BUFFER_BYTES
+        return seqs * vocab * (logits_dtype + per_logit) + extra
+
+    def activation_peak(
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        tokens: int,
+        seqs: int,
+        s: StartupSettings,
+        version: tuple[int, int] | None = None,
+    ) -> int:
+        """The profile run's peak: the larger of the forward pass and the sampler after it."""
+        work = self._workload(config, spec, tokens, seqs, s)
+        forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
+        hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
+        # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
+        rows = min(seqs, tokens)
+        return max(forward, hidden + self.sampler_peak(spec, config, rows, version))
+
+    def cudagraph_memory(
+        self,
+        config: Mapping[str, Any],
+        spec: KVCacheSpec,
+        seqs: int,
+        tokens: int,
+        s: StartupSettings,
+    ) -> int:
+        """The graph pool: the forward of the largest captured batch, plus each graph's overhead.
+
+        Graphs are captured largest first into one shared pool, so the pool
+        holds the activations of the largest batch; each graph, piecewise or
+        full, adds its own small buffers. vLLM charges its own estimate of this
+        by default since v0.21 ("CUDA graph memory profiling is enabled (default
+        since v0.21.0)" in its start-up log).
+        """
+        sizes = capture_sizes(seqs)
+        graphs = len(sizes) + len(full_capture_sizes(seqs))
+        largest = min(max(sizes), tokens)
+        work = self._workload(config, spec, max(tokens, largest), max(seqs, largest), s)
+        pool = trace_peak(work.forward_trace(largest, largest))
+        per_graph = GRAPH_BYTES_PER_LAYER_WIDTH * spec.num_layers * spec.hidden_size
+        return pool + graphs * per_graph
+
+
+def _kv_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
+    """vLLM's ``auto`` for a config that names no dtype: it serves such models in bfloat16."""
+    if kv_cache_dtype.strip().lower() != "auto":
+        return kv_cache_dtype
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, Mapping) else config
+    if merged.get("torch_dtype") is None and merged.get("dtype") is None:
+        quant = merged.get("quantization_config")
+        if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):
+            return kv_cache_dtype
+        return "bfloat16"
+    if str(merged.get("torch_dtype") or merged.get("dtype")).lower() in (
+        "float32",
+        "torch.float32",
+    ):
+        return "bfloat16"
+    return kv_cache_dtype
+
+
+STARTUP = VllmStartup()
+"""vLLM's start-up model, for ``Engine(startup=...)``."""
+
+
+def with_settings(settings: StartupSettings, **changes: Any) -> StartupSettings:
+    """A copy of ``settings`` with ``changes`` applied."""
+    return replace(settings, **changes)

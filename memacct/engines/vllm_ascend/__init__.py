@@ -1,0 +1,15 @@
+"""vllm-ascend: vLLM's KV-cache manager on Ascend NPUs.
+
+vllm-ascend plugs its platform into vLLM and keeps vLLM's KV-cache grouping,
+pool and refusal rules, so its KV plan is vLLM's (see ``docs/engines.md``).
+"""
+
+from __future__ import annotations
+
+from memacct.engines.base import Engine
+from memacct.engines.vllm.kv import VLLM_VERSION, VllmKVManager
+from memacct.engines.vllm_ascend.startup import STARTUP
+
+__all__ = ["ENGINE"]
+
+ENGINE = Engine(name="vllm-ascend", version=VLLM_VERSION, kv=VllmKVManager(), startup=STARTUP)

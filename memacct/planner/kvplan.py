@@ -1,0 +1,364 @@
+"""The KV-cache plan: what an engine gets, in bytes, blocks and tokens, and why (contract).
+
+:class:`KVCachePlan` is what :func:`memacct.plan_kv_cache` returns; its
+:meth:`KVCachePlan.report` prints the seed's "Memory profiling results" block,
+memacct's own lines, then the lines the engine itself logs (vLLM 0.33:
+"Available KV cache memory", "GPU KV cache size", "Maximum concurrency").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memacct.engines.base import KVGroup, KVLayout
+from memacct.errors import InvalidInputError
+from memacct.io import atomic_write_text, read_text
+from memacct.models import TruthSource, load_model_json
+from memacct.planner.spec import KVCacheSpec
+from memacct.units import format_gib
+
+__all__ = ["PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "Provenance"]
+
+PLAN_FORMAT_VERSION = 2
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+_NAME_WIDTH = 23  # the column vLLM's "Memory profiling results" block aligns values at
+
+
+class Provenance(BaseModel):
+    """Where a plan's numbers came from.
+
+    Attributes:
+        backend: backend that measured the profile.
+        device: device index it measured.
+        truth_source: the resolved truth source of the activation peak.
+        requested_truth_source: what was asked for (``auto`` included).
+        truth_source_reason: why the truth source was chosen.
+        fragmentation: ``(reserved - allocated) / reserved`` at the profile's peak.
+        allocator_settings: allocator environment variables in effect.
+        free_at_start: free device memory at the baseline, bytes.
+        other_processes_at_baseline: other processes' memory at the baseline,
+            bytes, or ``None`` where the backend cannot attribute it.
+        memacct_version: the memacct that made the plan.
+        created_at: ``time.time()`` when the plan was made.
+        overrides: overrides that replaced ``gpu_memory_utilization``, one
+            ``name=value`` each.
+        profile_warnings: the profile's warnings (another process moving
+            memory during profiling, ...), repeated so they travel with the plan.
+    """
+
+    model_config = _FROZEN
+
+    backend: str
+    device: int = Field(ge=0)
+    truth_source: TruthSource
+    requested_truth_source: TruthSource
+    truth_source_reason: str = ""
+    fragmentation: float = Field(ge=0.0, le=1.0)
+    allocator_settings: dict[str, str] = Field(default_factory=dict)
+    free_at_start: int = Field(ge=0)
+    other_processes_at_baseline: int | None = Field(default=None, ge=0)
+    memacct_version: str
+    created_at: float
+    overrides: tuple[str, ...] = ()
+    profile_warnings: tuple[str, ...] = ()
+
+
+class Agreement(BaseModel):
+    """The ranks of a process group agreeing on one block count (see :func:`agree`).
+
+    Attributes:
+        ranks: each rank's ``num_blocks`` before agreeing, in group-rank order.
+        min: the block count every rank took (the smallest).
+        rank: this process's rank in the group.
+        world_size: ranks in the group.
+        backend: the ``torch.distributed`` backend, or ``"none"`` for the
+            single-rank no-op outside any process group.
+    """
+
+    model_config = _FROZEN
+
+    ranks: tuple[int, ...] = Field(min_length=1)
+    min: int = Field(gt=0)
+    rank: int = Field(ge=0)
+    world_size: int = Field(ge=1)
+    backend: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Agreement:
+        if len(self.ranks) != self.world_size:
+            raise ValueError(
+                f"ranks has {len(self.ranks)} entries for world_size {self.world_size}"
+            )
+        if self.min != min(self.ranks):
+            raise ValueError(f"min ({self.min}) must be the smallest of ranks {list(self.ranks)}")
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
+        return self
+
+
+
+class KVCachePlan(BaseModel):
+    """How much of a device the KV cache gets, in bytes, blocks and tokens, and why (contract).
+
+    Sizes are bytes, for one rank. ``kv_cache_bytes`` is the budget;
+    ``kv_cache_used_bytes`` the whole blocks the engine allocates from it.
+    The profile's fields (``total_memory`` ... ``profile_duration_s``,
+    ``provenance``) are ``None`` for a plan made from ``kv_cache_memory_bytes``
+    alone.
+
+    Attributes:
+        engine: the engine whose KV-cache manager made the plan.
+        engine_version: the engine release its rules come from.
+        total_memory: device memory, bytes.
+        gpu_memory_utilization: the fraction of ``total_memory`` asked for.
+        target_allocation: what this instance may hold: ``int(total x
+            utilization)``, or non-KV memory plus an override's cache.
+        non_kv_cache_memory: weights + activation peak + non-allocator increase.
+        weights_memory: the model's weights.
+        activation_peak: the profile's activation peak.
+        non_allocator_increase: memory outside the allocator gained since baseline.
+        kv_cache_bytes: the KV-cache budget of each rank.
+        block_size: tokens per block (after any raise by the engine).
+        block_bytes: bytes one block takes on the rank that limits the pool.
+        num_blocks: the engine's block count (vLLM's ``num_gpu_blocks``; with
+            pipeline parallelism, the whole pipeline's: the fewest of any stage).
+        num_tokens: ``num_blocks x block_size``.
+        kv_tokens: the tokens the engine logs ("GPU KV cache size: N tokens").
+        kv_cache_used_bytes: ``num_blocks x block_bytes``.
+        max_model_len: the longest request, tokens (after a ``-1`` auto-fit).
+        max_num_batched_tokens: tokens one scheduler step may process.
+        max_num_seqs: sequences one step may hold, when given.
+        async_scheduling: whether the engine schedules one step ahead.
+        blocks_per_request: blocks one request of ``max_model_len`` takes.
+        request_bytes: ``blocks_per_request x block_bytes``.
+        max_concurrency: the engine's "Maximum concurrency" figure.
+        groups: the engine's KV-cache groups.
+        stage_blocks: each pipeline stage's block count before the minimum.
+        engine_notes: rules the engine applied, one sentence each.
+        profile_duration_s: wall time of the profile.
+        spec: the model's KV-cache geometry on this rank.
+        provenance: where the numbers came from.
+        agreement: set by :func:`agree` when ranks took a common block count.
+        allocator_reserve_bytes: bytes of ``kv_cache_bytes`` left free for the
+            allocator: the profile's fragmentation allowance plus what the
+            allocator adds when it rounds each layer's KV-cache tensor to its
+            growth granularity (0 for profiles that record neither).
+    """
+
+    model_config = _FROZEN
+
+    format_version: int = PLAN_FORMAT_VERSION
+    engine: str = "vllm"
+    engine_version: str
+    total_memory: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    target_allocation: int | None = Field(default=None, gt=0)
+    non_kv_cache_memory: int = Field(default=0, ge=0)
+    weights_memory: int = Field(default=0, ge=0)
+    activation_peak: int = Field(default=0, ge=0)
+    non_allocator_increase: int = 0
+    kv_cache_bytes: int = Field(gt=0)
+    block_size: int = Field(gt=0)
+    block_bytes: int = Field(gt=0)
+    num_blocks: int = Field(gt=0)
+    num_tokens: int = Field(gt=0)
+    kv_tokens: int = Field(ge=0)
+    kv_cache_used_bytes: int = Field(gt=0)
+    max_model_len: int = Field(gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    async_scheduling: bool = True
+    blocks_per_request: int = Field(gt=0)
+    request_bytes: int = Field(gt=0)
+    max_concurrency: float = Field(ge=0.0)
+    groups: tuple[KVGroup, ...] = ()
+    stage_blocks: tuple[int, ...] = ()
+    engine_notes: tuple[str, ...] = ()
+    profile_duration_s: float | None = Field(default=None, ge=0.0)
+    spec: KVCacheSpec
+    provenance: Provenance | None = None
+    agreement: Agreement | None = None
+    allocator_reserve_bytes: int = Field(default=0, ge=0)
+    cudagraph_memory: int = Field(default=0, ge=0)
+    retained_memory: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KVCachePlan:
+        if self.format_version != PLAN_FORMAT_VERSION:
+            raise ValueError(
+                f"format_version {self.format_version} is not supported by this memacct "
+                f"(it reads version {PLAN_FORMAT_VERSION}): plan again with this version"
+            )
+        checks = [
+            ("non_kv_cache_memory", self.non_kv_cache_memory,
+             self.weights_memory + self.activation_peak + self.non_allocator_increase
+             + self.cudagraph_memory + self.retained_memory),
+            ("kv_cache_used_bytes", self.kv_cache_used_bytes, self.num_blocks * self.block_bytes),
+            ("num_tokens", self.num_tokens, self.num_blocks * self.block_size),
+            ("request_bytes", self.request_bytes, self.blocks_per_request * self.block_bytes),
+        ]
+        if self.target_allocation is not None:
+            checks.append(("kv_cache_bytes", self.kv_cache_bytes,
+                           self.target_allocation - self.non_kv_cache_memory))
+        for name, value, expected in checks:
+            if value != expected:
+                raise ValueError(f"{name} ({value}) is inconsistent: expected {expected}")
+        if (self.target_allocation is not None and self.total_memory is not None
+                and self.target_allocation > self.total_memory):
+            raise ValueError("target_allocation exceeds total_memory")
+        if self.kv_cache_used_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
+            raise ValueError("kv_cache_used_bytes + allocator_reserve_bytes exceeds kv_cache_bytes")
+        # True division of absurd integers overflows here: load_model_json reports it.
+        concurrency = (
+            self.kv_tokens / self.max_model_len if self.engine == "sglang"
+            else self.num_blocks / self.blocks_per_request
+        )
+        if not math.isclose(self.max_concurrency, concurrency, rel_tol=1e-9):
+            raise ValueError(f"max_concurrency ({self.max_concurrency}) must be {concurrency}")
+        if self.agreement is not None and self.num_blocks != self.agreement.min:
+            raise ValueError("num_blocks must equal the agreed minimum")
+        return self
+
+    def layout(self) -> KVLayout:
+        """The engine's KV cache this plan holds, as the engine's manager describes it."""
+        return KVLayout(
+            engine=self.engine, engine_version=self.engine_version,
+            budget_bytes=self.kv_cache_bytes - self.allocator_reserve_bytes,
+            block_size=self.block_size, block_bytes=self.block_bytes,
+            num_blocks=self.num_blocks, stage_blocks=self.stage_blocks,
+            max_model_len=self.max_model_len, blocks_per_request=self.blocks_per_request,
+            kv_tokens=self.kv_tokens, max_concurrency=self.max_concurrency,
+            groups=self.groups, notes=self.engine_notes,
+        )
+
+    def engine_lines(self) -> list[str]:
+        """The lines the engine itself logs about this KV cache."""
+        from memacct.engines import get_engine
+
+        return get_engine(self.engine).kv.log_lines(self.layout())
+
+    def report(self) -> str:
+        """The seed's "Memory profiling results" block, memacct's lines, then the engine's.
+
+        The first eight lines are exactly the block vLLM users know
+        (``baseline_memory`` = weights + non-allocator increase,
+        ``max_inference_spike`` = activation peak, ``kv_cache_size`` =
+        target - baseline - spike); the lines after them add the truth source,
+        fragmentation, blocks, tokens and concurrency, one ``profile_warning``
+        line for each warning of the profile, and last the engine's own lines
+        (vLLM 0.33: "Available KV cache memory", "GPU KV cache size",
+        "Maximum concurrency"). A plan without a profile starts at the blocks.
+        """
+        rows: list[tuple[str, str]] = []
+        lines: list[str] = []
+        prov = self.provenance
+        if prov is not None and self.total_memory is not None:
+            utilization = f"{self.gpu_memory_utilization}"
+            if prov.overrides:
+                utilization += f" (overridden by {', '.join(prov.overrides)})"
+            truth = str(prov.truth_source)
+            if prov.truth_source_reason:
+                truth += f" ({prov.truth_source_reason})"
+            rows += [
+                ("duration", f"{self.profile_duration_s or 0.0:.2f} seconds"),
+                ("total_gpu_memory", format_gib(self.total_memory)),
+                ("gpu_memory_utilization", utilization),
+                ("target_allocation", format_gib(self.target_allocation or 0)),
+                ("baseline_memory", format_gib(self.weights_memory + self.non_allocator_increase)),
+                ("max_inference_spike", format_gib(self.activation_peak)),
+                ("kv_cache_size", format_gib(self.kv_cache_bytes)),
+                ("truth_source", truth),
+                ("fragmentation", f"{prov.fragmentation:.1%}"),
+            ]
+            lines.append("Memory profiling results:")
+        else:
+            lines.append(f"KV cache plan ({self.engine} {self.engine_version}):")
+            rows.append(("kv_cache_size", format_gib(self.kv_cache_bytes)))
+        rows += [
+            ("num_gpu_blocks", str(self.num_blocks)),
+            ("block_size", f"{self.block_size} tokens, {self.block_bytes} bytes per block"),
+            ("kv_cache_tokens", str(self.kv_tokens)),
+            ("max_concurrency",
+             f"{self.max_concurrency:.2f}x for {self.max_model_len} tokens per request"),
+        ]
+        if prov is not None:
+            rows += [("profile_warning", warning) for warning in prov.profile_warnings]
+        if self.allocator_reserve_bytes:
+            rows.append((
+                "allocator_reserve",
+                f"{format_gib(self.allocator_reserve_bytes)} of the cache budget left to the "
+                f"allocator (fragmentation allowance, KV tensor rounding)",
+            ))
+        if self.agreement is not None and self.agreement.world_size > 1:
+            rows.append((
+                "agreed_num_gpu_blocks",
+                f"{self.agreement.min}, the smallest of {self.agreement.world_size} ranks "
+                f"{list(self.agreement.ranks)}",
+            ))
+        lines += [f"{name:<{_NAME_WIDTH}}{value}" for name, value in rows]
+        lines += self.engine_lines()
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        where = (
+            f"{self.provenance.backend}:{self.provenance.device}"
+            if self.provenance is not None else self.engine
+        )
+        return (
+            f"KV cache on {where}: {self.num_blocks} blocks x {self.block_size} tokens, "
+            f"{self.kv_tokens} tokens ({format_gib(self.kv_cache_used_bytes)}), "
+            f"{self.max_concurrency:.2f}x concurrency at {self.max_model_len} tokens"
+        )
+
+    def with_num_blocks(self, num_blocks: int, agreement: Agreement | None = None) -> KVCachePlan:
+        """A copy with ``num_blocks`` blocks and the numbers that follow from it recomputed.
+
+        Raises:
+            InvalidInputError: more blocks than the budget holds, or none.
+            InsufficientMemoryError: one request of ``max_model_len`` no longer
+                fits, as the engine counts it.
+        """
+        from memacct.engines import get_engine
+
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
+            raise InvalidInputError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+        if num_blocks * self.block_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
+            raise InvalidInputError(
+                f"{num_blocks} blocks of {self.block_bytes} bytes exceed this plan's KV-cache "
+                f"budget of {self.kv_cache_bytes} bytes ({self.kv_cache_bytes // self.block_bytes}"
+                f" blocks)"
+            )
+        layout = get_engine(self.engine).kv.resize(self.layout(), num_blocks)
+        data = self.model_dump()
+        data.update(
+            num_blocks=num_blocks,
+            num_tokens=num_blocks * self.block_size,
+            kv_tokens=layout.kv_tokens,
+            kv_cache_used_bytes=num_blocks * self.block_bytes,
+            max_concurrency=layout.max_concurrency,
+            agreement=None if agreement is None else agreement.model_dump(),
+        )
+        return KVCachePlan.model_validate(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the plan as JSON; returns the path.
+
+        Raises:
+            ConfigError: the file cannot be written.
+        """
+        return atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", "plan")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> KVCachePlan:
+        """Read a plan written by :meth:`save`.
+
+        Raises:
+            ConfigError: missing, over 16 MiB, not JSON, or numbers that do not add up.
+        """
+        plan: KVCachePlan = load_model_json(cls, read_text(path, "plan"), str(path))
+        return plan

@@ -1,0 +1,45 @@
+"""``memacct plan --engine ... --kv-cache-memory-bytes ...``: a plan without a device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memacct.cli import main
+
+
+def test_plan_from_a_budget_prints_vllms_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "gemma-3-12b", "--kv-cache-memory-bytes", "20GiB",
+            "--max-model-len", "8192"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "KV cache plan (vllm 0.33):"
+    assert out[-3:] == [
+        "Available KV cache memory: 20.00 GiB",
+        "GPU KV cache size: 54,524 tokens",
+        "Maximum concurrency for 8,192 tokens per request: 6.66x",
+    ]
+
+
+def test_plan_for_sglang_uses_its_page_and_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "llama-3.1-8b", "--engine", "sglang",
+            "--kv-cache-memory-bytes", "1GiB", "--max-model-len", "4096", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["engine"], plan["block_size"], plan["kv_tokens"]) == ("sglang", 1, 8192)
+
+
+@pytest.mark.parametrize("size", ["20Gx", "-1GiB", "nan", "0"])
+def test_a_bad_budget_is_one_line_and_exit_2(
+    size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", size]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memacct: error: ") and "is not a size" in err
+
+
+def test_a_refused_budget_names_the_engines_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB"]
+    assert main(argv) == 2
+    assert "largest max_model_len that fits is 8176" in capsys.readouterr().err

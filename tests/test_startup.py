@@ -1,0 +1,152 @@
+"""Engine start-up models and device presets, offline."""
+
+from __future__ import annotations
+
+import pytest
+
+from memacct.devices import DEVICE_INFO, parse_memory_size, resolve_device
+from memacct.engines.sglang.startup import STARTUP as SGLANG
+from memacct.engines.sglang.startup import SglangSettings
+from memacct.engines.start import plan_offline, position_limit
+from memacct.engines.vllm.startup import STARTUP as VLLM
+from memacct.engines.vllm.startup import (
+    StartupSettings,
+    batch_defaults,
+    capture_sizes,
+    full_capture_sizes,
+)
+from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
+from memacct.errors import InvalidInputError
+from memacct.planner import load_model_preset
+
+GIB = 2**30
+H100 = DEVICE_INFO["h100-80gb"].total_bytes
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [("h100-80gb", (8192, 1024)), ("h200-141gb", (8192, 1024)), ("a100-80gb", (2048, 256)),
+     ("l4-24gb", (2048, 256)), ("rtx-4090-24gb", (2048, 256))],
+)  # fmt: skip
+def test_vllm_serve_defaults_follow_the_device_class(
+    device: str, expected: tuple[int, int]
+) -> None:
+    assert batch_defaults(DEVICE_INFO[device].total_bytes, device) == expected
+
+
+def test_capture_sizes_stop_at_twice_the_sequences_or_512() -> None:
+    assert capture_sizes(4) == [1, 2, 4, 8]
+    sizes = capture_sizes(1024)
+    assert sizes[-1] == 512 and len(sizes) == 51
+    # "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" at vLLM's 256-sequence default.
+    assert (len(capture_sizes(256)), len(full_capture_sizes(256))) == (51, 35)
+
+
+def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> None:
+    config = load_model_preset("llama-3.1-70b")
+    old = {"engine_version": "0.11.0"}
+    one = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(tensor_parallel_size=4, **old))  # fmt: skip
+    two = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(tensor_parallel_size=8, **old))  # fmt: skip
+    # 1024 rows x 128256 logits x 38 bytes, on every rank.
+    assert one.activation_peak == pytest.approx(1024 * 128256 * 38, rel=0.03)
+    assert two.activation_peak == pytest.approx(one.activation_peak, rel=0.01)
+
+
+def test_releases_with_the_triton_sampler_hold_less_and_charge_graphs() -> None:
+    config = load_model_preset("llama-3.1-8b")
+    old = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(engine_version="0.11.0"))  # fmt: skip
+    new = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    assert new.activation_peak < 0.5 * old.activation_peak
+    assert new.cudagraph_charged and not old.cudagraph_charged
+
+
+def test_non_torch_growth_rises_under_tensor_parallelism() -> None:
+    config = load_model_preset("qwen3-8b")
+    one = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    two = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(tensor_parallel_size=2))  # fmt: skip
+    assert one.non_allocator_increase < two.non_allocator_increase
+
+
+def test_cuda_graphs_are_charged_unless_eager() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    graphs = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    eager = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                          settings=StartupSettings(enforce_eager=True))  # fmt: skip
+    assert graphs.cudagraph_memory > 0 and graphs.cudagraph_charged
+    assert eager.cudagraph_memory == 0
+    assert eager.kv_cache_bytes - graphs.kv_cache_bytes == graphs.cudagraph_memory
+
+
+def test_the_kv_budget_is_the_engines_arithmetic() -> None:
+    est = VLLM.estimate(load_model_preset("qwen3-8b"), total_memory=H100, device_name="h100-80gb")
+    assert est.kv_cache_bytes == int(H100 * 0.9) - est.non_kv_cache_memory
+
+
+def test_vllm_ascend_samples_without_sort_buffers_and_charges_no_graphs() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    total = DEVICE_INFO["ascend-910b-64gb"].total_bytes
+    npu = ASCEND.estimate(config, total_memory=total, device_name="ascend-910b-64gb")
+    gpu = VLLM.estimate(config, total_memory=total, device_name="ascend-910b-64gb")
+    assert npu.activation_peak < gpu.activation_peak
+    assert npu.cudagraph_memory == 0 and (npu.max_num_batched_tokens, npu.max_num_seqs) == (
+        2048, 256
+    )  # fmt: skip
+
+
+def test_sglang_pool_is_the_static_fraction_less_weights_and_context() -> None:
+    est = SGLANG.estimate(load_model_preset("llama-3.1-8b"), total_memory=H100,
+                          settings=SglangSettings(mem_fraction_static=0.8))  # fmt: skip
+    assert est.kv_cache_bytes == int(H100 * 0.8) - est.weights_memory - est.non_allocator_increase
+
+
+def test_devices_resolve_by_short_names_and_sizes() -> None:
+    assert resolve_device("RTX4090").name == "rtx-4090-24gb"
+    assert resolve_device("910b4").name == "ascend-910b4-32gb"
+    assert resolve_device("h100").name == "h100-80gb"
+    assert parse_memory_size("24GiB") == 24 * GIB
+    assert parse_memory_size("80 GB") == 80 * 10**9
+    with pytest.raises(InvalidInputError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+
+
+def test_every_preset_names_its_source() -> None:
+    for info in DEVICE_INFO.values():
+        assert info.kind in ("reading", "derived") and info.source
+
+
+def test_position_limit_as_vllm_derives_it() -> None:
+    assert position_limit(load_model_preset("gpt-oss-20b")) == 131072  # yarn 4096 x 32
+    assert position_limit(load_model_preset("qwen3-8b")) == 40960
+    assert position_limit(load_model_preset("llama-3.1-8b")) == 131072  # llama3: stated
+
+
+def test_max_model_len_beyond_the_position_limit_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="beyond qwen3-8b's position limit"):
+        plan_offline(load_model_preset("qwen3-8b"), model_name="qwen3-8b", max_model_len=50000)
+
+
+def test_a_request_longer_than_the_cache_does_not_fit_and_says_the_longest() -> None:
+    plan = plan_offline(load_model_preset("llama-3.1-8b"), device="rtx-4090-24gb")
+    assert not plan.fits and "the longest that fits is" in plan.verdict
+    assert any("--max-model-len" in s for s in plan.suggestions)
+
+
+def test_quantized_gpt_oss_fits_on_an_l4() -> None:
+    plan = plan_offline(load_model_preset("gpt-oss-20b"), device="l4")
+    assert plan.fits and plan.weights_memory < 15 * GIB and plan.kv_cache_dtype == "bfloat16"
+
+
+def test_sglang_plan_reads_the_utilization_as_mem_fraction_static() -> None:
+    config = load_model_preset("qwen3-8b")
+    low = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.7)
+    high = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.8)
+    assert high.kv_cache_bytes - low.kv_cache_bytes == int(H100 * 0.8) - int(H100 * 0.7)
+
+
+def test_an_unknown_engine_is_named() -> None:
+    with pytest.raises(InvalidInputError, match="engine 'tgi' is not known"):
+        plan_offline(load_model_preset("qwen3-8b"), engine="tgi")
