@@ -53,11 +53,14 @@ _NORMALIZE: dict[str, Callable[[object], object]] = {
 }
 
 
+_CLASS_NAME = re.compile(r"[A-Za-z0-9_]+For[A-Za-z]+")
+
+
 def _fallback_name(spec: KVCacheSpec) -> bool:
     # A config without _name_or_path is named after its class ("Qwen2ForCausalLM") or its
     # model_type: that names the architecture, already compared, not the model.
     name = spec.model_name
-    return name == spec.model_type or re.fullmatch(r"[A-Za-z0-9_]+For[A-Za-z]+", name) is not None
+    return name == spec.model_type or _CLASS_NAME.fullmatch(name) is not None
 
 
 def planned_setup(
@@ -86,6 +89,8 @@ def mismatches(recorded: ProfiledSetup, planned: Mapping[str, object]) -> list[s
         have = getattr(recorded, field, None)
         if have is None or value is None:
             continue
+        if field == "model_name" and _CLASS_NAME.fullmatch(str(have)):
+            continue  # the profile recorded a class name: that is the architecture, compared
         norm = _NORMALIZE.get(field, _same)
         if norm(have) != norm(value):
             found.append(f"{field}: profiled {have}, planned {value}")
