@@ -51,7 +51,7 @@ lint: install
 # then KV-cache planning time per model (fails above 5 ms), then how long `memacct backends`
 # takes (docs/reliability.md).
 bench: install
-	$(VENV)/bin/memacct bench --output docs/results.md
+	$(VENV)/bin/memacct bench --full --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
 	$(PY) -m memacct_bench.seed_cases
 	$(PY) benchmarks/bench_plan.py

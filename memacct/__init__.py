@@ -45,7 +45,14 @@ from memacct.errors import (
     ProfilingOutOfMemoryError,
 )
 from memacct.measure import snapshot
-from memacct.models import ExcludedRegion, MemoryDelta, MemorySnapshot, ProfileResult, TruthSource
+from memacct.models import (
+    ExcludedRegion,
+    MemoryDelta,
+    MemorySnapshot,
+    ProfiledSetup,
+    ProfileResult,
+    TruthSource,
+)
 from memacct.profiling import ProfilingSession, memory_profiling
 from memacct.registry import (
     BackendInfo,
@@ -111,6 +118,7 @@ __all__ = [
     "MemorySnapshot",
     "MiB",
     "ProfileResult",
+    "ProfiledSetup",
     "ProfilingError",
     "ProfilingOutOfMemoryError",
     "ProfilingSession",

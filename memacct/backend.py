@@ -37,6 +37,7 @@ __all__ = [
     "factory_availability",
     "factory_priority",
     "get_quirks",
+    "is_out_of_memory",
     "validate_backend",
     "with_allocator_settings",
 ]
@@ -96,7 +97,9 @@ class DeviceBackend(Protocol):
     Devices are numbered ``0 .. device_count() - 1``. These are the members
     every backend must have; the optional ones (``priority``,
     ``availability()``, ``quirks``, ``process_memory``, ``consistent_reading``,
-    ``device_identity``) are declared with their defaults on
+    ``device_identity``, and the out-of-memory declaration
+    ``out_of_memory_errors`` / ``is_out_of_memory(exc)``, see
+    :func:`is_out_of_memory`) are declared with their defaults on
     :class:`BaseBackend`, which plugins subclass.
     """
 
@@ -166,6 +169,13 @@ class BaseBackend:
             def availability(cls) -> memacct.Availability:
                 return memacct.Availability(True, "mydev driver found")
     """
+
+    out_of_memory_errors: tuple[type[BaseException], ...] = ()
+    """Exception types that mean the device is full (e.g. ``torch.OutOfMemoryError``)."""
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the device ran out of memory (default: its type is declared)."""
+        return bool(self.out_of_memory_errors) and isinstance(exc, self.out_of_memory_errors)
 
     name: str = "unnamed"
     default_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
@@ -371,6 +381,21 @@ def get_quirks(backend: object) -> BackendQuirks:
     return quirks if isinstance(quirks, BackendQuirks) else BackendQuirks()
 
 
+def is_out_of_memory(backend: object, exc: BaseException) -> bool:
+    """Whether ``exc`` means the device ran out of memory, as ``backend`` declares it.
+
+    The core never matches class names or messages: a backend's
+    ``is_out_of_memory(exc)`` decides where it has one, else membership in its
+    ``out_of_memory_errors``; a backend that declares neither has no
+    exception that means out-of-memory.
+    """
+    check = getattr(backend, "is_out_of_memory", None)
+    if callable(check):
+        return bool(check(exc))
+    errors = getattr(backend, "out_of_memory_errors", ())
+    return isinstance(errors, tuple) and bool(errors) and isinstance(exc, errors)
+
+
 def allocator_settings(backend: object) -> dict[str, str]:
     """The allocator settings in effect: the backend's declared variables that are set."""
     return {
@@ -399,7 +424,6 @@ class TorchLikeBackend(BaseBackend):
     name: str = "torch-like"
     default_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
     quirks: BackendQuirks = BackendQuirks()
-
     def __init__(
         self,
         module: Any,

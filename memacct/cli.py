@@ -371,6 +371,11 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan with its provenance as JSON.")
 @click.option(
+    "--allow-mismatch",
+    is_flag=True,
+    help="Plan even if the profile recorded another model, layout or batch budget.",
+)
+@click.option(
     "--plot",
     "plot_path",
     default=None,
@@ -397,6 +402,7 @@ def plan_cmd(
     truth_source: str | None,
     allow_long_max_model_len: bool,
     as_json: bool,
+    allow_mismatch: bool,
     plot_path: str | None,
 ) -> None:
     """Plan the KV cache from a saved profile, or offline for a device.
@@ -468,6 +474,7 @@ def plan_cmd(
         block_size=block_size,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens or 8192,
+        allow_mismatch=allow_mismatch,
     )
     if result is None:
         if as_json:

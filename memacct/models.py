@@ -20,11 +20,21 @@ from __future__ import annotations
 
 import enum
 import math
+import os
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.io import atomic_write_text, read_text
 from memacct.units import format_gib
 
 __all__ = [
@@ -32,11 +42,16 @@ __all__ = [
     "MemoryDelta",
     "MemorySnapshot",
     "ProfileResult",
+    "ProfiledSetup",
     "TruthSource",
     "load_model_json",
 ]
 
 PROFILE_FORMAT_VERSION = 1
+
+LOADED_CONTEXT = "memacct_loaded"
+"""Validation context key set by :func:`load_model_json`: the data came from a file,
+so the checks that only a tampered or corrupt file fails apply too."""
 
 MAX_BYTES = 2**60
 """The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
@@ -202,7 +217,13 @@ class MemoryDelta(BaseModel):
 
 
 class ExcludedRegion(BaseModel):
-    """A region of a profiling session whose spike was not charged (e.g. compilation)."""
+    """A region of a profiling session whose spike was not charged as activations.
+
+    ``kind`` is ``"exclude"`` for :meth:`ProfilingSession.exclude` (compilation:
+    its transient spike is not needed again while serving) and ``"graphs"`` for
+    :meth:`ProfilingSession.graphs` (graph capture: the memory it holds after
+    it ends is the graph pool, charged as ``cudagraph_memory``).
+    """
 
     model_config = _FROZEN
 
@@ -214,6 +235,74 @@ class ExcludedRegion(BaseModel):
         ge=0, le=MAX_BYTES, description="peak reserved above the region's start, bytes"
     )
     duration_s: float = Field(ge=0)
+    kind: Literal["exclude", "graphs"] = "exclude"
+    allocated_kept: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_BYTES,
+        description="allocated bytes the region left live after it ended",
+    )
+    retained_bytes: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_BYTES,
+        description=(
+            "idle bytes the allocator kept from the region after giving back what it "
+            "could (empty_cache): a pool or partly used segments that never release"
+        ),
+    )
+    held_bytes: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_BYTES,
+        description=(
+            "graphs only: device memory the region holds after it ended (the graph pool "
+            "and its memory outside the allocator), bytes"
+        ),
+    )
+
+
+class ProfiledSetup(BaseModel):
+    """What a profile profiled: the model, its layout and the engine's budgets.
+
+    Every field is optional (``None``: not recorded; profiles saved before
+    these fields existed load with none). :func:`memacct.planner.guard.check_profile_matches`
+    refuses to plan a spec that contradicts a recorded value.
+
+    Attributes:
+        architecture: the config's ``model_type`` (e.g. ``qwen2``).
+        model_name: the model's name or path.
+        tensor_parallel_size: ranks a layer is split across.
+        tensor_parallel_rank: this rank's index among them.
+        pipeline_parallel_size: pipeline stages.
+        pipeline_parallel_rank: this rank's stage.
+        dtype: the weights' dtype (``bfloat16``, ...).
+        max_num_batched_tokens: tokens of the profiled forward pass.
+        max_num_seqs: sequences the profiled sampler sampled.
+    """
+
+    model_config = _FROZEN
+
+    architecture: str | None = None
+    model_name: str | None = None
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    tensor_parallel_rank: int | None = Field(default=None, ge=0)
+    pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    pipeline_parallel_rank: int | None = Field(default=None, ge=0)
+    dtype: str | None = None
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ranks_in_range(self) -> ProfiledSetup:
+        for kind in ("tensor", "pipeline"):
+            size = getattr(self, f"{kind}_parallel_size")
+            rank = getattr(self, f"{kind}_parallel_rank")
+            if size is not None and rank is not None and rank >= size:
+                raise ValueError(
+                    f"{kind}_parallel_rank {rank} is not below {kind}_parallel_size {size}"
+                )
+        return self
 
 
 class ProfileResult(BaseModel):
@@ -231,7 +320,8 @@ class ProfileResult(BaseModel):
             reserved at its start.
         non_allocator_increase: ``after.non_allocator - baseline.non_allocator``;
             :func:`memacct.memory_profiling` records a fall as 0 (see ``warnings``).
-        non_kv_cache_memory: ``weights_memory + activation_peak + non_allocator_increase``.
+        non_kv_cache_memory: ``weights_memory + activation_peak + non_allocator_increase
+            + cudagraph_memory + retained_memory``.
         truth_source: the resolved truth source (never ``auto``).
         fragmentation: ``(reserved - allocated) / reserved`` at the session's peak.
         duration_s: wall time of the session.
@@ -243,6 +333,24 @@ class ProfileResult(BaseModel):
             pieces of segments, idle space in the weights' segments), estimated
             by the ``auto`` truth source; 0 for a fixed source. Not part of
             ``non_kv_cache_memory``: the planner keeps it free inside the KV budget.
+        accounting: which formula turned the readings into ``non_kv_cache_memory``:
+            ``components`` (the seed's: weights + activation peak + non-allocator
+            increase) or ``free_memory`` (vLLM 0.33's: free memory at the baseline
+            minus free memory after the profile, plus the peak above what is
+            allocated after it); see ``docs/accounting.md``.
+        cudagraph_memory: device memory held by the graph pools captured in
+            :meth:`ProfilingSession.graphs` regions, bytes (inside the allocator
+            and outside it), charged on its own, never as activations.
+        retained_memory: memory the allocator holds that the truth source's peak
+            does not cover and cannot be given back: idle memory excluded regions
+            left in a pool that does not release it (``components``), or every
+            byte of the free-memory drop not named by another term (``free_memory``).
+        weights_source: ``given`` (the caller passed ``weights_memory``),
+            ``measured`` (the allocator's growth since the baseline) or ``none``
+            (measured as 0: the baseline was taken after the weights existed).
+            A profile with ``weights_memory == 0`` must say ``given`` or ``none``.
+        profiled: what was profiled (model, layout, budgets); the planner refuses
+            a spec that contradicts it.
         growth_granularity_bytes: the allocator's growth step for a large
             tensor (the backend's quirk); 0 when unknown (older profiles).
         growth_rounding: how the allocator rounds a large tensor to that step:
@@ -263,7 +371,7 @@ class ProfileResult(BaseModel):
     activation_peak: int = Field(ge=0, le=MAX_BYTES)
     allocated_peak_increase: int = Field(ge=0, le=MAX_BYTES)
     reserved_peak_increase: int = Field(ge=0, le=MAX_BYTES)
-    non_allocator_increase: int = Field(ge=-MAX_BYTES, le=MAX_BYTES)
+    non_allocator_increase: int = Field(ge=0, le=MAX_BYTES)
     non_kv_cache_memory: int = Field(ge=0, le=MAX_BYTES)
     truth_source: TruthSource
     requested_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
@@ -277,9 +385,14 @@ class ProfileResult(BaseModel):
     fragmentation_allowance: int = Field(default=0, ge=0, le=MAX_BYTES)
     growth_granularity_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
     growth_rounding: Literal["multiple", "packed", "doubling"] = "multiple"
+    accounting: Literal["components", "free_memory"] = "components"
+    cudagraph_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
+    retained_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
+    weights_source: Literal["given", "measured", "none"] = "measured"
+    profiled: ProfiledSetup = Field(default_factory=ProfiledSetup)
 
     @model_validator(mode="after")
-    def _consistent(self) -> ProfileResult:
+    def _consistent(self, info: ValidationInfo) -> ProfileResult:
         if self.format_version != PROFILE_FORMAT_VERSION:
             raise ValueError(
                 f"format_version {self.format_version} is not supported by this memacct "
@@ -292,15 +405,85 @@ class ProfileResult(BaseModel):
             raise ValueError("baseline, before and after must come from one backend and device")
         if len({s.total for s in snaps}) != 1:
             raise ValueError("baseline, before and after disagree on the device's total memory")
-        expected = self.weights_memory + self.activation_peak + self.non_allocator_increase
+        expected = (
+            self.weights_memory
+            + self.activation_peak
+            + self.non_allocator_increase
+            + self.cudagraph_memory
+            + self.retained_memory
+        )
         if self.non_kv_cache_memory != expected:
             raise ValueError(
                 f"non_kv_cache_memory ({self.non_kv_cache_memory}) must equal weights_memory"
-                f" + activation_peak + non_allocator_increase ({expected})"
+                " + activation_peak + non_allocator_increase + cudagraph_memory"
+                f" + retained_memory ({expected})"
             )
         if not math.isfinite(self.duration_s) or not math.isfinite(self.fragmentation):
             raise ValueError("duration_s and fragmentation must be finite")
+        self._peaks_agree()
+        loaded = isinstance(info.context, dict) and info.context.get(LOADED_CONTEXT)
+        if loaded and self.weights_memory == 0 and self.weights_source == "measured":
+            # Checked on loading only: a test or a tool may build a weightless profile by hand.
+            raise ValueError(
+                "weights_memory is 0 but weights_source says it was measured: a profile of a "
+                "model with weights measures them above 0; profile again (pass weights_memory=0 "
+                "explicitly if the model really holds no weights on this device)"
+            )
         return self
+
+    def _peaks_agree(self) -> None:
+        """No peak below its component, no activation peak beyond what was measured."""
+        before = self.before
+        if before.allocated + self.allocated_peak_increase > (
+            before.reserved + self.reserved_peak_increase
+        ):
+            raise ValueError(
+                f"the allocated peak ({before.allocated + self.allocated_peak_increase}) is "
+                f"above the reserved peak ({before.reserved + self.reserved_peak_increase}): "
+                "an allocator never hands out more than it holds"
+            )
+        measured = max(self.allocated_peak_increase, self.reserved_peak_increase)
+        if self.activation_peak > measured:
+            raise ValueError(
+                f"activation_peak ({self.activation_peak}) is above both measured peak "
+                f"increases (allocated {self.allocated_peak_increase}, reserved "
+                f"{self.reserved_peak_increase})"
+            )
+        if self.accounting != "components":
+            # The free-memory formula measures the peak above what stays allocated after the
+            # profile; what stays is in retained_memory, through the free-memory drop.
+            return
+        floor = (
+            self.reserved_peak_increase
+            if self.truth_source is TruthSource.RESERVED
+            else self.allocated_peak_increase
+        )
+        covered = self.activation_peak + self.cudagraph_memory + self.retained_memory
+        if covered < floor:
+            raise ValueError(
+                f"activation_peak ({self.activation_peak}) with cudagraph_memory "
+                f"({self.cudagraph_memory}) and retained_memory ({self.retained_memory}) is "
+                f"below the {self.truth_source} increase it comes from ({floor})"
+            )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile as JSON (atomically); returns the path.
+
+        Raises:
+            ConfigError: the file cannot be written.
+        """
+        return atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", "profile")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ProfileResult:
+        """Read a profile written by :meth:`save`, cross-checked (see :class:`ProfileResult`).
+
+        Raises:
+            ConfigError: missing, over 16 MiB, not JSON, or fields that contradict
+                each other (a tampered or corrupt file), in one line.
+        """
+        result: ProfileResult = load_model_json(cls, read_text(path, "profile"), str(path))
+        return result
 
     @property
     def backend(self) -> str:
@@ -343,7 +526,7 @@ def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> A
     ``source`` names where the text came from (a path, "stdin") for the message.
     """
     try:
-        return model.model_validate_json(text)
+        return model.model_validate_json(text, context={LOADED_CONTEXT: True})
     except (OverflowError, RecursionError) as exc:
         # A consistency check doing float arithmetic on absurd integers, or absurd nesting:
         # a hand-edited or corrupt file, not a model to plan with.

@@ -20,54 +20,55 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Literal
 
-from memacct.backend import DeviceBackend, allocator_settings, as_base_backend, get_quirks
+from memacct.accounting import (
+    INTERFERENCE_TOLERANCE_BYTES,
+    PhasePeak,
+    ProfileReadings,
+    RegionReading,
+    account,
+    parse_accounting,
+)
+from memacct.backend import (
+    DeviceBackend,
+    allocator_settings,
+    as_base_backend,
+    get_quirks,
+    is_out_of_memory,
+)
 from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
 from memacct.measure import (
-    ALLOCATED,
-    ALLOCATED_PEAK,
     INACTIVE_SPLIT,
     INACTIVE_SPLIT_PEAK,
-    RESERVED,
-    RESERVED_PEAK,
     read_stat,
     require_backend,
     snapshot,
 )
-from memacct.models import MAX_BYTES, ExcludedRegion, MemorySnapshot, ProfileResult, TruthSource
-from memacct.truth import PeakMeasurement, requested_truth_source, resolve_truth_source
-from memacct.units import MiB, format_gib
+from memacct.models import MAX_BYTES, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
+from memacct.replay import ServingTrace
+from memacct.truth import requested_truth_source
+from memacct.units import format_gib
 
 __all__ = ["INTERFERENCE_TOLERANCE_BYTES", "ProfilingSession", "memory_profiling"]
 
 logger = logging.getLogger("memacct")
 
-INTERFERENCE_TOLERANCE_BYTES = 64 * MiB
-"""Changes of memory outside this process's allocator up to this size are not reported.
-
-Per-process readings lag device readings a little (NVML), and a runtime's own
-bookkeeping moves by a few MiB; a co-tenant or an unexplained fall of more
-than this is named in :attr:`ProfileResult.warnings`.
-"""
-
 _active_lock = threading.Lock()
 _active: set[Hashable] = set()
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
-    # torch.OutOfMemoryError, torch_npu's and the simulator's share the name; MindSpore
-    # raises RuntimeError whose text says "Out of memory".
-    name = type(exc).__name__
-    return name in {"OutOfMemoryError", "SimOutOfMemory"} or "out of memory" in str(exc).lower()
-
-
 class ProfilingSession:
-    """A running profiling session; see :func:`memory_profiling`.
+    """A running profiling session: it reads the device and nothing else.
 
-    After the ``with`` block ends without an exception, :attr:`result` holds
-    the :class:`ProfileResult`.
+    :meth:`start` and :meth:`stop` bracket the profiled work; :meth:`exclude`
+    and :meth:`graphs` mark regions inside it. :meth:`stop` returns the
+    :class:`~memacct.accounting.ProfileReadings`, which
+    :func:`memacct.accounting.account` turns into the profile. After the
+    ``with`` block of :func:`memory_profiling` ends without an exception,
+    :attr:`result` holds the :class:`ProfileResult`.
     """
 
     def __init__(
@@ -77,21 +78,24 @@ class ProfilingSession:
         device: int,
         weights_memory: int | None,
         truth_source: TruthSource,
+        profiled: ProfiledSetup | None = None,
     ) -> None:
         self.backend = backend
         self.baseline = baseline
         self.device = device
         self.weights_memory = weights_memory
         self.requested_truth_source = truth_source
-        self._result: ProfileResult | None = None
-        self._allocated_peak = 0
-        self._reserved_peak = 0
-        self._inactive_split_peak = 0
-        self._inactive_split_start = 0
-        self._excluded: list[ExcludedRegion] = []
-        self._in_exclusion = False
-        self._open = False  # between entering and leaving the with-block
+        self.profiled = profiled or ProfiledSetup()
+        self.serving_trace: ServingTrace | None = None
         self.before: MemorySnapshot | None = None
+        self._result: ProfileResult | None = None
+        self._phases: list[PhasePeak] = []
+        self._regions: list[RegionReading] = []
+        self._graph_allocated = 0
+        self._graph_reserved = 0
+        self._inactive_split_start = 0
+        self._in_region: str | None = None
+        self._open = False  # between entering and leaving the with-block
         self._start = 0.0
 
     @property
@@ -104,63 +108,19 @@ class ProfilingSession:
             )
         return self._result
 
-    def _fold_peaks(self) -> tuple[int, int]:
-        """Fold the allocator's current peaks into the session's; return current values."""
-        stats = self.backend.memory_stats(self.device)
-        self._allocated_peak = max(self._allocated_peak, read_stat(stats, ALLOCATED_PEAK))
-        self._reserved_peak = max(self._reserved_peak, read_stat(stats, RESERVED_PEAK))
-        self._inactive_split_peak = max(
-            self._inactive_split_peak, read_stat(stats, INACTIVE_SPLIT_PEAK)
-        )
-        return read_stat(stats, ALLOCATED), read_stat(stats, RESERVED)
+    @result.setter
+    def result(self, value: ProfileResult) -> None:
+        self._result = value
 
-    @contextmanager
-    def exclude(self, label: str) -> Iterator[None]:
-        """Leave the memory spike of this region out of the activation peak.
+    @property
+    def where(self) -> str:
+        """``backend:device`` for messages."""
+        return f"{self.backend.name}:{self.device}"
 
-        Use it around compilation or graph capture: their transient peak is not
-        needed again while serving. A peak reached before the region survives
-        it; what the region leaves allocated afterwards still counts.
+    # ------------------------------------------------------------ readings
 
-        Note: this resets the allocator's peak statistics at the region's end.
-        """
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidInputError(
-                f"exclude() takes a label naming the region, e.g. exclude('compile'), "
-                f"got {label!r}"
-            )
-        if not self._open:
-            raise ProfilingError(
-                f"exclude({label!r}) outside the profiling block: the session has ended (or "
-                "not begun); exclude regions inside `with memory_profiling(...) as session:`"
-            )
-        if self._in_exclusion:
-            raise ProfilingError(
-                f"exclude({label!r}) inside another excluded region is not allowed"
-            )
-        self._in_exclusion = True
-        start = time.perf_counter()
-        self.backend.synchronize(self.device)
-        alloc_start, res_start = self._fold_peaks()
-        self.backend.reset_peak_memory_stats(self.device)
-        try:
-            yield
-        finally:
-            self.backend.synchronize(self.device)
-            stats = self.backend.memory_stats(self.device)
-            self._excluded.append(
-                ExcludedRegion(
-                    label=label,
-                    allocated_spike=max(0, read_stat(stats, ALLOCATED_PEAK) - alloc_start),
-                    reserved_spike=max(0, read_stat(stats, RESERVED_PEAK) - res_start),
-                    duration_s=time.perf_counter() - start,
-                )
-            )
-            # Peaks restart from what the region left behind.
-            self.backend.reset_peak_memory_stats(self.device)
-            self._in_exclusion = False
-
-    def _enter(self) -> None:
+    def start(self) -> MemorySnapshot:
+        """Begin: gc, ``empty_cache``, reset the peaks, snapshot ``before``."""
         gc.collect()
         self.backend.synchronize(self.device)
         self.backend.empty_cache()
@@ -171,140 +131,116 @@ class ProfilingSession:
         self._inactive_split_start = read_stat(
             self.backend.memory_stats(self.device), INACTIVE_SPLIT
         )
-        self._allocated_peak = self.before.allocated
-        self._reserved_peak = self.before.reserved
         self._start = time.perf_counter()
+        return self.before
 
-    def _finish(self) -> ProfileResult:
-        assert self.before is not None
+    def _close_phase(self) -> MemorySnapshot:
+        """Snapshot now and record the peaks of the stretch since the last reset."""
+        snap = snapshot(self.backend, self.device)
+        split_peak = read_stat(self.backend.memory_stats(self.device), INACTIVE_SPLIT_PEAK)
+        self._phases.append(
+            PhasePeak(
+                allocated_peak=snap.allocated_peak,
+                reserved_peak=snap.reserved_peak,
+                inactive_split_peak=split_peak,
+                graph_allocated=self._graph_allocated,
+                graph_reserved=self._graph_reserved,
+            )
+        )
+        return snap
+
+    @contextmanager
+    def _region(self, label: str, kind: Literal["exclude", "graphs"]) -> Iterator[None]:
+        if not isinstance(label, str) or not label.strip():
+            raise InvalidInputError(
+                f"{kind}() takes a label naming the region, e.g. {kind}('compile'), "
+                f"got {label!r}"
+            )
+        if self.before is None or not self._open:
+            raise ProfilingError(
+                f"{kind}({label!r}) outside the profiling block: the session has ended (or "
+                f"not begun); use {kind}() inside `with memory_profiling(...) as session:`"
+            )
+        if self._in_region is not None:
+            raise ProfilingError(
+                f"{kind}({label!r}) inside another excluded region ({self._in_region!r}) is "
+                "not allowed: end the first region before starting the next"
+            )
+        self._in_region = label
+        try:
+            began = time.perf_counter()
+            self.backend.synchronize(self.device)
+            start = self._close_phase()
+            self.backend.reset_peak_memory_stats(self.device)
+            yield
+            self.backend.synchronize(self.device)
+            top = snapshot(self.backend, self.device)
+            # What the allocator can give back (wholly free cached segments) it gives back
+            # now, so the peaks after the region start from what the region really keeps.
+            self.backend.empty_cache()
+            end = snapshot(self.backend, self.device)
+            self.backend.reset_peak_memory_stats(self.device)
+            region = RegionReading(label, kind, start, top, end, time.perf_counter() - began)
+            self._regions.append(region)
+            if kind == "graphs":
+                self._graph_allocated += region.allocated_kept
+                self._graph_reserved += region.reserved_kept
+        finally:
+            self._in_region = None
+
+    def exclude(self, label: str) -> AbstractContextManager[None]:
+        """Leave the memory spike of this region out of the activation peak.
+
+        Use it around compilation: its transient peak is not needed again while
+        serving. A peak reached before the region survives it; what the region
+        leaves allocated afterwards still counts. At its end the allocator gives
+        back what it can (``empty_cache``: wholly free cached segments), so the
+        region's spike does not stay in the reserved peak; idle memory it cannot
+        give back is named as the region's ``retained_bytes`` and charged.
+
+        Note: this resets the allocator's peak statistics at the region's start and end.
+        """
+        return self._region(label, "exclude")
+
+    def graphs(self, label: str = "graphs") -> AbstractContextManager[None]:
+        """Capture graphs (CUDA/ACL graphs) in this region; their pool is charged on its own.
+
+        The memory the region still holds after it ends (after ``empty_cache``),
+        inside the allocator and outside it, is the graph pool: charged as
+        ``cudagraph_memory``, never as activations. The capture's transient
+        spike is not charged.
+        """
+        return self._region(label, "graphs")
+
+    def stop(self) -> ProfileReadings:
+        """End: gc, read the peaks, ``empty_cache``, snapshot ``after``; return the readings."""
+        if self.before is None:
+            raise ProfilingError("stop() before start(): the session never began")
         gc.collect()
         self.backend.synchronize(self.device)
-        self._fold_peaks()
-        quirks = get_quirks(self.backend)
-        pre_empty = snapshot(self.backend, self.device)
+        pre_empty = self._close_phase()
         self.backend.empty_cache()
         after = snapshot(self.backend, self.device)
-        non_allocator = after.non_allocator
-        if quirks.empty_cache_releases_runtime_memory:
-            # This device's empty_cache() can also free runtime memory, which the
-            # next forward pass takes again: the figure before emptying is the true one.
-            non_allocator = max(non_allocator, pre_empty.non_allocator)
-        before = self.before
-        peaks = PeakMeasurement(
-            allocated_peak_increase=max(0, self._allocated_peak - before.allocated),
-            reserved_peak_increase=max(0, self._reserved_peak - before.reserved),
-            inactive_split_peak=self._inactive_split_peak,
-            inactive_split_increase=max(0, self._inactive_split_peak - self._inactive_split_start),
-            # Idle space the allocator kept since the baseline (after empty_cache: it cannot
-            # give it back): free pieces of the weights' segments or pool blocks.
-            weights_idle=max(
-                0,
-                (before.reserved - before.allocated)
-                - (self.baseline.reserved - self.baseline.allocated),
-            ),
-            weights_given=self.weights_memory is not None,
-        )
-        decision = resolve_truth_source(self.requested_truth_source, peaks, quirks)
-        weights = self.weights_memory
-        if weights is None:
-            if decision.truth_source is TruthSource.RESERVED:
-                weights = max(0, before.reserved - self.baseline.reserved)
-            else:
-                weights = max(0, before.allocated - self.baseline.allocated)
-        warnings = self._interference(after)
-        non_allocator_increase = non_allocator - self.baseline.non_allocator
-        if non_allocator_increase < 0:
-            # A fall below the baseline is never credited: without attribution it is most
-            # likely another process freeing memory it may take again; with attribution
-            # it is memory that was there before the model, which serving may need again.
-            # Charging 0 errs on the side of a smaller KV cache, never an OOM.
-            if -non_allocator_increase > INTERFERENCE_TOLERANCE_BYTES:
-                warnings.append(
-                    f"non-allocator memory on {self._where} ended "
-                    f"{format_gib(-non_allocator_increase)} below the baseline "
-                    f"({format_gib(self.baseline.non_allocator)} -> "
-                    f"{format_gib(non_allocator)}); "
-                    + (
-                        "this process gave back memory it held before the model"
-                        if after.other_processes is not None
-                        else "another process probably freed device memory, which memacct "
-                        "cannot tell from this process's without per-process attribution"
-                    )
-                    + ": the fall is not credited (non_allocator_increase charged as 0)"
-                )
-            non_allocator_increase = 0
-        for warning in warnings:
-            logger.warning("memacct: %s", warning)
-        fragmentation = (
-            (self._reserved_peak - self._allocated_peak) / self._reserved_peak
-            if self._reserved_peak > 0
-            else 0.0
-        )
-        return ProfileResult(
+        return ProfileReadings(
             baseline=self.baseline,
-            before=before,
+            before=self.before,
+            pre_empty=pre_empty,
             after=after,
-            weights_memory=weights,
-            activation_peak=decision.activation_peak,
-            allocated_peak_increase=peaks.allocated_peak_increase,
-            reserved_peak_increase=peaks.reserved_peak_increase,
-            non_allocator_increase=non_allocator_increase,
-            non_kv_cache_memory=max(0, weights + decision.activation_peak + non_allocator_increase),
-            truth_source=decision.truth_source,
+            phases=tuple(self._phases),
+            regions=tuple(self._regions),
             requested_truth_source=self.requested_truth_source,
-            truth_source_reason=decision.reason,
-            fragmentation=min(1.0, max(0.0, fragmentation)),
-            duration_s=time.perf_counter() - self._start,
-            excluded_regions=tuple(self._excluded),
+            inactive_split_start=self._inactive_split_start,
+            weights_memory=self.weights_memory,
+            quirks=get_quirks(self.backend),
             allocator_settings=allocator_settings(self.backend),
-            inactive_split_peak=peaks.inactive_split_peak,
-            warnings=tuple(warnings),
-            fragmentation_allowance=decision.fragmentation_allowance,
-            growth_granularity_bytes=quirks.growth_granularity_bytes,
-            growth_rounding=quirks.growth_rounding,
+            profiled=self.profiled,
+            duration_s=time.perf_counter() - self._start,
+            serving_trace=self.serving_trace,
+            allocator_model=getattr(self.backend, "allocator_model", None),
         )
 
-    @property
-    def _where(self) -> str:
-        return f"{self.backend.name}:{self.device}"
-
-    def _interference(self, after: MemorySnapshot) -> list[str]:
-        """Name memory changes during the session that this process did not make."""
-        before = self.before
-        assert before is not None
-        found: list[str] = []
-        if before.other_processes is not None and after.other_processes is not None:
-            change = after.other_processes - before.other_processes
-            if abs(change) > INTERFERENCE_TOLERANCE_BYTES:
-                found.append(
-                    f"another process {'allocated' if change > 0 else 'freed'} "
-                    f"{format_gib(abs(change))} on {self._where} during profiling (other "
-                    f"processes held {format_gib(before.other_processes)} at the start, "
-                    f"{format_gib(after.other_processes)} at the end); per-process attribution "
-                    "kept it out of this profile, but the device now has "
-                    f"{'less' if change > 0 else 'more'} free memory than when profiling began"
-                )
-            return found
-        # Without attribution every change of used memory that the allocator does not
-        # explain lands in non_allocator: this process's (NCCL, cuBLAS workspaces) or not.
-        change = after.non_allocator - before.non_allocator
-        if change < -INTERFERENCE_TOLERANCE_BYTES:
-            found.append(
-                f"used memory on {self._where} fell by {format_gib(-change)} during profiling "
-                "more than the allocator's reservation did: another process probably freed "
-                "device memory (without per-process attribution memacct cannot tell); profile "
-                "on an idle device, or with a backend that attributes memory per process"
-            )
-        elif change > INTERFERENCE_TOLERANCE_BYTES:
-            found.append(
-                f"used memory on {self._where} grew by {format_gib(change)} during profiling "
-                "beyond the allocator's reservation: this process's memory outside the "
-                "allocator (NCCL, cuBLAS workspaces) or another process's; without "
-                "per-process attribution it is charged to this instance (the safe side)"
-            )
-        return found
-
-    def _oom_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:
+    def out_of_memory_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:
+        """The error for an out-of-memory ``exc`` in the profiled block, with the numbers."""
         try:
             free, total = self.backend.mem_get_info(self.device)
             device = f"total {format_gib(total)}, free {format_gib(free)}"
@@ -317,9 +253,25 @@ class ProfilingSession:
             held = f"{format_gib(reserved)} reserved before the block"
         return ProfilingOutOfMemoryError(
             f"the device ran out of memory during the profiled forward pass on "
-            f"{self._where} ({device}, {held}): {exc}. Profile with a smaller "
+            f"{self.where} ({device}, {held}): {exc}. Profile with a smaller "
             "max_num_batched_tokens (or fewer sequences), or free device memory"
         )
+
+
+def _profiled(value: ProfiledSetup | Mapping[str, Any] | None) -> ProfiledSetup:
+    if value is None or isinstance(value, ProfiledSetup):
+        return value or ProfiledSetup()
+    if isinstance(value, Mapping):
+        try:
+            return ProfiledSetup.model_validate(dict(value))
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"profiled must describe the profiled setup (architecture, model_name, "
+                f"tensor_parallel_size, ...): {exc}"
+            ) from None
+    raise InvalidInputError(
+        f"profiled must be a memacct.ProfiledSetup or a dict of its fields, got {value!r}"
+    )
 
 
 @contextmanager
@@ -330,6 +282,9 @@ def memory_profiling(
     truth_source: TruthSource | str | None = None,
     *,
     device: int | None = None,
+    accounting: str | None = None,
+    profiled: ProfiledSetup | Mapping[str, Any] | None = None,
+    serving_trace: ServingTrace | None = None,
 ) -> Iterator[ProfilingSession]:
     """Profile the block: the memory it needs besides the KV cache.
 
@@ -359,6 +314,16 @@ def memory_profiling(
         truth_source: ``"allocated_peak"``, ``"reserved"`` or ``"auto"``;
             ``None`` takes ``MEMACCT_TRUTH_SOURCE``, else the backend's default.
         device: device index; defaults to ``baseline.device``.
+        accounting: ``"components"`` (the seed's formula) or ``"free_memory"``
+            (vLLM 0.33's); ``None``: :data:`memacct.accounting.DEFAULT_ACCOUNTING`.
+        profiled: what is profiled (:class:`memacct.ProfiledSetup` or a dict of
+            its fields: architecture, model name, TP/PP size and rank, dtype,
+            max_num_batched_tokens, max_num_seqs), recorded in the profile so the
+            planner can refuse a spec that does not match.
+        serving_trace: the profiled work's allocation traces
+            (:class:`memacct.replay.ServingTrace`), where the caller knows them. With
+            a backend that names its ``allocator_model``, ``auto`` replays serving-step
+            shapes through that model to size the activations' memory.
 
     Raises:
         InvalidInputError: the baseline belongs to another backend or device,
@@ -403,6 +368,8 @@ def memory_profiling(
     # One session per physical device: real backends are keyed by name and index; a
     # backend whose instances stand for different devices (the simulator) says so.
     key: Hashable = as_base_backend(backend).device_identity(dev)
+    formula = parse_accounting(accounting)
+    setup = _profiled(profiled)
     with _active_lock:
         if key in _active:
             raise ProfilingError(
@@ -410,18 +377,22 @@ def memory_profiling(
                 "one device cannot nest or overlap; finish the first one before starting another"
             )
         _active.add(key)
-    session = ProfilingSession(backend, baseline, dev, weights_memory, requested)
+    session = ProfilingSession(backend, baseline, dev, weights_memory, requested, setup)
+    session.serving_trace = serving_trace
     try:
-        session._enter()
+        session.start()
         session._open = True
         try:
             yield session
         except BaseException as exc:
-            if _is_out_of_memory(exc) and not isinstance(exc, ProfilingError):
-                raise session._oom_error(exc) from exc
+            if not isinstance(exc, ProfilingError) and is_out_of_memory(backend, exc):
+                raise session.out_of_memory_error(exc) from exc
             raise
         session._open = False
-        session._result = session._finish()
+        result = account(session.stop(), formula)
+        for warning in result.warnings:
+            logger.warning("memacct: %s", warning)
+        session.result = result
     finally:
         session._open = False
         with _active_lock:

@@ -22,9 +22,13 @@ measured on the simulated allocators (``memacct bench``):
   step's tensors land in segments cut for another step's and strand their rest
   (fragmentation the single profiling forward cannot show).
 
-``auto`` therefore estimates what the allocator really needs from every reading
-a real allocator reports, and leaves the part of it the chosen source does not
-cover as a *fragmentation allowance*, which the planner keeps free.
+``auto`` therefore estimates what the allocator really needs: by replaying the
+profiled work and serving-step shapes through the backend's allocator model
+where it can (:mod:`memacct.replay`), else from a bound on the readings, with
+the reserved peak as the floor for a pool that fragments. The part of the
+estimate the chosen source does not cover is a *fragmentation allowance*,
+which the planner keeps free. No constant in it was fitted on benchmark
+scenarios.
 """
 
 from __future__ import annotations
@@ -47,18 +51,6 @@ __all__ = [
 
 ENV_TRUTH_SOURCE = "MEMACCT_TRUTH_SOURCE"
 
-# Serving mixes step sizes the single profiling forward does not: tensors of one step land
-# in segments cut for another's and strand their rest. The allowance for that is this share
-# of the fragmentation the profile itself showed. Measured on the shipped scenarios (see
-# docs/backends.md#truth-sources): no OOM from 0.1 up, within 0.005 of the reserved peak's
-# efficiency up to 0.6; 0.5 leans toward safety.
-CROSS_STEP_SHARE = 0.5
-# Wholly free cached segments are released before an allocation fails, but only those still
-# wholly free: a later step's smaller tensors best-fit into them first and pin them. This
-# share of them stays charged (the hostile serving mixes measured needed up to a fifth).
-REPIN_SHARE = 0.25
-
-
 @dataclass(frozen=True)
 class PeakMeasurement:
     """What a profiling session measured, as the truth-source decision sees it (bytes).
@@ -76,6 +68,9 @@ class PeakMeasurement:
             allocator cannot give back.
         weights_given: the caller passed ``weights_memory`` (else the profiler
             measures the weights as the growth the resolved source sees).
+        replay_need: the memory the activations need at the physical limit, from
+            replaying serving-step shapes through the allocator's model
+            (:func:`memacct.replay.replay_need`); ``None`` where no replay exists.
     """
 
     allocated_peak_increase: int
@@ -84,6 +79,7 @@ class PeakMeasurement:
     inactive_split_increase: int = 0
     weights_idle: int = 0
     weights_given: bool = True
+    replay_need: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,35 +126,27 @@ def resolve_truth_source(
     """Resolve ``requested`` against what was measured.
 
     A fixed source is taken as asked, with no allowance. ``auto`` estimates
-    the memory the allocator needs for the activations at the physical limit,
-    from readings every caching allocator reports (A = allocated peak
-    increase, R = reserved peak increase, I = inactive-split peak increase,
-    g = the allocator's growth granularity):
+    the memory the allocator needs for the activations at the physical limit
+    (A = allocated peak increase, R = reserved peak increase, I = the
+    inactive-split peak increase: free pieces stranded in partly used
+    segments, W = idle space in the weights' segments):
 
-    1. Start from R: what the allocator really took.
-    2. If the allocator attributes its idle memory (I > 0), memory beyond
-       A + I sat in wholly free cached segments. A real allocator releases
-       those and retries before it fails, so at the limit most of it is not
-       needed: the estimate is ``A + I + REPIN_SHARE x (R - A - I)`` when that
-       is below R (the share covers a later step pinning some of them first).
-       Torch's expandable segments report no inactive split: they keep R.
-    3. If the pool caps its growth at the free memory (``growth_rounding ==
-       "doubling"``, MindSpore), the unused part of its last growth step is
-       not needed at the limit either. The readings cannot separate it from
-       the holes in the units before it, so half of ``R - A`` (at most one
-       unit) is taken as that slack: the estimate is at most
-       ``R - min(g, (R - A) / 2)``.
-    4. The fragmentation F = estimate - A can recur between serving steps of
-       other sizes; add ``CROSS_STEP_SHARE x F``.
-    5. Free space inside the weights' segments (``weights_idle``) is held for
-       the process's life and counted once, unless the weights are measured
-       as reserved growth, which includes it.
+    1. No fragmentation (R <= A): the allocated peak, exactly.
+    2. With a replay (the profiled work's allocation trace and the backend's
+       allocator model, :mod:`memacct.replay`): the least memory with which
+       the profile, the KV cache and a ladder of serving-step shapes complete
+       on the model. Nothing is fitted: the shapes cover the scheduler's
+       whole range of token and sequence counts.
+    3. Without one, a bound from the readings: the reserved peak R is the
+       floor for a pool that fragments (what the allocator really took), and
+       where the allocator reports stranded pieces, ``A + 2 x I`` when that
+       is more: the profiled step stranded at most I, and a serving step of
+       another size can strand as much again in the segments this one cut.
 
     The resolved source is ``allocated_peak`` when the estimate is below R
-    (the allocated peak plus an allowance covers it) and ``reserved`` when it
-    is not (the reserved peak plus the cross-step allowance); the allowance is
-    the estimate minus that source's peak, plus the weights' idle space.
-    Without fragmentation (F = 0) ``auto`` is exactly ``allocated_peak``.
+    and ``reserved`` when it is not; the allowance is the estimate minus that
+    source's peak, plus W unless the weights were measured as reserved growth
+    (which includes it). The planner keeps the allowance free.
     """
     api = peaks.allocated_peak_increase
     rpi = peaks.reserved_peak_increase
@@ -168,49 +156,53 @@ def resolve_truth_source(
         return TruthDecision(requested, rpi, "requested reserved")
 
     steps = [f"allocated peak +{_gib(api)}, reserved peak +{_gib(rpi)}"]
-    estimate = max(rpi, api)
-    isp = peaks.inactive_split_increase
-    if rpi > api and isp > 0:
-        bound = api + isp
-        if bound < estimate:
-            releasable = estimate - bound
-            repinned = int(releasable * REPIN_SHARE)
-            steps.append(
-                f"at most {_gib(isp)} stranded in partly used segments, the other "
-                f"{_gib(releasable)} reserved sat in wholly free segments the allocator "
-                f"releases before failing (charging {_gib(repinned)} of them)"
-            )
-            estimate = bound + repinned
-    elif rpi > api:
-        steps.append("the allocator does not attribute its idle memory: keeping the reserved peak")
-    if quirks.growth_rounding == "doubling" and rpi > api:
-        # The unused part of the last unit is slack that a capped growth does not take, but the
-        # readings cannot tell it from holes in the units before it: charge half of it.
-        slack = min(quirks.growth_granularity_bytes, (rpi - api) // 2)
-        if rpi - slack < estimate:
-            steps.append(
-                f"the pool caps its last growth ({_gib(quirks.growth_granularity_bytes)} units) "
-                f"at the free memory: {_gib(slack)} taken as that unit's slack"
-            )
-            estimate = rpi - slack
-    fragmentation = max(0, estimate - api)
-    if fragmentation == 0:
-        source = TruthSource.ALLOCATED_PEAK
-        charged = api
-        cross = 0
+    if rpi <= api:
         steps.append("the pool does not fragment")
-    else:
-        cross = int(fragmentation * CROSS_STEP_SHARE)
+        return _decision(peaks, steps, api)
+    isp = peaks.inactive_split_increase
+    stranded = api + 2 * isp if isp > 0 else 0
+    if peaks.replay_need is not None:
+        need = max(api, peaks.replay_need)
         steps.append(
-            f"fragmented pool: {_gib(fragmentation)} beyond the allocated peak, plus "
-            f"{_gib(cross)} for serving steps of other sizes"
+            "replaying the profile, the KV cache and serving-step shapes through the "
+            f"allocator's model needs {_gib(need)} beyond the weights"
         )
-        estimate += cross
-        source = TruthSource.RESERVED if estimate >= rpi else TruthSource.ALLOCATED_PEAK
-        charged = rpi if source is TruthSource.RESERVED else api
-    allowance = estimate - charged
+        if stranded > need and quirks.growth_rounding != "packed":
+            # The replay's shapes are a sample; the measured stranding bounds what it missed.
+            steps.append(
+                f"{_gib(isp)} stranded in partly used segments, charged for this step and "
+                "once more for a step of another size"
+            )
+        floor = stranded
+        if quirks.growth_rounding == "packed":
+            # Expandable segments report no stranded pieces to bound the replay's sample
+            # with: the reserved peak stays the floor.
+            floor = rpi
+            if rpi > need:
+                steps.append("the pool reports no stranded pieces: the reserved peak is the floor")
+        return _decision(peaks, steps, max(need, floor))
+    estimate = rpi
+    if stranded > rpi:
+        estimate = stranded
+        steps.append(
+            f"no replay: {_gib(isp)} stranded in partly used segments, charged for this step "
+            "and once more for a step of another size"
+        )
+    else:
+        steps.append("no replay: the reserved peak, the floor for a pool that fragments")
+    return _decision(peaks, steps, estimate)
+
+
+def _decision(peaks: PeakMeasurement, steps: list[str], estimate: int) -> TruthDecision:
+    """The source, its peak and the allowance that together charge ``estimate`` (+ W)."""
+    api = peaks.allocated_peak_increase
+    rpi = peaks.reserved_peak_increase
+    source = TruthSource.RESERVED if estimate >= rpi > api else TruthSource.ALLOCATED_PEAK
+    charged = rpi if source is TruthSource.RESERVED else api
+    allowance = max(0, estimate - charged)
     weights_by_reserved = not peaks.weights_given and source is TruthSource.RESERVED
     if peaks.weights_idle > 0 and not weights_by_reserved:
+        # Held for the process's life and counted once.
         allowance += peaks.weights_idle
         steps.append(f"{_gib(peaks.weights_idle)} idle inside the weights' segments")
     peak_name = "reserved peak" if source is TruthSource.RESERVED else "allocated peak"

@@ -10,12 +10,11 @@ from memacct.models import TruthSource
 from memacct.planner import KVCacheSpec, plan_kv_cache
 from memacct.planner.plan import kv_cache_reservation
 from memacct.sim import SimDevice
-from memacct.truth import CROSS_STEP_SHARE, REPIN_SHARE, PeakMeasurement, resolve_truth_source
+from memacct.truth import PeakMeasurement, resolve_truth_source
 from memacct.units import GiB, MiB
 
 AUTO = TruthSource.AUTO
 TORCH = BackendQuirks()
-MINDSPORE = BackendQuirks(growth_granularity_bytes=1 * GiB, growth_rounding="doubling")
 
 
 def decide(allocated: int, reserved: int, stranded: int = 0, *, quirks: BackendQuirks = TORCH,
@@ -31,33 +30,44 @@ def test_without_fragmentation_auto_is_the_allocated_peak() -> None:
     assert decide(2 * GiB, 2 * GiB) == (TruthSource.ALLOCATED_PEAK, 2 * GiB, 0)
 
 
-def test_wholly_free_cached_segments_are_mostly_not_charged() -> None:
-    # 900 MiB reserved beyond the peak but only 100 MiB ever stranded: the allocator releases
-    # the other 800 MiB and retries before it fails, unless a later step pins some of them.
-    source, peak, allowance = decide(1000 * MiB, 1900 * MiB, stranded=100 * MiB)
-    assert (source, peak) == (TruthSource.ALLOCATED_PEAK, 1000 * MiB)
-    fragmentation = 100 * MiB + int(800 * MiB * REPIN_SHARE)
-    assert allowance == fragmentation + int(fragmentation * CROSS_STEP_SHARE)
+def test_without_a_replay_the_reserved_peak_is_the_floor() -> None:
+    # 900 MiB reserved beyond the peak, 100 MiB stranded: no replay, so the reserved peak.
+    assert decide(1000 * MiB, 1900 * MiB, stranded=100 * MiB) == (
+        TruthSource.RESERVED, 1900 * MiB, 0)
 
 
-def test_stranded_memory_beyond_the_reserved_peak_keeps_the_reserved_peak() -> None:
-    source, peak, allowance = decide(1000 * MiB, 1128 * MiB, stranded=600 * MiB)
+def test_without_a_replay_stranded_memory_is_charged_for_two_step_sizes() -> None:
+    source, peak, allowance = decide(1000 * MiB, 1128 * MiB, stranded=100 * MiB)
     assert (source, peak) == (TruthSource.RESERVED, 1128 * MiB)
-    assert allowance == int(128 * MiB * CROSS_STEP_SHARE)  # for steps of other sizes
+    assert peak + allowance == 1000 * MiB + 2 * 100 * MiB
 
 
 def test_an_allocator_that_reports_no_stranded_memory_keeps_the_reserved_peak() -> None:
     # Expandable segments count no inactive split: their idle pages are not attributed.
-    source, peak, _ = decide(1000 * MiB, 1060 * MiB, stranded=0)
-    assert (source, peak) == (TruthSource.RESERVED, 1060 * MiB)
+    source, peak, allowance = decide(1000 * MiB, 1060 * MiB, stranded=0)
+    assert (source, peak, allowance) == (TruthSource.RESERVED, 1060 * MiB, 0)
 
 
-def test_a_pool_that_caps_its_growth_is_charged_half_its_growth_beyond_the_peak() -> None:
-    # MindSpore grew two 1 GiB units for a 1000 MiB peak; at the limit the last one is capped.
-    source, peak, allowance = decide(1000 * MiB, 2048 * MiB, stranded=1640 * MiB,
-                                     quirks=MINDSPORE)
-    assert source is TruthSource.ALLOCATED_PEAK
-    assert peak + allowance == 1524 * MiB + int(524 * MiB * CROSS_STEP_SHARE)
+def replayed(allocated: int, reserved: int, need: int) -> tuple[TruthSource, int, int]:
+    d = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=allocated, reserved_peak_increase=reserved,
+        replay_need=need), TORCH)
+    return d.truth_source, d.activation_peak, d.fragmentation_allowance
+
+
+def test_a_replay_below_the_reserved_peak_charges_the_allocated_peak_plus_the_rest() -> None:
+    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 100 * MiB)
+
+
+def test_a_replay_above_the_reserved_peak_charges_beyond_it() -> None:
+    assert replayed(1000 * MiB, 1100 * MiB, 1300 * MiB) == (
+        TruthSource.RESERVED, 1100 * MiB, 200 * MiB)
+
+
+def test_a_replay_never_charges_less_than_the_allocated_peak() -> None:
+    assert replayed(1000 * MiB, 1100 * MiB, 500 * MiB) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 0)
 
 
 def test_idle_space_in_the_weights_segments_is_charged_once() -> None:
@@ -65,7 +75,7 @@ def test_idle_space_in_the_weights_segments_is_charged_once() -> None:
     _, _, measured = decide(1000 * MiB, 1200 * MiB, stranded=0, weights_idle=300 * MiB,
                             weights_given=False)
     assert given == 300 * MiB  # weights passed as their size: their segments' idle space added
-    assert measured == int(200 * MiB * CROSS_STEP_SHARE)  # reserved growth already holds it
+    assert measured == 0  # reserved growth already holds it
 
 
 @pytest.mark.parametrize("source", [TruthSource.ALLOCATED_PEAK, TruthSource.RESERVED])
@@ -86,7 +96,7 @@ def test_the_profile_records_why_auto_decided_and_the_allowance() -> None:
             dev.free(ptr)
     result = s.result
     assert result.requested_truth_source is TruthSource.AUTO
-    assert "fragmented pool" in result.truth_source_reason
+    assert "reserved peak" in result.truth_source_reason
     assert "GiB" in result.truth_source_reason
     assert result.activation_peak + result.fragmentation_allowance > result.allocated_peak_increase
 

@@ -157,7 +157,7 @@ def test_auto_picks_reserved_when_fragmentation_is_large_and_says_why(
     result = session.result
     assert result.requested_truth_source is TruthSource.AUTO
     assert result.truth_source is TruthSource.RESERVED
-    assert "fragmented" in result.truth_source_reason
+    assert "stranded in partly used segments" in result.truth_source_reason
 
 
 def test_auto_picks_allocated_peak_when_pool_does_not_fragment(

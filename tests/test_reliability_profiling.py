@@ -132,12 +132,39 @@ def _lost(device: int) -> tuple[int, int]:
     raise RuntimeError("GPU has fallen off the bus")
 
 
-def test_framework_oom_by_message_is_a_profiling_oom(attributed: DeviceBackend) -> None:
-    # MindSpore raises RuntimeError whose text says so, not a dedicated type.
+class _PoolExhausted(RuntimeError):
+    """A framework's own out-of-memory type, declared by its backend."""
+
+
+def test_an_exception_the_backend_declares_as_oom_is_a_profiling_oom(
+    attributed: DeviceBackend,
+) -> None:
+    attributed.out_of_memory_errors = (_PoolExhausted,)  # type: ignore[attr-defined]
     baseline = memacct.snapshot(attributed)
     with pytest.raises(ProfilingOutOfMemoryError, match="Out of memory: pool exhausted"):
         with memacct.memory_profiling(attributed, baseline):
+            raise _PoolExhausted("Out of memory: pool exhausted")
+
+
+def test_an_oom_message_alone_is_not_read_as_oom(attributed: DeviceBackend) -> None:
+    # No class-name or message matching in the core: only the backend's declaration counts.
+    baseline = memacct.snapshot(attributed)
+    with pytest.raises(RuntimeError, match="Out of memory: pool exhausted") as info:
+        with memacct.memory_profiling(attributed, baseline):
             raise RuntimeError("Out of memory: pool exhausted")
+    assert not isinstance(info.value, ProfilingOutOfMemoryError)
+
+
+def test_a_backend_predicate_decides_for_a_framework_without_an_oom_type(
+    attributed: DeviceBackend,
+) -> None:
+    attributed.is_out_of_memory = (  # type: ignore[method-assign]
+        lambda exc: isinstance(exc, RuntimeError) and "pool exhausted" in str(exc)
+    )
+    baseline = memacct.snapshot(attributed)
+    with pytest.raises(ProfilingOutOfMemoryError):
+        with memacct.memory_profiling(attributed, baseline):
+            raise RuntimeError("pool exhausted")
 
 
 # --- another process allocates or frees during profiling -------------------------------------

@@ -253,6 +253,18 @@ class Scenario(BaseModel):
         return self.device["total_bytes"]
 
     @property
+    def budget_bytes(self) -> int:
+        """The memory the engine may hold: ``total x gpu_memory_utilization`` (vLLM's target),
+        never more than the co-tenants leave."""
+        return min(int(self.total_bytes * self.gpu_memory_utilization),
+                   self.total_bytes - self.other_process_bytes)
+
+    @property
+    def outside_budget_bytes(self) -> int:
+        """Free device memory the engine may not use at this utilization (0 at 1.0)."""
+        return max(0, self.total_bytes - self.other_process_bytes - self.budget_bytes)
+
+    @property
     def device_name(self) -> str:
         """The device's name for tables."""
         return self.device if isinstance(self.device, str) else f"sim-{self.total_bytes}"
@@ -366,6 +378,9 @@ class _Setup:
         dev = make_device(sc.device, sc.allocator)
         if sc.other_process_bytes:
             dev.other_process_malloc(sc.other_process_bytes)
+        if sc.outside_budget_bytes:
+            # The oracle may use only what the utilization grants the engine.
+            dev.other_process_malloc(sc.outside_budget_bytes)
         if sc.context_bytes:
             dev.external_malloc(sc.context_bytes)
         alloc = dev.allocator
@@ -552,11 +567,19 @@ def _attempt(scenario: Scenario, setup: _Setup, source: TruthSource | str) -> _A
     try:
         num_blocks = _plan(scenario, start).num_blocks
     except InsufficientMemoryError as exc:
-        # A policy that leaves no room for even one block (or one request) plans nothing.
+        # A truth source that leaves no room for even one block (or one request) plans nothing.
         return _Attempt(TruthSource.parse(source), start.result, 0, None, str(exc),
                         time.perf_counter() - t0)
-    # Serve on the device the engine profiled, as the engine would.
-    failure = setup.serve(start.device, num_blocks)
+    # Serve on the device the engine profiled, as the engine would, holding the engine to
+    # the memory its utilization grants (what the oracle is measured on).
+    failure: str | None = None
+    if scenario.outside_budget_bytes:
+        try:
+            start.device.other_process_malloc(scenario.outside_budget_bytes)
+        except SimOutOfMemory:
+            failure = "utilization budget"
+    if failure is None:
+        failure = setup.serve(start.device, num_blocks)
     return _Attempt(TruthSource.parse(source), start.result, num_blocks, failure, None,
                     time.perf_counter() - t0)
 
@@ -573,7 +596,7 @@ def run_scenarios(
     attempts = [_attempt(scenario, setup, source) for source in truth_sources]
     known = {a.num_blocks: a.failure is None for a in attempts if a.refused is None}
     oracle = find_oracle(scenario, known, _setup=setup)
-    # The setup and the oracle search serve every policy: share their time.
+    # The setup and the oracle search serve every truth source: share their time.
     shared_s = time.perf_counter() - begin - sum(a.elapsed_s for a in attempts)
     outcomes: list[ScenarioOutcome] = []
     for a in attempts:

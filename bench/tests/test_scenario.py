@@ -198,7 +198,7 @@ def test_run_scenario_reports_planned_and_oracle_bytes_and_their_ratio() -> None
 def test_the_allocated_peak_runs_out_of_memory_where_auto_does_not() -> None:
     allocated, auto = run_scenarios(small_qwen(), ["allocated_peak", "auto"])
     assert allocated.oom and allocated.oom_at is not None
-    assert not auto.oom and auto.efficiency > 0.97
+    assert not auto.oom and auto.efficiency > 0.95
 
 
 def test_a_plan_that_completes_is_never_above_the_oracle() -> None:
@@ -220,16 +220,16 @@ def test_the_shipped_scenarios_cover_every_allocator_three_models_and_two_mixes(
     assert all(s.gpu_memory_utilization == 1.0 for s in scenarios)
 
 
-def test_the_benchmark_gives_one_row_per_scenario_and_policy() -> None:
+def test_the_benchmark_gives_one_row_per_scenario_and_truth_source() -> None:
     rows = run_benchmark([tiny(), tiny("npu")], ["allocated_peak", "reserved", "auto"])
-    assert [(r.scenario, r.policy) for r in rows] == [
+    assert [(r.scenario, r.truth_source) for r in rows] == [
         (s, p) for s in ("tiny-torch-cuda", "tiny-npu")
         for p in ("allocated_peak", "reserved", "auto")]
 
 
-def test_the_summary_counts_ooms_and_efficiencies_per_policy() -> None:
+def test_the_summary_counts_ooms_and_efficiencies_per_truth_source() -> None:
     rows = run_benchmark([small_qwen()], ["allocated_peak", "auto"])
-    summary = {s.policy: s for s in summarize(rows)}
+    summary = {s.truth_source: s for s in summarize(rows)}
     assert summary["allocated_peak"].ooms == 1 and summary["auto"].ooms == 0
     assert summary["auto"].efficiency_min == rows[1].efficiency
 
@@ -237,8 +237,8 @@ def test_the_summary_counts_ooms_and_efficiencies_per_policy() -> None:
 def test_the_markdown_report_has_the_table_the_summary_and_the_time() -> None:
     rows = run_benchmark([tiny()], ["allocated_peak", "reserved", "auto"])
     text = render_markdown(rows, duration_s=12.3)
-    assert "| scenario | policy | planned GiB | oracle GiB | efficiency | OOM |" in text
-    assert "## Summary per policy" in text and "Full run: 12 s" in text
+    assert "| scenario | u | truth source | planned GiB | oracle GiB | efficiency | OOM |" in text
+    assert "## Summary per truth source" in text and "Full run: 12 s" in text
 
 
 def test_memacct_bench_prints_json_for_a_directory_of_scenarios(
@@ -248,7 +248,7 @@ def test_memacct_bench_prints_json_for_a_directory_of_scenarios(
     output = tmp_path / "results.md"
     assert main(["bench", "--scenarios", str(tmp_path), "--json", "--output", str(output)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in data["rows"]] == ["allocated_peak", "reserved", "auto"]
+    assert [r["truth_source"] for r in data["rows"]] == ["allocated_peak", "reserved", "auto"]
     assert "tiny-torch-cuda" in output.read_text()
 
 

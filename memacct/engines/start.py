@@ -194,10 +194,18 @@ def simulate_engine_start(
     )
     # The profile charges weights as the truth source measures them (allocated or
     # reserved growth since the baseline), as vLLM and vllm-mindspore do.
+    profiled = {
+        "architecture": spec.model_type, "model_name": spec.model_name, "dtype": spec.dtype,
+        "tensor_parallel_size": tensor_parallel_size, "tensor_parallel_rank": 0,
+        "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+    }  # fmt: skip
     # Every sequence contributes a token, so a step never has more sequences than tokens.
     num_seqs = min(max_num_seqs, max_num_batched_tokens)
     try:
-        with memory_profiling(backend, baseline, truth_source=truth_source) as session:
+        with memory_profiling(
+            backend, baseline, truth_source=truth_source, profiled=profiled,
+            serving_trace=workload,
+        ) as session:  # fmt: skip
             replay(allocator_obj, workload.step_trace(max_num_batched_tokens, num_seqs))
     except ProfilingOutOfMemoryError as exc:
         raise ProfilingOutOfMemoryError(

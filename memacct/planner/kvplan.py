@@ -184,6 +184,8 @@ class KVCachePlan(BaseModel):
     provenance: Provenance | None = None
     agreement: Agreement | None = None
     allocator_reserve_bytes: int = Field(default=0, ge=0)
+    cudagraph_memory: int = Field(default=0, ge=0)
+    retained_memory: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
@@ -194,7 +196,8 @@ class KVCachePlan(BaseModel):
             )
         checks = [
             ("non_kv_cache_memory", self.non_kv_cache_memory,
-             self.weights_memory + self.activation_peak + self.non_allocator_increase),
+             self.weights_memory + self.activation_peak + self.non_allocator_increase
+             + self.cudagraph_memory + self.retained_memory),
             ("kv_cache_used_bytes", self.kv_cache_used_bytes, self.num_blocks * self.block_bytes),
             ("num_tokens", self.num_tokens, self.num_blocks * self.block_size),
             ("request_bytes", self.request_bytes, self.blocks_per_request * self.block_bytes),

@@ -29,6 +29,7 @@ from memacct.engines.base import KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, load_model_json
+from memacct.planner.guard import check_profile_matches
 from memacct.planner.kvplan import PLAN_FORMAT_VERSION, Agreement, KVCachePlan, Provenance
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
@@ -89,6 +90,7 @@ def plan_kv_cache(
     max_num_seqs: int | None = None,
     async_scheduling: bool = True,
     enable_prefix_caching: bool = True,
+    allow_mismatch: bool = False,
 ) -> KVCachePlan:
     """Plan the KV cache of one rank as ``engine`` would size it (contract).
 
@@ -123,6 +125,8 @@ def plan_kv_cache(
         async_scheduling: whether the scheduler runs a step ahead (vLLM's
             default): sliding-window layers then hold one more batch.
         enable_prefix_caching: vLLM's default; Mamba groups keep 3 state blocks.
+        allow_mismatch: plan even when the profile recorded another model, layout
+            or batch budget than ``spec`` (see :mod:`memacct.planner.guard`).
 
     Raises:
         InvalidInputError: an argument is out of range, both overrides are
@@ -137,6 +141,10 @@ def plan_kv_cache(
         raise InvalidInputError(f"plan_kv_cache takes a ProfileResult, got {type(result).__name__}")
     if not isinstance(spec, KVCacheSpec):
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
+    check_profile_matches(
+        result, spec, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        allow_mismatch=allow_mismatch,
+    )
     kv_engine = get_engine(engine).kv
     utilization = check_fraction(
         "gpu_memory_utilization", gpu_memory_utilization, what=_UTILIZATION_MEANS
@@ -263,6 +271,8 @@ def _make_plan(
         weights_memory=0 if result is None else result.weights_memory,
         activation_peak=0 if result is None else result.activation_peak,
         non_allocator_increase=0 if result is None else result.non_allocator_increase,
+        cudagraph_memory=0 if result is None else result.cudagraph_memory,
+        retained_memory=0 if result is None else result.retained_memory,
         kv_cache_bytes=kv_bytes,
         block_size=layout.block_size,
         block_bytes=layout.block_bytes,

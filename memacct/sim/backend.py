@@ -9,6 +9,7 @@ from typing import Literal
 from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
+from memacct.sim._core import SimOutOfMemory
 from memacct.sim.device import SimDevice
 
 __all__ = ["SimBackend"]
@@ -40,6 +41,7 @@ class SimBackend(TorchLikeBackend):
     """
 
     name = "sim"
+    out_of_memory_errors = (SimOutOfMemory,)
     # Never chosen over a real device; the fallback when there is none.
     priority = 0
 
@@ -60,6 +62,7 @@ class SimBackend(TorchLikeBackend):
             )
         self.sim_device = device
         alloc = device.allocator
+        self.allocator_model: str | None = alloc.name  # replayed by the auto truth source
         super().__init__(
             device.api,
             name="sim",

@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -159,6 +160,15 @@ def _is_integrated(module: Any) -> bool:
         return False
 
 
+def _torch_out_of_memory_errors() -> tuple[type[BaseException], ...]:
+    """``torch.OutOfMemoryError`` (torch >= 2.5) where torch is loaded."""
+    torch = sys.modules.get("torch")
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(
+        getattr(torch, "cuda", None), "OutOfMemoryError", None
+    )
+    return (oom,) if isinstance(oom, type) and issubclass(oom, BaseException) else ()
+
+
 class CudaBackend(TorchLikeBackend):
     """NVIDIA GPUs through ``torch.cuda`` (registered as ``cuda``).
 
@@ -194,6 +204,7 @@ class CudaBackend(TorchLikeBackend):
         if module is None:
             module = importlib.import_module("torch").cuda
         super().__init__(module)
+        self.out_of_memory_errors = _torch_out_of_memory_errors()
         if unified_memory is None:
             unified_memory = _is_integrated(module)
         self.quirks = with_allocator_settings(replace(CUDA_QUIRKS, unified_memory=unified_memory))

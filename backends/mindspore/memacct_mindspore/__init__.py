@@ -198,6 +198,10 @@ class MindSporeBackend(BaseBackend):
     def __repr__(self) -> str:
         return f"MindSporeBackend(device_target={self.device_target!r})"
 
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """MindSpore has no out-of-memory type: its pool raises ``RuntimeError`` saying so."""
+        return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
     @classmethod
     def availability(cls) -> Availability:
         """Available when MindSpore runs on an Ascend or GPU device; otherwise why not."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +115,15 @@ class AscendBackend(TorchLikeBackend):
     def __init__(self, module: Any | None = None) -> None:
         super().__init__(module if module is not None else import_torch_npu())
         self.quirks = with_allocator_settings(NPU_QUIRKS)
+        torch = sys.modules.get("torch")
+        oom = getattr(torch, "OutOfMemoryError", None)
+        self.out_of_memory_errors = (oom,) if isinstance(oom, type) else ()
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """torch.OutOfMemoryError; older torch_npu raised RuntimeError("NPU out of memory ...")."""
+        if super().is_out_of_memory(exc):
+            return True
+        return isinstance(exc, RuntimeError) and str(exc).startswith("NPU out of memory")
 
     @classmethod
     def availability(cls) -> Availability:

@@ -1,0 +1,181 @@
+"""exclude() never shrinks the KV cache, on every allocator preset and truth source.
+
+Done-when of issue 12: a spike wrapped in ``exclude()`` never gives fewer blocks than
+the same spike not wrapped; where the allocator can give the spike's memory back, it
+gives as many blocks as no spike at all. The profiled forward is a real model's
+(qwen2.5-7b) on the simulated device.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+import memacct
+from memacct.engines.forward import TransformerWorkload, replay
+from memacct.planner import load_model_preset
+from memacct.sim import SimDevice
+from memacct.sim.backend import SimBackend
+from memacct.units import MiB
+
+PRESETS = {
+    "torch-cuda": "h100-80gb",
+    "torch-cuda-expandable": "h100-80gb",
+    "npu": "ascend-910b-64gb",
+    "mindspore": "ascend-910b-32gb",
+}
+SOURCES = ("allocated_peak", "reserved", "auto")
+
+
+@cache
+def _model() -> tuple[memacct.KVCacheSpec, TransformerWorkload]:
+    config = load_model_preset("qwen2.5-7b")
+    spec = memacct.KVCacheSpec.from_hf_config(config)
+    return spec, TransformerWorkload(spec, config, max_num_batched_tokens=8192, max_num_seqs=256)
+
+
+def _spike(dev: SimDevice, kept_bytes: int) -> None:
+    """A compile spike: small tensors in shared segments and large ones, all freed
+    except ``kept_bytes`` (a compiled kernel's buffer that stays)."""
+    ptrs = [dev.malloc(8 * MiB) for _ in range(100)] + [dev.malloc(700 * MiB)]
+    if kept_bytes:
+        dev.malloc(kept_bytes)
+    for ptr in ptrs:
+        dev.free(ptr)
+
+
+def blocks(
+    allocator: str,
+    source: str,
+    spike: str,
+    *,
+    kept_bytes: int = 0,
+    accounting: str | None = None,
+    backend_cls: type[SimBackend] = SimBackend,
+) -> tuple[int, memacct.ProfileResult]:
+    spec, work = _model()
+    dev = SimDevice(PRESETS[allocator], allocator)
+    backend = backend_cls(dev)
+    baseline = memacct.snapshot(backend)
+    dev.external_malloc(512 * MiB)
+    for n in work.weight_tensors():
+        dev.malloc(n, persistent=True)
+    with memacct.memory_profiling(
+        backend, baseline, truth_source=source, accounting=accounting
+    ) as session:
+        replay(dev, work.step_trace(8192, 256))
+        if spike == "excluded":
+            with session.exclude("compile"):
+                _spike(dev, kept_bytes)
+        elif spike == "not wrapped":
+            _spike(dev, kept_bytes)
+    plan = memacct.plan_kv_cache(session.result, spec, gpu_memory_utilization=0.9)
+    return plan.num_blocks, session.result
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("allocator", sorted(PRESETS))
+def test_an_excluded_spike_the_allocator_gives_back_costs_no_block(
+    allocator: str, source: str
+) -> None:
+    excluded, result = blocks(allocator, source, "excluded")
+    not_wrapped, _ = blocks(allocator, source, "not wrapped")
+    none, _ = blocks(allocator, source, "none")
+    assert excluded == none
+    assert excluded >= not_wrapped
+    assert result.excluded_regions[0].retained_bytes == 0
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("allocator", sorted(PRESETS))
+def test_an_excluded_spike_that_keeps_a_buffer_never_costs_more_than_not_excluding(
+    allocator: str, source: str
+) -> None:
+    kept = 3 * MiB  # keeps a 20 MiB segment (2 MiB small-pool page) partly used
+    excluded, result = blocks(allocator, source, "excluded", kept_bytes=kept)
+    not_wrapped, _ = blocks(allocator, source, "not wrapped", kept_bytes=kept)
+    assert excluded >= not_wrapped
+    assert result.excluded_regions[0].allocated_kept >= kept
+
+
+@pytest.mark.parametrize("accounting", ["components", "free_memory"])
+def test_exclude_holds_under_both_accounting_formulas(accounting: str) -> None:
+    excluded, _ = blocks("torch-cuda", "allocated_peak", "excluded", accounting=accounting)
+    not_wrapped, _ = blocks("torch-cuda", "allocated_peak", "not wrapped", accounting=accounting)
+    none, _ = blocks("torch-cuda", "allocated_peak", "none", accounting=accounting)
+    assert excluded == none > not_wrapped
+
+
+class _NeverReleases(SimBackend):
+    """A pool that never gives memory back: its empty_cache() does nothing."""
+
+    def empty_cache(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_memory_a_pool_never_gives_back_is_charged_and_named(source: str) -> None:
+    excluded, result = blocks(
+        "torch-cuda", source, "excluded", backend_cls=_NeverReleases
+    )
+    not_wrapped, _ = blocks("torch-cuda", source, "not wrapped", backend_cls=_NeverReleases)
+    none, _ = blocks("torch-cuda", source, "none", backend_cls=_NeverReleases)
+    region = result.excluded_regions[0]
+    assert region.retained_bytes > 0  # named in the result
+    assert not_wrapped <= excluded <= none
+
+
+# --- graphs(): the graph pool is its own term --------------------------------------------------
+
+
+def _graphs_profile(allocator: str, source: str) -> tuple[memacct.ProfileResult, int]:
+    spec, work = _model()
+    dev = SimDevice(PRESETS[allocator], allocator)
+    backend = SimBackend(dev)
+    baseline = memacct.snapshot(backend)
+    dev.external_malloc(512 * MiB)
+    for n in work.weight_tensors():
+        dev.malloc(n, persistent=True)
+    with memacct.memory_profiling(backend, baseline, truth_source=source) as session:
+        replay(dev, work.step_trace(8192, 256))
+        with session.graphs("cudagraphs"):
+            # Capture: a transient spike, then the pool the graphs keep and their
+            # executable objects outside the allocator.
+            dev.free(dev.malloc(2048 * MiB))
+            for _ in range(4):
+                dev.malloc(64 * MiB)
+            dev.external_malloc(40 * MiB)
+    plan = memacct.plan_kv_cache(session.result, spec, gpu_memory_utilization=0.9)
+    return session.result, plan.num_blocks
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("allocator", sorted(PRESETS))
+def test_graph_pool_is_charged_as_cudagraph_memory_not_activations(
+    allocator: str, source: str
+) -> None:
+    result, _ = _graphs_profile(allocator, source)
+    pool = result.excluded_regions[0].held_bytes
+    assert result.excluded_regions[0].kind == "graphs"
+    assert result.cudagraph_memory == pool >= 4 * 64 * MiB + 40 * MiB
+    assert result.non_kv_cache_memory == (
+        result.weights_memory
+        + result.activation_peak
+        + result.non_allocator_increase
+        + result.cudagraph_memory
+        + result.retained_memory
+    )
+    # Charged once: the same profile without the capture has the same activation peak.
+    without = blocks(allocator, source, "none")[1]
+    assert result.activation_peak == without.activation_peak
+    assert result.non_allocator_increase == without.non_allocator_increase
+
+
+def test_the_plan_carries_the_graph_pool_in_its_non_kv_memory() -> None:
+    result, num_blocks = _graphs_profile("torch-cuda", "allocated_peak")
+    spec, _ = _model()
+    plan = memacct.plan_kv_cache(result, spec, gpu_memory_utilization=0.9)
+    assert plan.cudagraph_memory == result.cudagraph_memory > 0
+    assert plan.non_kv_cache_memory == result.non_kv_cache_memory
+    assert num_blocks < blocks("torch-cuda", "allocated_peak", "none")[0]

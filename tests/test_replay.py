@@ -1,0 +1,59 @@
+"""Replaying serving-step shapes through an allocator model (the auto truth source's estimate)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import memacct
+from memacct.engines.forward import TransformerWorkload
+from memacct.engines.start import simulate_engine_start
+from memacct.planner import load_model_preset
+from memacct.replay import ServingTrace, replay_need, serving_shapes
+
+
+@cache
+def small() -> TransformerWorkload:
+    return TransformerWorkload.from_config(
+        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32
+    )
+
+
+def test_a_workload_is_a_serving_trace() -> None:
+    assert isinstance(small(), ServingTrace)
+
+
+def test_the_shapes_cover_the_budgets_from_the_largest_step_down() -> None:
+    shapes = serving_shapes(1024, 32)
+    assert shapes[0] == (1024, 32)
+    assert (1024, 1) in shapes and (32, 32) in shapes
+    assert all(1 <= seqs <= tokens <= 1024 and seqs <= 32 for tokens, seqs in shapes)
+
+
+def test_the_replay_needs_at_least_the_profiled_steps_allocated_peak() -> None:
+    work = small()
+    dev = memacct.sim.SimDevice("h100-80gb")
+    for n in work.weight_tensors():
+        dev.malloc(n, persistent=True)
+    before = dev.allocator.allocated
+    dev.reset_peak_memory_stats()
+    from memacct.engines.forward import replay
+
+    replay(dev, work.step_trace(1024, 32))
+    peak = dev.memory_stats()["allocated_bytes.all.peak"] - before
+    need = replay_need("torch-cuda", work, kv_cache_bytes=2 * 2**30)
+    assert need >= peak - 2 * 2**20
+
+
+def test_the_simulated_engine_profiles_auto_with_a_replay() -> None:
+    start = simulate_engine_start(
+        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32
+    )
+    assert "replaying the profile" in start.result.truth_source_reason
+
+
+def test_a_fixed_truth_source_runs_no_replay() -> None:
+    start = simulate_engine_start(
+        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32,
+        truth_source="reserved",
+    )
+    assert "replay" not in start.result.truth_source_reason
