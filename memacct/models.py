@@ -26,13 +26,13 @@ from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     model_validator,
 )
 
+from memacct.checks import FROZEN
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.units import format_gib
@@ -45,6 +45,7 @@ __all__ = [
     "ProfiledSetup",
     "TruthSource",
     "load_model_json",
+    "validation_problems",
 ]
 
 PROFILE_FORMAT_VERSION = 1
@@ -89,7 +90,7 @@ class TruthSource(str, enum.Enum):
             ) from None
 
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+_FROZEN = FROZEN
 
 
 class MemorySnapshot(BaseModel):
@@ -535,8 +536,14 @@ def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> A
             f"real ({type(exc).__name__}: {exc}); save it again from memacct"
         ) from None
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_got(err)}"
-            for err in exc.errors()[:5]
-        )
-        raise ConfigError(f"{source} is not a valid {model.__name__}: {problems}") from None
+        raise ConfigError(
+            f"{source} is not a valid {model.__name__}: {validation_problems(exc)}"
+        ) from None
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """The first five problems of a pydantic error, each naming its field and the value given."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_got(err)}"
+        for err in exc.errors()[:5]
+    )

@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from memacct.checks import FROZEN
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.io import atomic_write_text
 from memacct.models import TruthSource
@@ -81,7 +82,7 @@ FRESH_SEED = 20261201
 """A seed never looked at while developing: ``--full``'s third section."""
 FRESH_COUNT = 200
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = FROZEN
 
 
 class BenchRow(BaseModel):

@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from memacct.checks import FROZEN
 from memacct.engines.forward import TransformerWorkload, replay
 from memacct.engines.start import (
     DEFAULT_CONTEXT_BYTES,
@@ -56,7 +57,7 @@ from memacct.engines.start import (
 )
 from memacct.errors import ConfigError, InsufficientMemoryError
 from memacct.io import read_json_object
-from memacct.models import ProfileResult, TruthSource
+from memacct.models import ProfileResult, TruthSource, validation_problems
 from memacct.planner.plan import KVCachePlan, plan_kv_cache
 from memacct.planner.presets import load_model_preset, model_presets
 from memacct.planner.spec import KVCacheSpec
@@ -74,7 +75,7 @@ __all__ = [
     "run_scenario",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+_FROZEN = FROZEN
 _Range = int | tuple[int, int]
 
 
@@ -227,11 +228,7 @@ class Scenario(BaseModel):
         try:
             return cls.model_validate(dict(data))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-                for err in exc.errors()[:5]
-            )
-            raise ConfigError(f"invalid {source}: {problems}") from None
+            raise ConfigError(f"invalid {source}: {validation_problems(exc)}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
@@ -524,18 +521,6 @@ def start_engine(scenario: Scenario, truth_source: TruthSource | str) -> EngineS
         block_size=scenario.block_size,
         max_model_len=scenario.max_model_len,
     )
-
-
-def plan_scenario(
-    scenario: Scenario, truth_source: TruthSource | str
-) -> tuple[EngineStart, KVCachePlan]:
-    """Start the engine on the scenario's device, profile it with memacct, and plan.
-
-    Raises:
-        InsufficientMemoryError: the planner refuses (nothing left for the cache).
-    """
-    start = start_engine(scenario, truth_source)
-    return start, _plan(scenario, start)
 
 
 def _plan(scenario: Scenario, start: EngineStart) -> KVCachePlan:
