@@ -14,7 +14,8 @@ statistics from the blocks so tests can check the incremental bookkeeping.
 from __future__ import annotations
 
 import operator
-from typing import ClassVar, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from memacct.errors import InvalidInputError, MemacctError
 from memacct.sim._freeset import FreeSet
@@ -75,6 +76,28 @@ IN_USE = 1
 UNMAPPED = 2
 """Virtual address space without memory behind it (expandable segments only)."""
 
+
+
+SegmentListing = list[tuple[str, int, int, list[tuple[int, int, str]]]]
+
+
+def list_segments(pools: Iterable[Any], names: Mapping[int, str]) -> SegmentListing:
+    """``(pool, address, size, [(block address, size, state name)])`` per segment, for tests.
+
+    ``pools`` hold ``segments`` (address -> segment with a linked ``head`` block)
+    and a ``stat_name``; ``names`` names each block state.
+    """
+    out: SegmentListing = []
+    for pool in pools:
+        for addr in sorted(pool.segments):
+            seg = pool.segments[addr]
+            blocks = []
+            b = seg.head
+            while b is not None:
+                blocks.append((b.addr, b.size, names[b.state]))
+                b = b.next
+            out.append((pool.stat_name, seg.addr, seg.size, blocks))
+    return out
 
 class SimOutOfMemory(MemacctError, RuntimeError):
     """The simulated device has not enough free memory for a request.
@@ -1276,17 +1299,7 @@ class CachingAllocator:
     def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
         """``(pool, address, size, [(block address, size, state)])`` for every segment."""
         names = {FREE: "free", IN_USE: "in_use", UNMAPPED: "unmapped"}
-        out = []
-        for pool in self._pools:
-            for addr in sorted(pool.segments):
-                seg = pool.segments[addr]
-                blocks = []
-                b: _Block | None = seg.head
-                while b is not None:
-                    blocks.append((b.addr, b.size, names[b.state]))
-                    b = b.next
-                out.append((pool.stat_name, seg.addr, seg.size, blocks))
-        return out
+        return list_segments(self._pools, names)
 
     def _recount_stats(self) -> dict[str, int]:
         """Current values recomputed from the blocks, keyed like :meth:`memory_stats`.

@@ -38,6 +38,7 @@ from memacct.sim._core import (
     _Pool,
     _Segment,
     format_size,
+    list_segments,
 )
 from memacct.sim._freeset import FreeSet
 from memacct.units import GiB, MiB
@@ -524,17 +525,7 @@ class MindSporeMemoryPool(CachingAllocator):
 
     def _segments(self) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
         names = {FREE: "idle", IN_USE: "in_use", UNMAPPED: "eager_free"}
-        out = []
-        for pool in (self._persist, self._common):
-            for addr in sorted(pool.segments):
-                seg = pool.segments[addr]
-                blocks = []
-                b: _Block | None = seg.head
-                while b is not None:
-                    blocks.append((b.addr, b.size, names[b.state]))
-                    b = b.next
-                out.append((pool.stat_name, seg.addr, seg.size, blocks))
-        return out
+        return list_segments((self._persist, self._common), names)
 
     def _recount_stats(self) -> dict[str, int]:
         """Current values recomputed from the buffers; checks the structure too."""
