@@ -359,6 +359,15 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
     help="Follow this engine release offline (e.g. 0.11.0); default: the newest modelled.",
 )
 @click.option(
+    "--sampler",
+    type=click.Choice(["auto", "sort", "triton", "flashinfer"]),
+    default="auto",
+    show_default=True,
+    help="vLLM's top-k/top-p path in its start-up sampler run (offline plan): auto follows "
+    "the release and VLLM_USE_FLASHINFER_SAMPLER; the engine's log names it ('Using "
+    "FlashInfer for top-p & top-k sampling').",
+)
+@click.option(
     "--truth-source",
     default=None,
     help="allocated_peak, reserved or auto (default: MEMACCT_TRUTH_SOURCE, else auto).",
@@ -399,6 +408,7 @@ def plan_cmd(
     kv_cache_dtype: str,
     enforce_eager: bool,
     engine_version: str | None,
+    sampler: str,
     truth_source: str | None,
     allow_long_max_model_len: bool,
     as_json: bool,
@@ -443,7 +453,7 @@ def plan_cmd(
             block_size, max_model_len, max_num_batched_tokens, max_num_seqs,
             tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, enforce_eager,
             truth_source, as_json, plot_path, engine=engine, engine_version=engine_version,
-            allow_long_max_model_len=allow_long_max_model_len,
+            allow_long_max_model_len=allow_long_max_model_len, sampler=sampler,
         )  # fmt: skip
         return
     if max_model_len is not None and not allow_long_max_model_len:
@@ -454,10 +464,10 @@ def plan_cmd(
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
     )
-    if engine_version is not None or enforce_eager:
+    if engine_version is not None or enforce_eager or sampler != "auto":
         raise InvalidInputError(
-            "--engine-version and --enforce-eager shape the offline plan; a saved profile "
-            "already measured the engine (drop --profile to plan offline)"
+            "--engine-version, --sampler and --enforce-eager shape the offline plan; a saved "
+            "profile already measured the engine (drop --profile to plan offline)"
         )
     if truth_source is not None:
         raise InvalidInputError(
@@ -624,6 +634,7 @@ def _plan_offline_cmd(
     engine: str = "vllm",
     engine_version: str | None = None,
     allow_long_max_model_len: bool = False,
+    sampler: str = "auto",
 ) -> None:
     from memacct.devices import parse_memory_size
     from memacct.engines.start import plan_offline
@@ -661,6 +672,8 @@ def _plan_offline_cmd(
         checkpoint=checkpoint,
         engine_version=engine_version,
         allow_long_max_model_len=allow_long_max_model_len,
+        sampler=sampler,
+        flashinfer_sampler_env=_flashinfer_sampler_env(),
     )
     if plot_path is not None:
         _plot_offline(plan, plot_path)
@@ -688,6 +701,20 @@ def _plan_offline_cmd(
         raise click.exceptions.Exit(1)
 
 
+def _flashinfer_sampler_env() -> bool | None:
+    """``VLLM_USE_FLASHINFER_SAMPLER`` as vLLM reads it (``bool(int(value))``); None: unset."""
+    value = os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")
+    if value is None:
+        return None
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise InvalidInputError(
+            f"VLLM_USE_FLASHINFER_SAMPLER={value!r} is not an integer (vLLM reads it as one): "
+            "set it to 1 or 0, or unset it"
+        ) from None
+
+
 def _offline_table(plan: Any) -> Table:
     table = Table(
         title=f"{plan.model} on {plan.device_label} ({plan.engine} {plan.engine_version}, "
@@ -701,7 +728,8 @@ def _offline_table(plan: Any) -> Table:
         (f"engine budget ({plan.gpu_memory_utilization})", plan.requested_memory),
         (f"weights ({plan.quantization or 'unquantized'}, {plan.weights_source})",
          plan.weights_memory),
-        (f"activation peak ({plan.max_num_batched_tokens} tokens, {plan.max_num_seqs} seqs)",
+        (f"activation peak ({plan.max_num_batched_tokens} tokens, {plan.max_num_seqs} seqs"
+         + (f", {plan.sampler} sampler)" if plan.sampler else ")"),
          plan.activation_peak),
         ("non-torch growth", plan.non_allocator_increase),
         (graphs, plan.cudagraph_memory),

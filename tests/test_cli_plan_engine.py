@@ -43,3 +43,24 @@ def test_a_refused_budget_names_the_engines_estimate(capsys: pytest.CaptureFixtu
     argv = ["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB"]
     assert main(argv) == 2
     assert "largest max_model_len that fits is 8176" in capsys.readouterr().err
+
+
+def test_the_sampler_flag_and_vllms_variable_shape_the_offline_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["plan", "--model", "qwen2.5-7b", "--device", "a100-80gb", "--engine-version",
+            "0.10.1", "--json"]  # fmt: skip
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    plans = {}
+    for extra in ([], ["--sampler", "flashinfer"]):
+        assert main(base + extra) == 0
+        plans[tuple(extra)] = json.loads(capsys.readouterr().out)
+    sort, fi = plans[()], plans[("--sampler", "flashinfer")]
+    assert (sort["sampler"], fi["sampler"]) == ("sort", "flashinfer")
+    assert fi["activation_peak"] < sort["activation_peak"]
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["sampler"] == "flashinfer"
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "on")
+    assert main(base) == 2
+    assert "VLLM_USE_FLASHINFER_SAMPLER='on' is not an integer" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from memacct.engines.vllm.startup import (
     StartupSettings,
     batch_defaults,
     capture_sizes,
+    default_sampler,
     full_capture_sizes,
 )
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
@@ -54,13 +55,80 @@ def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> 
     assert two.activation_peak == pytest.approx(one.activation_peak, rel=0.01)
 
 
+@pytest.mark.parametrize(
+    ("version", "env", "device", "expected"),
+    [((0, 8), None, "", "sort"), ((0, 10), None, "", "sort"), ((0, 11), None, "", "sort"),
+     ((0, 16), None, "", "sort"), ((0, 17), None, "", "triton"), ((0, 20), None, "", "triton"),
+     ((0, 21), None, "", "flashinfer"), ((0, 33), None, "", "flashinfer"),
+     (None, None, "", "flashinfer"), ((0, 10), True, "", "flashinfer"),
+     ((0, 16), True, "", "flashinfer"), ((0, 33), False, "", "triton"),
+     ((0, 11), False, "", "sort"), ((0, 33), None, "mi300x-192gb", "triton")],
+)  # fmt: skip
+def test_the_default_sampler_follows_the_release_and_the_environment(
+    version: tuple[int, int] | None, env: bool | None, device: str, expected: str
+) -> None:
+    # vllm/v1/sample/ops/topk_topp_sampler.py and vllm/envs.py of each release.
+    assert default_sampler(version, flashinfer_env=env, device_name=device) == expected
+
+
+def test_each_sampler_path_holds_the_bytes_its_tensors_take() -> None:
+    # Qwen2.5-7B on an A100: 256 rows x 152064 logits; the sampler dominates the forward.
+    config = load_model_preset("qwen2.5-7b")
+    total = DEVICE_INFO["a100-80gb"].total_bytes
+    peaks = {}
+    for sampler in ("sort", "flashinfer", "triton"):
+        est = VLLM.estimate(config, total_memory=total, device_name="a100-80gb",
+                            settings=StartupSettings(sampler=sampler))  # fmt: skip
+        assert est.sampler == sampler
+        peaks[sampler] = est.activation_peak
+    logits = 256 * 152064
+    hidden = 2048 * 3584 * 2
+    # FlashInfer: bf16 logits (2) + float32 logits, masked logits and probs (3 x 4).
+    assert peaks["flashinfer"] == hidden + logits * 14
+    # The sort holds 24 bytes more per logit: int64 indices, sorted values, masks, scratch.
+    assert peaks["sort"] - peaks["flashinfer"] == logits * 24
+    # Triton: the same 14 bytes and the kernel's 80 MiB of buffers.
+    assert peaks["triton"] - peaks["flashinfer"] == 80 * 2**20
+
+
+def test_the_triton_path_takes_the_sort_below_eight_rows() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    est = {
+        sampler: VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                               settings=StartupSettings(sampler=sampler, max_num_seqs=4,
+                                                        max_num_batched_tokens=4))
+        for sampler in ("sort", "triton")
+    }  # fmt: skip
+    assert est["triton"].activation_peak == est["sort"].activation_peak
+
+
+def test_an_unknown_sampler_is_refused_with_the_choices() -> None:
+    with pytest.raises(InvalidInputError, match="sampler 'topk' .* sort, triton, flashinfer"):
+        VLLM.estimate(load_model_preset("qwen3-8b"), total_memory=H100,
+                      settings=StartupSettings(sampler="topk"))  # fmt: skip
+    with pytest.raises(InvalidInputError, match="--sampler flashinfer .* vllm-ascend"):
+        plan_offline(load_model_preset("qwen3-8b"), engine="vllm-ascend", sampler="flashinfer")
+
+
+def test_the_plan_notes_the_default_sampler_and_how_to_change_it() -> None:
+    plan = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1")
+    assert plan.sampler == "sort"
+    assert any("Docker image: --sampler flashinfer" in n for n in plan.notes)
+    env = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1",
+                       flashinfer_sampler_env=True)  # fmt: skip
+    assert env.sampler == "flashinfer" and env.kv_cache_bytes > plan.kv_cache_bytes
+
+
 def test_releases_with_the_triton_sampler_hold_less_and_charge_graphs() -> None:
     config = load_model_preset("llama-3.1-8b")
     old = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
                         settings=StartupSettings(engine_version="0.11.0"))  # fmt: skip
-    new = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    new = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                        settings=StartupSettings(engine_version="0.17.0"))  # fmt: skip
+    assert new.sampler == "triton" and old.sampler == "sort"
     assert new.activation_peak < 0.5 * old.activation_peak
-    assert new.cudagraph_charged and not old.cudagraph_charged
+    newest = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb")
+    assert newest.cudagraph_charged and not new.cudagraph_charged and not old.cudagraph_charged
 
 
 def test_non_torch_growth_rises_under_tensor_parallelism() -> None:

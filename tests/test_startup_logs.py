@@ -49,21 +49,33 @@ def test_weights_within_two_percent_wherever_the_checkpoint_is_known(row: object
     assert abs(error) <= 0.02
 
 
-def test_kv_cache_on_v1_logs_median_within_three_percent() -> None:
+def test_kv_cache_on_v1_logs_meets_the_targets() -> None:
     n, median, _worst, within = ACC.summary(ROWS, "kv_cache", v1_only=True)
     assert n >= 9
     assert median <= 0.03
-    # Issue 11's target is 80% within 5%; the four misses are explained in docs/accuracy.md
-    # (a source whose own figures disagree, a refused start at -1.44 GiB, and two held-out
-    # vLLM 0.10.1.1 A100 logs whose FlashInfer sampler holds no sort buffers).
-    assert within >= 0.75 * n
+    # Issue 11's target: 80% within 5%. The two misses are explained in docs/accuracy.md (a
+    # source whose own figures disagree, a refused start at -1.44 GiB).
+    assert within >= 0.8 * n
 
 
 def test_held_out_v1_kv_cache_is_reported_and_bounded() -> None:
-    # The cases that shaped no constant: memacct's KV figure is low on all of them (it
-    # charges the sort-path sampler FlashInfer does not hold), never by more than 20%.
-    n, median, worst, _within = ACC.summary(ROWS, "kv_cache", v1_only=True, held_out=True)
-    assert n >= 6 and median <= 0.05 and worst <= 0.20
+    # The cases that shaped no constant, each with the sampler its log names.
+    n, median, worst, within = ACC.summary(ROWS, "kv_cache", v1_only=True, held_out=True)
+    assert n >= 6 and median <= 0.03 and worst <= 0.05 and within == n
+
+
+def test_the_logged_sampler_is_what_closes_the_flashinfer_logs() -> None:
+    # Replayed with the release's default (the sort) instead, the FlashInfer logs fall back
+    # to 0.9 GiB low: the sampler choice, not a fitted constant, is what moved them.
+    named = [r for r in ROWS if r.case.get("sampler") == "flashinfer"]
+    assert len(named) >= 4
+    defaults = {r.case["id"]: r for r in ACC.replay_all(DATA, logged_sampler=False)}
+    for row in named:
+        assert row.case["sampler_evidence"].startswith("log line")
+        before = defaults[row.case["id"]].error("kv_cache")
+        after = row.error("kv_cache")
+        assert before is not None and after is not None
+        assert abs(after) < abs(before) and abs(after) <= 0.05, row.case["id"]
 
 
 def test_activation_on_v1_logs_within_two_percent() -> None:
@@ -73,7 +85,8 @@ def test_activation_on_v1_logs_within_two_percent() -> None:
 
 def test_docs_accuracy_is_regenerated() -> None:
     text = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
-    assert text == ACC.render(ROWS), "run `make accuracy` and commit docs/accuracy.md"
+    defaults = ACC.replay_all(DATA, logged_sampler=False)
+    assert text == ACC.render(ROWS, defaults), "run `make accuracy` and commit docs/accuracy.md"
 
 
 def test_the_engine_s_kv_manager_reproduces_the_logged_tokens_from_the_logged_budget() -> None:

@@ -51,6 +51,8 @@ class Replayed:
     """Tokens the print formula of older releases can add for uniform models (see render)."""
     refused: bool = False
     """memacct's plan says the engine refuses to start (one request does not fit)."""
+    sampler: str = ""
+    """The dummy sampler's top-k/top-p path charged ("log": the one the log names)."""
 
     @property
     def development(self) -> bool:
@@ -135,8 +137,15 @@ def _token_slack(case: dict[str, Any], concurrency: float) -> int:
     return 1 if length % block == 0 else int(concurrency * (block - 1)) + 2
 
 
-def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
-    """memacct's estimate for one logged start-up."""
+def replay(
+    case: dict[str, Any], models: dict[str, Any], *, logged_sampler: bool = True
+) -> Replayed:
+    """memacct's estimate for one logged start-up.
+
+    ``logged_sampler``: charge the top-k/top-p path the log names (``sampler`` in the case,
+    with its ``sampler_evidence``); otherwise the release's default, as ``memacct plan``
+    without ``--sampler`` does.
+    """
     logged_raw = case["logged"]
     logged: dict[str, float | None] = {
         "weights": logged_raw["weights_gib"],
@@ -169,8 +178,8 @@ def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
                      s["max_num_seqs"])
             for d in (-ROUNDING_GIB, ROUNDING_GIB)
         ]  # fmt: skip
-        if ends[0] is not None and ends[1] is not None:
-            low, high = ends
+        low, high = ends
+        if low is not None and high is not None:
             from_budget = {
                 "tokens": (low.kv_tokens, high.kv_tokens),
                 "block_tokens": (_block_tokens(low), _block_tokens(high)),
@@ -195,6 +204,7 @@ def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
         charge_cudagraphs=case["kv_includes_cudagraph"],
         mxfp4_layout=layout,
         engine_version=case["engine_version"],
+        sampler=case.get("sampler") if logged_sampler else None,
     )
     est = _startup(case["engine"]).estimate(
         config,
@@ -207,13 +217,15 @@ def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
     estimated["non_torch"] = est.non_allocator_increase / GIB
     estimated["cudagraph"] = est.cudagraph_memory / GIB if est.cudagraph_charged else None
     estimated["kv_cache"] = est.kv_cache_bytes / GIB
+    sampler = est.sampler + (" (log)" if logged_sampler and case.get("sampler") else "")
     if s["max_model_len"] and est.kv_cache_bytes > 0:
         # What `memacct plan` reports: the estimated budget through the engine's KV manager.
         plan = _kv_plan(spec, case, est.kv_cache_bytes, est.max_num_batched_tokens,
                         est.max_num_seqs)  # fmt: skip
         if plan is None:
             why = "memacct: the engine refuses this max_model_len"
-            return Replayed(case, logged, estimated, why, from_budget, slack, refused=True)
+            return Replayed(case, logged, estimated, why, from_budget, slack, refused=True,
+                            sampler=sampler)  # fmt: skip
         estimated["kv_tokens"] = plan.kv_tokens
         estimated["max_concurrency"] = plan.max_concurrency
         slack = slack or _token_slack(case, plan.max_concurrency)
@@ -221,13 +233,15 @@ def replay(case: dict[str, Any], models: dict[str, Any]) -> Replayed:
         if budget_agrees(row) == "blocks":
             # Compare like with like: the log printed tokens the older way.
             estimated["kv_tokens"] = _block_tokens(plan)
-    return Replayed(case, logged, estimated, "", from_budget, slack)
+    return Replayed(case, logged, estimated, "", from_budget, slack, sampler=sampler)
 
 
-def replay_all(data: dict[str, Any] | None = None) -> list[Replayed]:
-    """Every case of the development set, replayed."""
+def replay_all(
+    data: dict[str, Any] | None = None, *, logged_sampler: bool = True
+) -> list[Replayed]:
+    """Every case of the development set, replayed (``logged_sampler``: as :func:`replay`)."""
     data = data or load_cases()
-    return [replay(case, data["models"]) for case in data["cases"]]
+    return [replay(case, data["models"], logged_sampler=logged_sampler) for case in data["cases"]]
 
 
 def _fmt(value: float | None, name: str = "") -> str:
@@ -272,7 +286,7 @@ def token_bound(row: Replayed, name: str) -> float | None:
     kv_logged = row.logged["kv_cache"]
     if kv is None or not want or not kv_logged:
         return None
-    block = row.case["settings"]["block_size"]
+    block = int(row.case["settings"]["block_size"])
     base = abs(kv) + (1 + abs(kv)) * ROUNDING_GIB / abs(kv_logged)
     if name == "kv_tokens":
         return base + (block + row.token_slack) / want
@@ -320,8 +334,9 @@ def _status(rows: list[Replayed]) -> str:
     )
 
 
-def render(rows: list[Replayed]) -> str:
-    """docs/accuracy.md."""
+def render(rows: list[Replayed], defaults: list[Replayed] | None = None) -> str:
+    """docs/accuracy.md (``defaults``: the same cases replayed with each release's default
+    sampler, :func:`replay_all` with ``logged_sampler=False``)."""
     out = [
         "# Accuracy of the offline plan against real engine start-ups",
         "",
@@ -392,6 +407,21 @@ def render(rows: list[Replayed]) -> str:
         "",
         _status(rows),
         "",
+    ]
+    if defaults is not None:
+        named = sum(1 for r in rows if r.case.get("sampler"))
+        parts = []
+        for label, held in (("V1-era", False), ("held out", True)):
+            n, med, _worst, within = summary(defaults, "kv_cache", v1_only=True, held_out=held)
+            parts.append(f"{label}: within 5% on {within} of {n}, median {100 * med:.1f}%")
+        out += [
+            f"The dummy sampler's top-k/top-p path is taken from the log where it names one "
+            f"({named} cases, `sampler_evidence` in cases.json). With each release's default "
+            f"instead (what `memacct plan` charges without `--sampler`), the KV cache is "
+            f"{'; '.join(parts)}.",
+            "",
+        ]
+    out += [
         "## KV-cache tokens and concurrency",
         "",
         "`kv_tokens` and `max_concurrency` above are what `memacct plan` reports: memacct's",
@@ -422,12 +452,12 @@ def render(rows: list[Replayed]) -> str:
         if agrees is None:
             continue
         assert r.from_budget is not None
-        t, b, c = (r.from_budget[k] for k in ("tokens", "block_tokens", "concurrency"))
+        t, b, cc = (r.from_budget[k] for k in ("tokens", "block_tokens", "concurrency"))
         conc = r.logged["max_concurrency"]
         out.append(
             f"| {r.case['id']} | {'yes' if r.development else ''} | {r.logged['kv_cache']:.2f} | "
             f"{r.logged['kv_tokens']:,.0f} | {'' if conc is None else f'{conc:.2f}'} | "
-            f"{t[0]:,.0f} - {t[1]:,.0f} | {b[0]:,.0f} - {b[1]:,.0f} | {c[0]:.2f} - {c[1]:.2f} | "
+            f"{t[0]:,.0f} - {t[1]:,.0f} | {b[0]:,.0f} - {b[1]:,.0f} | {cc[0]:.2f} - {cc[1]:.2f} | "
             f"{agrees or 'no'} |"
         )
     out += [
@@ -436,11 +466,13 @@ def render(rows: list[Replayed]) -> str:
         "",
         "Figures in GiB (tokens and concurrency as logged), logged / memacct (error). Empty:",
         "the log does not give the figure, or memacct cannot replay it (the note says why).",
-        "dev: the case shaped a constant (see above).",
+        "dev: the case shaped a constant (see above). sampler: the dummy sampler's top-k/top-p",
+        "path charged (`docs/engines.md`), `(log)` where the log names it (the line is quoted",
+        "in cases.json, `sampler_evidence`), else the release's default.",
         "",
-        "| case | dev | engine | device | TP | weights | activation | non-torch | CUDA graphs "
-        "| KV cache | tokens | concurrency | note |",
-        "| --- | --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| case | dev | engine | device | TP | sampler | weights | activation | non-torch "
+        "| CUDA graphs | KV cache | tokens | concurrency | note |",
+        "| --- | --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         c = r.case
@@ -457,7 +489,7 @@ def render(rows: list[Replayed]) -> str:
         out.append(
             f"| [{c['id']}]({c['source']}) | {'yes' if r.development else ''} | {c['engine']} "
             f"{c['engine_version']} {era} | {c['device']} | "
-            f"{c['settings']['tensor_parallel_size']} | "
+            f"{c['settings']['tensor_parallel_size']} | {r.sampler} | "
             + " | ".join(cells)
             + f" | {r.reason} |"
         )
@@ -465,19 +497,19 @@ def render(rows: list[Replayed]) -> str:
         "",
         "## Where the remaining error comes from",
         "",
-        "- **Held out, V1: vLLM 0.10.1.1 on A100 (dennislee22/vLLM-benchmarking)**. The six",
-        "  full logs are the only held-out V1 cases with a device and settings; memacct's KV",
-        "  figure is 2.5-18% low on them (18% at utilization 0.25, where the KV cache is",
-        "  small; 2.5-4% at 0.5 and 0.8). The logs imply activation + non-torch of 0.55 GiB",
-        "  on one GPU and 0.67 GiB under TP 2 (e.g. 0.25 x 79.25 - 14.25 weights - 5.01 KV),",
-        "  where memacct charges 1.39 + 0.13 (0.55 under TP): the dummy sampler's sort path",
-        "  for 256 sequences of a 152k vocabulary (1.3 GiB). That setup installs",
-        "  `flashinfer-python` (its README), and vLLM samples with FlashInfer when it is",
-        "  installed, which holds no sort buffers (`docs/engines.md`, FlashInfer sampler). The",
-        "  KV error carries into tokens and concurrency one for one (the same -18% to -2.5%),",
-        "  while the KV manager reproduces all six logs' tokens and concurrency exactly from",
-        "  their own budgets (gpt-oss-120b included: its sliding-window groups, the older",
-        "  block print and async scheduling off, as in 0.10).",
+        "- **Held out, V1: vLLM 0.10.1.1 on A100 (dennislee22/vLLM-benchmarking)**. Five of",
+        "  the six logs print \"Using FlashInfer for top-p & top-k sampling\"; the sixth (two",
+        "  A100 40GB over Ray) warns that FlashInfer is not available and falls back to",
+        "  PyTorch. Charged with the path each log names (`sampler` in cases.json), memacct's",
+        "  KV figure is 0.2-3.2% low on all six; with vLLM 0.10's default for a pip install",
+        "  (the sort, 1.38 GiB for 256 sequences of a 152k vocabulary against FlashInfer's",
+        "  0.51 GiB) it was 2.5-18% low on the five FlashInfer logs (18% at utilization 0.25,",
+        "  where the KV cache is small). What remains is under TP 2 on one node (-3.2% at",
+        "  0.25, -1.2% at 0.5: 0.38 GiB): the TP non-torch figure (0.55 GiB) was measured on",
+        "  H100 with NVLink; these A100s may hold less. The KV error carries into tokens and",
+        "  concurrency one for one, while the KV manager reproduces all six logs' tokens and",
+        "  concurrency exactly from their own budgets (gpt-oss-120b included: its",
+        "  sliding-window groups, the older block print and async scheduling off, as in 0.10).",
         "- **Budget-only cases** (LMCache's FAQ table and issue #1739): no device or",
         "  utilization, so only the KV manager is checked; it reproduces every one.",
         "- **V0 logs** (vLLM before 0.8) profiled one prefill of `max_model_len` tokens",
@@ -488,7 +520,7 @@ def render(rows: list[Replayed]) -> str:
         "- **gpt-oss-120b (llm-d)**: the source's own numbers disagree: its activation",
         "  column repeats gpt-oss-20b's 7.38 GiB while its KV figure implies 3.42 GiB.",
         "- **Mistral-Small-3.2 (multimodal)**: no config.json was found for it; its",
-        "  activation (2.12 GiB) is far below the dummy sampler's 38 bytes per logit,",
+        "  activation (2.12 GiB) is far below the sort path's 38 bytes per logit,",
         "  which suggests that release profiled it with fewer sequences.",
         "- **CUDA graphs**: only the vLLM 0.21 log (LMCache#3430) gives the estimate vLLM",
         "  charges; the 0.11 logs' 'CUDAGraph memory' is the change of free memory during",
@@ -507,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(ROOT / "docs" / "accuracy.md"))
     args = parser.parse_args(argv)
     rows = replay_all()
-    atomic_write_text(Path(args.output), render(rows), "accuracy report")
+    defaults = replay_all(logged_sampler=False)
+    atomic_write_text(Path(args.output), render(rows, defaults), "accuracy report")
     for name in FIELDS:
         for held in (False, True):
             n, med, worst, within = summary(rows, name, v1_only=True, held_out=held)

@@ -75,6 +75,8 @@ class OfflinePlan(BaseModel):
     verdict: str
     suggestions: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    sampler: str = ""
+    """The dummy sampler's top-k/top-p path charged (vLLM: sort, triton or flashinfer)."""
 
 
 _FROM_ESTIMATE = (
@@ -87,6 +89,7 @@ _FROM_ESTIMATE = (
     "cudagraph_memory",
     "cudagraph_charged",
     "non_kv_cache_memory",
+    "sampler",
 )
 """The fields an :class:`OfflinePlan` takes from the engine's start-up estimate as they are."""
 
@@ -187,6 +190,8 @@ def plan_offline(
     checkpoint: str | os.PathLike[str] | None = None,
     engine_version: str | None = None,
     allow_long_max_model_len: bool = False,
+    sampler: str | None = None,
+    flashinfer_sampler_env: bool | None = None,
 ) -> OfflinePlan:
     """Plan an engine's KV cache offline: does the model fit on the device, and how many requests.
 
@@ -211,6 +216,11 @@ def plan_offline(
         engine_version: the engine release to follow (``0.11.0``): the sampler's path and
             whether CUDA graphs are charged changed between vLLM releases; default the
             newest memacct models.
+        sampler: vLLM's top-k/top-p path for the dummy sampler run (``sort``, ``triton``,
+            ``flashinfer``); ``None`` or ``auto``: the release's default
+            (:func:`memacct.engines.vllm.startup.default_sampler`).
+        flashinfer_sampler_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as the engine would see it
+            (``None``: unset); it decides the default path when ``sampler`` is not given.
 
     Raises:
         InvalidInputError: an argument out of range, an unknown device or engine, or
@@ -220,7 +230,7 @@ def plan_offline(
     """
     from memacct.devices import DEVICE_INFO, resolve_device
     from memacct.engines import get_engine
-    from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
+    from memacct.engines.vllm.startup import StartupSettings, _kv_dtype, check_sampler
     from memacct.planner.weights import estimate_weights, mxfp4_padding
 
     chosen = get_engine(engine)
@@ -253,6 +263,12 @@ def plan_offline(
             raise InvalidInputError(
                 f"engine version {engine_version!r} is not a release number: give e.g. 0.11.0"
             )
+    sampler = check_sampler(sampler)
+    if sampler is not None and engine != "vllm":
+        raise InvalidInputError(
+            f"--sampler {sampler} chooses among vLLM's CUDA top-k/top-p paths; {engine} samples "
+            "its own way (drop --sampler, or plan with --engine vllm)"
+        )
     kv_dtype = _kv_dtype(config, kv_cache_dtype)
     spec = KVCacheSpec.from_hf_config(
         dict(config), kv_cache_dtype=kv_dtype, tensor_parallel_size=tensor_parallel_size
@@ -298,6 +314,8 @@ def plan_offline(
         kv_cache_dtype=kv_dtype,
         block_size=block_size,
         engine_version=engine_version,
+        sampler=sampler,
+        flashinfer_sampler_env=flashinfer_sampler_env,
     )
     est = startup.estimate(
         config, total_memory=total, device_name=dev_name, settings=settings, weights=weights

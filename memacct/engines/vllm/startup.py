@@ -13,9 +13,11 @@ of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memor
 * **activation peak** of the profile run (``gpu_model_runner.py``,
   ``profile_run``): a dummy forward over ``max_num_batched_tokens`` tokens,
   then the dummy sampler over ``max_num_seqs`` rows of logits with top-k and
-  top-p on. The sampler's peak is :data:`SAMPLER_BYTES_PER_LOGIT` bytes per
-  (row x vocabulary entry) on every rank (the logits are gathered whole
-  under TP), which is why it grows with the vocabulary, not the model;
+  top-p on. The sampler's peak is a number of bytes per (row x vocabulary
+  entry) on every rank (the logits are gathered whole under TP), which is why
+  it grows with the vocabulary, not the model. How many depends on the
+  top-k/top-p implementation the release picks (:data:`SAMPLERS`,
+  :func:`default_sampler`): PyTorch's sort, vLLM's Triton kernel or FlashInfer;
 * **non-torch growth**: memory outside PyTorch's allocator that appears after
   the engine's own baseline snapshot (NCCL and custom all-reduce buffers
   under TP), :data:`NON_TORCH_TP1_BYTES` / :data:`NON_TORCH_TP_BYTES`;
@@ -37,6 +39,7 @@ from typing import Any
 from memacct.checks import check_fraction, check_int
 from memacct.engines.forward import TransformerWorkload
 from memacct.engines.trace import trace_peak
+from memacct.errors import InvalidInputError
 from memacct.planner.config import _Config
 from memacct.planner.spec import KVCacheSpec
 from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
@@ -44,9 +47,12 @@ from memacct.units import GiB, MiB
 
 __all__ = [
     "CUDAGRAPH_CHARGED_SINCE",
+    "FLASHINFER_SAMPLER_DEFAULT_SINCE",
     "NON_TORCH_TP1_BYTES",
     "NON_TORCH_TP_BYTES",
+    "SAMPLERS",
     "SAMPLER_BYTES_PER_LOGIT",
+    "SAMPLER_FLASHINFER_BYTES_PER_LOGIT",
     "SAMPLER_TRITON_BYTES_PER_LOGIT",
     "TRITON_SAMPLER_SINCE",
     "VERSION",
@@ -55,6 +61,7 @@ __all__ = [
     "VllmStartup",
     "batch_defaults",
     "capture_sizes",
+    "default_sampler",
     "full_capture_sizes",
     "parse_version",
     "trace_peak",
@@ -65,14 +72,34 @@ VERSION = "0.33"
 SAMPLER_BYTES_PER_LOGIT = 36
 """Bytes per logit the dummy sampler holds at its peak, besides the model-dtype logits.
 
-``vllm/v1/sample/ops/topk_topp_sampler.py`` (the sort path of
-``apply_top_k_top_p``): the float32 logits (4), the sorted values (4) and their
-int64 indices (8), the top-k and top-p masks (1 + 1), the softmax over the sorted
-values (4), and the sort's own scratch (14, the part measured rather than read:
+The sort path (``sampler="sort"``; ``vllm/v1/sample/ops/topk_topp_sampler.py``,
+``apply_top_k_top_p`` in vLLM 0.8-0.16): the float32 logits (4), the sorted values (4)
+and their int64 indices (8), the top-k and top-p masks (1 + 1), the softmax over the
+sorted values (4), and the sort's own scratch (14, the part measured rather than read:
 seven vLLM 0.11 start-ups on H100 with max_num_seqs 1024 measured 37.4-38.9 bytes
-per logit in all, docs/accuracy.md). Releases that route batches of 8 or more
-through a Triton top-k/top-p kernel instead of the sort hold less.
+per logit in all, docs/accuracy.md).
 """
+
+SAMPLERS = ("sort", "triton", "flashinfer")
+"""The top-k/top-p implementations vLLM's dummy sampler run can take (``sampler`` setting):
+PyTorch's sort (``apply_top_k_top_p`` in PyTorch), vLLM's Triton kernel
+(``apply_top_k_top_p_triton``, 0.17 on, for 8 rows or more) and FlashInfer's
+``top_k_top_p_sampling_from_logits`` (``forward_cuda``)."""
+
+SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 12
+"""The same on the FlashInfer path (``sampler="flashinfer"``): the sampler's float32 copy of
+the logits (4; temperature divides it in place), and inside FlashInfer's
+``top_k_top_p_sampling_from_logits`` (``flashinfer/sampling.py``, 0.2.11-0.7.x, order
+``top_k_first``) the float32 masked logits ``top_k_mask_logits`` returns (4) and their
+softmax (4), alive together while ``top_p_sampling_from_probs`` draws one int32 token per row.
+No sort, no int64 indices."""
+
+FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21)
+"""``VLLM_USE_FLASHINFER_SAMPLER`` defaults to on from vLLM 0.21 (``vllm/envs.py``;
+vllm-project/vllm#40376), where FlashInfer is a dependency (``requirements/cuda.txt``) and
+the GPU's compute capability is 7.5-12.1. In 0.9-0.11.0 vLLM sampled with FlashInfer
+whenever it was installed (it was an optional extra, but vLLM's Docker image installs it);
+0.11.1-0.20 only with ``VLLM_USE_FLASHINFER_SAMPLER=1`` (vllm-project/vllm#26859)."""
 
 NON_TORCH_TP1_BYTES = round(0.13 * GiB)
 """Non-torch growth after vLLM's baseline on one GPU (cuBLAS/attention workspaces): 0.13 GiB
@@ -93,9 +120,8 @@ SAMPLER_TRITON_BUFFER_BYTES = 80 * MiB
 vllm-project/vllm#33538)."""
 
 TRITON_SAMPLER_SINCE = (0, 17)
-"""The first release memacct takes to carry the Triton top-k/top-p sampler: #33538 merged in
-February 2026, and the vLLM 0.21 start-up of docs/accuracy.md (Qwen3-8B on an RTX A5000)
-leaves no room for the sort path's 38 bytes per logit."""
+"""The first release whose ``apply_top_k_top_p`` routes 8 rows or more through the Triton
+kernel (``vllm/v1/sample/ops/topk_topp_triton.py`` first ships in v0.17.0; v0.16.0 has none)."""
 
 CUDAGRAPH_CHARGED_SINCE = (0, 21)
 """vLLM charges its CUDA-graph estimate by default since v0.21.0 (its start-up log says so)."""
@@ -112,6 +138,53 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
         return None
     match = re.match(r"\s*v?(\d+)\.(\d+)", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def default_sampler(
+    version: tuple[int, int] | None,
+    *,
+    flashinfer_env: bool | None = None,
+    device_name: str = "",
+) -> str:
+    """The top-k/top-p path vLLM's dummy sampler takes by default in a release (:data:`SAMPLERS`).
+
+    ``vllm/v1/sample/ops/topk_topp_sampler.py`` (``TopKTopPSampler.__init__``) and
+    ``vllm/envs.py`` per release:
+
+    * 0.8.x: the sort (its check turns FlashInfer off for flashinfer 0.2.3 and later);
+    * 0.9-0.11.0: FlashInfer when the ``flashinfer`` package is installed, which a pip
+      install of vLLM does not do (an optional extra): the sort;
+    * 0.11.1-0.16: the sort; 0.17-0.20: the Triton kernel (FlashInfer is opt-in);
+    * 0.21 on: FlashInfer (on by default, a dependency) on NVIDIA GPUs; the Triton
+      kernel on AMD (ROCm takes the native path unless AITER is on).
+
+    Args:
+        version: the release, ``(major, minor)``; ``None``: memacct's :data:`VERSION`.
+        flashinfer_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as set (``True`` for ``1``,
+            ``False`` for ``0``), ``None`` when unset. ``1`` selects FlashInfer (in
+            0.9-0.11.0 it must also be installed); ``0`` the native path.
+        device_name: the device's name; AMD devices (``mi…``) take the native path.
+    """
+    version = version or parse_version(VERSION)
+    assert version is not None
+    native = "triton" if version >= TRITON_SAMPLER_SINCE else "sort"
+    if flashinfer_env is False or device_name.lower().startswith("mi"):
+        return native
+    if flashinfer_env is True:
+        return "flashinfer"
+    return "flashinfer" if version >= FLASHINFER_SAMPLER_DEFAULT_SINCE else native
+
+
+def check_sampler(sampler: str | None) -> str | None:
+    """``sampler`` as given, or ``None`` ("auto"); an unknown name raises InvalidInputError."""
+    if sampler is None or sampler == "auto":
+        return None
+    if sampler not in SAMPLERS:
+        raise InvalidInputError(
+            f"sampler {sampler!r} is not one vLLM has: give one of "
+            f"{', '.join(SAMPLERS)} or auto (the release's default)"
+        )
+    return sampler
 
 
 def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
@@ -162,6 +235,12 @@ class StartupSettings:
     charge_cudagraphs: bool | None = None
     mxfp4_layout: str | None = None
     engine_version: str | None = None
+    sampler: str | None = None
+    """The dummy sampler's top-k/top-p path (:data:`SAMPLERS`); ``None``: the release's
+    default (:func:`default_sampler`)."""
+    flashinfer_sampler_env: bool | None = None
+    """``VLLM_USE_FLASHINFER_SAMPLER`` as the engine sees it (``None``: unset); used only
+    when ``sampler`` is ``None``."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +264,9 @@ class StartupEstimate:
     max_num_seqs: int
     weights: WeightEstimate
     notes: tuple[str, ...] = field(default=())
+    sampler: str = ""
+    """The top-k/top-p path charged for the dummy sampler run (:data:`SAMPLERS`; vllm-ascend:
+    ``native``; ``""``: the engine has no such choice)."""
 
     @property
     def weights_memory(self) -> int:
@@ -227,8 +309,8 @@ class VllmStartup(BatchDefaults):
     Attributes:
         name: the engine's name.
         version: the vLLM release whose rules this follows.
-        sampler_bytes_per_logit: bytes per logit of the dummy sampler,
-            besides the model-dtype logits.
+        sampler_bytes_per_logit: bytes per logit of the dummy sampler besides the
+            model-dtype logits, where :attr:`cuda_sampler` is off.
         non_torch: (one GPU, tensor parallel) non-torch growth.
     """
 
@@ -237,6 +319,9 @@ class VllmStartup(BatchDefaults):
     sampler_bytes_per_logit = SAMPLER_BYTES_PER_LOGIT
     non_torch = (NON_TORCH_TP1_BYTES, NON_TORCH_TP_BYTES)
     graphs = True
+    cuda_sampler = True
+    """Whether the dummy sampler takes vLLM's CUDA top-k/top-p paths (:data:`SAMPLERS`);
+    otherwise it holds :attr:`sampler_bytes_per_logit` per logit."""
 
     def estimate(
         self,
@@ -284,7 +369,13 @@ class VllmStartup(BatchDefaults):
             tensor_parallel_size=s.tensor_parallel_size,
         )
         version = parse_version(s.engine_version) or parse_version(self.version)
-        activation = self.activation_peak(config, spec, tokens, seqs, s, version)
+        sampler = check_sampler(s.sampler) or default_sampler(
+            version, flashinfer_env=s.flashinfer_sampler_env, device_name=device_name
+        )
+        if s.sampler is None and self.cuda_sampler:
+            note = self.sampler_note(sampler, version, s.flashinfer_sampler_env)
+            notes.append(f"dummy sampler: {note}")
+        activation = self.activation_peak(config, spec, tokens, seqs, s, version, sampler)
         tp = s.tensor_parallel_size
         non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
         graphs = (
@@ -311,6 +402,7 @@ class VllmStartup(BatchDefaults):
             max_num_seqs=seqs,
             weights=weights,
             notes=tuple(notes),
+            sampler=sampler if self.cuda_sampler else "native",
         )
 
     def _workload(
@@ -330,25 +422,52 @@ class VllmStartup(BatchDefaults):
             max_model_len=s.max_model_len,
         )
 
+    def sampler_note(
+        self, sampler: str, version: tuple[int, int] | None, flashinfer_env: bool | None = None
+    ) -> str:
+        """One line saying which top-k/top-p path is charged, why, and how to change it."""
+        release = ".".join(map(str, version)) if version else self.version
+        if flashinfer_env is not None:
+            why = f"with VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer_env)}"
+        else:
+            why = "by default"
+            if version is not None and (0, 9) <= version <= (0, 11) and sampler == "sort":
+                why += (
+                    " (FlashInfer where the flashinfer package is installed, as in vLLM's "
+                    "Docker image: --sampler flashinfer)"
+                )
+        return (
+            f"vLLM {release} samples top-k/top-p with {sampler} {why}; its log names the path "
+            "('Using FlashInfer for top-p & top-k sampling', or a fall-back to PyTorch): "
+            "--sampler sets it"
+        )
+
     def sampler_peak(
         self,
         spec: KVCacheSpec,
         config: Mapping[str, Any],
         seqs: int,
         version: tuple[int, int] | None = None,
+        sampler: str | None = None,
     ) -> int:
         """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary.
 
-        The sort path before :data:`TRITON_SAMPLER_SINCE`, the Triton path from it on
-        (for 8 rows or more; ``None``: this model's release).
+        The model-dtype logits ``compute_logits`` returns stay referenced by the dummy run,
+        so every path holds them plus its own bytes per logit: :data:`SAMPLER_BYTES_PER_LOGIT`
+        (sort), :data:`SAMPLER_TRITON_BYTES_PER_LOGIT` and the kernel's buffers (Triton, 8
+        rows or more; fewer rows take the sort) or :data:`SAMPLER_FLASHINFER_BYTES_PER_LOGIT`
+        (FlashInfer). ``sampler`` ``None``: the release's default.
         """
         vocab = int(spec.vocab_size or 0)
         logits_dtype = spec.dtype_bytes or 2
-        per_logit = self.sampler_bytes_per_logit
-        extra = 0
+        if not self.cuda_sampler:
+            return seqs * vocab * (logits_dtype + self.sampler_bytes_per_logit)
         version = version or parse_version(self.version)
-        triton = self.sampler_bytes_per_logit == SAMPLER_BYTES_PER_LOGIT and seqs >= 8
-        if triton and (version is None or version >= TRITON_SAMPLER_SINCE):
+        sampler = sampler or default_sampler(version)
+        per_logit, extra = SAMPLER_BYTES_PER_LOGIT, 0
+        if sampler == "flashinfer":
+            per_logit = SAMPLER_FLASHINFER_BYTES_PER_LOGIT
+        elif sampler == "triton" and seqs >= 8:
             per_logit, extra = SAMPLER_TRITON_BYTES_PER_LOGIT, SAMPLER_TRITON_BUFFER_BYTES
         return seqs * vocab * (logits_dtype + per_logit) + extra
 
@@ -360,6 +479,7 @@ class VllmStartup(BatchDefaults):
         seqs: int,
         s: StartupSettings,
         version: tuple[int, int] | None = None,
+        sampler: str | None = None,
     ) -> int:
         """The profile run's peak: the larger of the forward pass and the sampler after it."""
         work = self._workload(config, spec, tokens, seqs, s)
@@ -367,7 +487,7 @@ class VllmStartup(BatchDefaults):
         hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
         # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
         rows = min(seqs, tokens)
-        return max(forward, hidden + self.sampler_peak(spec, config, rows, version))
+        return max(forward, hidden + self.sampler_peak(spec, config, rows, version, sampler))
 
     def cudagraph_memory(
         self,

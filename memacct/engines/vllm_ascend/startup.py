@@ -25,6 +25,7 @@ class VllmAscendStartup(VllmStartup):
     name = "vllm-ascend"
     version = "0.33"
     sampler_bytes_per_logit = 4
+    cuda_sampler = False
     # 0.13 GiB measured after the worker's baseline on a 910B at TP1 (vllm-ascend#8289);
     # HCCL buffers under TP are taken as vLLM's NCCL figure until a reading is found.
     non_torch = (round(0.13 * GiB), NON_TORCH_TP_BYTES)
