@@ -326,7 +326,13 @@ def _model_config(model: str) -> tuple[dict[str, Any], str]:
 @click.option(
     "--model", required=True, help="config.json path, checkpoint directory, preset, or 'list'."
 )
-@click.option("--gpu-memory-utilization", "utilization", type=float, default=0.9, show_default=True)
+@click.option(
+    "--gpu-memory-utilization",
+    "utilization",
+    type=float,
+    default=None,
+    help="Default 0.9; offline SGLang: its own mem_fraction_static for the GPU.",
+)
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "vllm-ascend", "sglang"]),
@@ -396,7 +402,7 @@ def plan_cmd(
     device_memory: str | None,
     allocator: str | None,
     model: str,
-    utilization: float,
+    utilization: float | None,
     engine: str,
     kv_cache_memory: str | None,
     block_size: int | None,
@@ -480,7 +486,7 @@ def plan_cmd(
         spec,
         engine=engine,
         kv_cache_memory_bytes=kv_bytes,
-        gpu_memory_utilization=utilization,
+        gpu_memory_utilization=0.9 if utilization is None else utilization,
         block_size=block_size,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens or 8192,
@@ -619,7 +625,7 @@ def _plan_offline_cmd(
     device_preset: str | None,
     device_memory: str | None,
     allocator: str | None,
-    utilization: float,
+    utilization: float | None,
     block_size: int | None,
     max_model_len: int | None,
     max_num_batched_tokens: int | None,
@@ -653,7 +659,7 @@ def _plan_offline_cmd(
             f"--pipeline-parallel-size {pipeline_parallel_size}: the offline plan models one "
             "tensor-parallel group; plan each pipeline stage's layers with --profile"
         )
-    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+    if utilization is not None and not (math.isfinite(utilization) and 0 < utilization <= 1):
         raise InvalidInputError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
     plan = plan_offline(
         config,

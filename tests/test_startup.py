@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from memacct.devices import DEVICE_INFO, parse_memory_size, resolve_device
+from memacct.engines.sglang.startup import (
+    CONTEXT_BYTES,
+    SglangSettings,
+    default_batch,
+    default_mem_fraction_static,
+    prefill_graph_sizes,
+)
 from memacct.engines.sglang.startup import STARTUP as SGLANG
-from memacct.engines.sglang.startup import SglangSettings
 from memacct.engines.start import plan_offline, position_limit
 from memacct.engines.vllm.startup import STARTUP as VLLM
 from memacct.engines.vllm.startup import (
@@ -113,7 +119,8 @@ def test_an_unknown_sampler_is_refused_with_the_choices() -> None:
 def test_the_plan_notes_the_default_sampler_and_how_to_change_it() -> None:
     plan = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1")
     assert plan.sampler == "sort"
-    assert any("Docker image: --sampler flashinfer" in n for n in plan.notes)
+    assert any("sort (vLLM 0.10's default; FlashInfer where flashinfer is installed" in n
+               and "--sampler" in n for n in plan.notes)  # fmt: skip
     env = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1",
                        flashinfer_sampler_env=True)  # fmt: skip
     assert env.sampler == "flashinfer" and env.kv_cache_bytes > plan.kv_cache_bytes
@@ -212,9 +219,63 @@ def test_sglang_plan_reads_the_utilization_as_mem_fraction_static() -> None:
     config = load_model_preset("qwen3-8b")
     low = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.7)
     high = plan_offline(config, engine="sglang", device="h100", gpu_memory_utilization=0.8)
-    assert high.kv_cache_bytes - low.kv_cache_bytes == int(H100 * 0.8) - int(H100 * 0.7)
+    # The pool is (total - context) x fraction - weights: the context is in SGLang's baseline.
+    context = CONTEXT_BYTES[0]
+    assert high.kv_cache_bytes - low.kv_cache_bytes == (
+        int(H100 * 0.8) - round(context * 0.8) - int(H100 * 0.7) + round(context * 0.7)
+    )
 
 
 def test_an_unknown_engine_is_named() -> None:
     with pytest.raises(InvalidInputError, match="engine 'tgi' is not known"):
         plan_offline(load_model_preset("qwen3-8b"), engine="tgi")
+
+
+@pytest.mark.parametrize(
+    ("mib", "tp", "expected"),
+    [(15360, 1, (2048, 8)), (24564, 1, (4096, 48)), (24564, 4, (4096, 160)),
+     (40960, 1, (4096, 32)), (81559, 1, (8192, 256)), (81559, 8, (8192, 512)),
+     (143771, 1, (8192, 256)), (183359, 1, (16384, 512))],
+)  # fmt: skip
+def test_sglang_batch_defaults_follow_the_gpu_size(
+    mib: int, tp: int, expected: tuple[int, int]
+) -> None:
+    # python/sglang/srt/arg_groups/memory_hook.py, handle_gpu_memory_settings (0.5.23).
+    assert default_batch(mib, tp) == expected
+
+
+def test_sglang_default_mem_fraction_is_its_reserve_arithmetic() -> None:
+    # H100 (nvidia-smi 81559 MiB), TP 1: 512 + 1.5 x 8192 + 1024 / 8 + 2 x 256 decode graphs
+    # + 8 x 58 prefill graph sizes = 13904 MiB reserved.
+    assert len(prefill_graph_sizes(8192)) == 58
+    assert default_mem_fraction_static(81559) == round((81559 - 13904) / 81559, 3) == 0.83
+    # A small chunk on a GPU above 60 GiB hits the 10 GiB floor.
+    assert default_mem_fraction_static(81559, chunked_prefill_size=2048) == round(
+        (81559 - 10240) / 81559, 3
+    )
+    # No graphs: no graph reserve (24 GiB GPU: 512 + 6144 + 128).
+    assert default_mem_fraction_static(24564, cuda_graphs=False) == round(
+        (24564 - 6784) / 24564, 3
+    )
+    # MLA attention reserves 1.5 GiB for prefill graphs instead of 8 MiB per size.
+    assert default_mem_fraction_static(81559, mla=True) == round(
+        (81559 - (512 + 12288 + 128 + 512 + 1536)) / 81559, 3
+    )
+    # A vision tower twice ViT-L/14's size takes 0.95 x 0.9 of the fraction.
+    vit = {"num_hidden_layers": 48, "hidden_size": 1024}
+    assert default_mem_fraction_static(81559, vision_config=vit) == pytest.approx(0.83 * 0.855)
+
+
+def test_sglang_takes_its_own_fraction_unless_one_is_given() -> None:
+    config = load_model_preset("llama-3.1-8b")
+    est = SGLANG.estimate(config, total_memory=H100)
+    assert est.gpu_memory_utilization == default_mem_fraction_static(H100 / 2**20)
+    assert est.max_num_batched_tokens == 8192
+    assert est.kv_cache_bytes == int(H100 * est.gpu_memory_utilization) - est.weights_memory - (
+        est.non_allocator_increase
+    )
+    plan = plan_offline(config, engine="sglang", device="h100-80gb", max_model_len=8192)
+    assert plan.gpu_memory_utilization == est.gpu_memory_utilization
+    given = plan_offline(config, engine="sglang", device="h100-80gb", max_model_len=8192,
+                         gpu_memory_utilization=0.9)  # fmt: skip
+    assert given.gpu_memory_utilization == 0.9 and given.kv_cache_bytes > plan.kv_cache_bytes

@@ -179,7 +179,7 @@ def plan_offline(
     engine: str = "vllm",
     device: str | None = None,
     device_memory: int | None = None,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float | None = None,
     tensor_parallel_size: int = 1,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -202,7 +202,8 @@ def plan_offline(
         device: a device preset or alias (:func:`memacct.devices.resolve_device`);
             with neither this nor ``device_memory``, an H100 80GB (said in the notes).
         device_memory: the device's total memory in bytes, for any other device.
-        gpu_memory_utilization: the engine's utilization (SGLang: ``mem_fraction_static``).
+        gpu_memory_utilization: the engine's utilization (SGLang: ``mem_fraction_static``);
+            ``None``: the engine's default (vLLM 0.9; SGLang its own fraction for the GPU).
         tensor_parallel_size: ranks the model is split across.
         max_model_len: longest request; default the model's position limit.
         allow_long_max_model_len: accept a ``max_model_len`` beyond the position limit,
@@ -303,10 +304,11 @@ def plan_offline(
         # SGLang's one budget knob: --gpu-memory-utilization stands for mem_fraction_static.
         settings_type = SglangSettings
         extra["mem_fraction_static"] = gpu_memory_utilization
+    utilization = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
     settings = settings_type(
         **extra,
         tensor_parallel_size=tensor_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=utilization,
         max_model_len=max_len,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
@@ -351,12 +353,12 @@ def plan_offline(
         if est.weights_memory >= est.requested_memory:
             why = (
                 f"the weights alone ({gib(est.weights_memory)} per rank) exceed "
-                f"{gib(est.requested_memory)} ({gpu_memory_utilization} of {gib(total)})"
+                f"{gib(est.requested_memory)} ({est.gpu_memory_utilization:g} of {gib(total)})"
             )
         elif kv <= 0 or refusal is None or refusal.estimated_max_model_len is None:
             why = (
                 f"nothing is left for the KV cache: {gib(est.requested_memory)} "
-                f"({gpu_memory_utilization} of {gib(total)}) minus weights "
+                f"({est.gpu_memory_utilization:g} of {gib(total)}) minus weights "
                 f"{gib(est.weights_memory)}, activation peak {gib(est.activation_peak)}, "
                 f"non-torch {gib(est.non_allocator_increase)}"
                 + (f", CUDA graphs {gib(est.cudagraph_memory)}" if est.cudagraph_charged else "")
@@ -377,7 +379,7 @@ def plan_offline(
             suggestions.append("use a quantized checkpoint (FP8 halves the weights of bf16)")
         if spec.kv_dtype_bytes > 1:
             suggestions.append("store the KV cache in FP8 (--kv-cache-dtype fp8)")
-        if gpu_memory_utilization < 0.95:
+        if est.gpu_memory_utilization < 0.95:
             suggestions.append("raise --gpu-memory-utilization (e.g. 0.95)")
         if not enforce_eager and est.cudagraph_charged:
             suggestions.append("--enforce-eager saves the CUDA-graph memory")
@@ -389,7 +391,7 @@ def plan_offline(
         device_label=label,
         device_defaulted=defaulted,
         total_memory=total,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=est.gpu_memory_utilization,
         **{name: getattr(est, name) for name in _FROM_ESTIMATE},
         tensor_parallel_size=tensor_parallel_size,
         kv_cache_dtype=spec.kv_dtype,

@@ -428,19 +428,12 @@ class VllmStartup(BatchDefaults):
         """One line saying which top-k/top-p path is charged, why, and how to change it."""
         release = ".".join(map(str, version)) if version else self.version
         if flashinfer_env is not None:
-            why = f"with VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer_env)}"
+            why = f"VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer_env)}"
         else:
-            why = "by default"
+            why = f"vLLM {release}'s default"
             if version is not None and (0, 9) <= version <= (0, 11) and sampler == "sort":
-                why += (
-                    " (FlashInfer where the flashinfer package is installed, as in vLLM's "
-                    "Docker image: --sampler flashinfer)"
-                )
-        return (
-            f"vLLM {release} samples top-k/top-p with {sampler} {why}; its log names the path "
-            "('Using FlashInfer for top-p & top-k sampling', or a fall-back to PyTorch): "
-            "--sampler sets it"
-        )
+                why += "; FlashInfer where flashinfer is installed, as in vLLM's Docker image"
+        return f"{sampler} ({why}); --sampler if the engine's log names another path"
 
     def sampler_peak(
         self,
