@@ -279,3 +279,23 @@ def test_sglang_takes_its_own_fraction_unless_one_is_given() -> None:
     given = plan_offline(config, engine="sglang", device="h100-80gb", max_model_len=8192,
                          gpu_memory_utilization=0.9)  # fmt: skip
     assert given.gpu_memory_utilization == 0.9 and given.kv_cache_bytes > plan.kv_cache_bytes
+
+
+def test_an_activation_that_does_not_fit_asks_for_a_smaller_batch_not_more_ranks() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    plan = plan_offline(config, device="h100-80gb", max_num_batched_tokens=100_000_000)
+    assert not plan.fits and "activation peak" in plan.verdict
+    first = plan.suggestions[0]
+    assert first.startswith("lower --max-num-batched-tokens to ")
+    assert not any("--tensor-parallel-size" in s for s in plan.suggestions)
+    # The suggested budget fits, and twice it does not (the search halves from the request).
+    tokens = int(first.split(" to ")[1].split(" ")[0].replace(",", ""))
+    assert plan_offline(config, device="h100-80gb", max_num_batched_tokens=tokens).fits
+    assert not plan_offline(config, device="h100-80gb", max_num_batched_tokens=2 * tokens).fits
+
+
+def test_weights_that_do_not_fit_still_ask_for_more_ranks() -> None:
+    plan = plan_offline(load_model_preset("llama-3.1-70b"), device="rtx-4090-24gb")
+    assert not plan.fits and "weights alone" in plan.verdict
+    assert any(s.startswith("raise --tensor-parallel-size") for s in plan.suggestions)
+    assert not any("--max-num-batched-tokens" in s for s in plan.suggestions)

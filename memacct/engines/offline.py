@@ -155,6 +155,52 @@ def _engine_kv_plan(
     return plan, None
 
 
+def _fitting_batch(
+    startup: Any,
+    config: Mapping[str, Any],
+    est: Any,
+    spec: KVCacheSpec,
+    *,
+    total: int,
+    device_name: str,
+    settings: Any,
+    engine: str,
+    block_size: int,
+    max_len: int,
+) -> tuple[int, int] | None:
+    """The largest (max_num_batched_tokens, max_num_seqs), halving from the planned ones, whose
+    profile run leaves room for one request of ``max_len`` tokens; None when even the
+    smallest batch does not (the weights, not the activation, are what does not fit).
+
+    The batch is halved where the activation comes from: the tokens while the forward
+    pass over them is the larger part of the peak, the sequences while the sampler is.
+    The token budget never drops below the sequence budget (vLLM requires it).
+    """
+    from dataclasses import replace
+
+    tokens, seqs = est.max_num_batched_tokens, est.max_num_seqs
+    sampler_part = startup.sampler_peak(spec, config, min(seqs, tokens), None, est.sampler or None)
+    for _ in range(64):
+        if tokens <= 1 and seqs <= 1:
+            return None
+        if tokens > seqs and (seqs <= 1 or est.activation_peak > 2 * sampler_part):
+            tokens = max(1, tokens // 2)
+        else:
+            seqs = max(1, seqs // 2)
+            tokens = max(tokens // 2, seqs) if tokens > 8192 else tokens
+        seqs = min(seqs, tokens)
+        trial = replace(settings, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+        est = startup.estimate(
+            config, total_memory=total, device_name=device_name, settings=trial,
+            weights=est.weights,
+        )  # fmt: skip
+        sampler_part = startup.sampler_peak(spec, config, seqs, None, est.sampler or None)
+        plan, _refusal = _engine_kv_plan(spec, engine, est.kv_cache_bytes, block_size, max_len, est)
+        if plan is not None:
+            return tokens, seqs
+    return None
+
+
 def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> int:
     """The smallest power-of-two multiple of ``tp`` whose weights leave room for the rest."""
     from memacct.planner.weights import estimate_weights
@@ -371,10 +417,33 @@ def plan_offline(
                 f"{engine} counts it (the longest that fits is {best:,} tokens)"
             )
             suggestions.append(f"lower --max-model-len to {best:,} or less")
+        batch = None
+        # The weights and fixed terms fit but the profile run's activation does not: the
+        # remedy is a smaller batch, not more ranks (the sampler's logits are whole on each).
+        fixed = est.weights_memory + est.non_allocator_increase
+        if fixed < est.requested_memory and hasattr(startup, "sampler_peak"):
+            batch = _fitting_batch(
+                startup, config, est, spec, total=total, device_name=dev_name,
+                settings=settings, engine=engine, block_size=block_size, max_len=max_len,
+            )  # fmt: skip
+        if batch is not None and batch != (est.max_num_batched_tokens, est.max_num_seqs):
+            tokens, seqs = batch
+            why = (
+                f"the profile run's activation peak ({gib(est.activation_peak)} for "
+                f"{est.max_num_batched_tokens:,} batched tokens and {est.max_num_seqs:,} "
+                f"sequences) leaves no room for one request of {max_len:,} tokens: {why}"
+            )
+            changes = []
+            if tokens < est.max_num_batched_tokens:
+                changes.append(f"--max-num-batched-tokens to {tokens:,}")
+            if seqs < est.max_num_seqs:
+                changes.append(f"--max-num-seqs to {seqs:,}")
+            suggestions.insert(0, f"lower {' and '.join(changes)} (or less)")
         verdict = f"does not fit: {why}"
-        suggestions.append(
-            f"raise --tensor-parallel-size to {_fitting_tp(config, est, tensor_parallel_size)}"
-        )
+        if batch is None or fixed >= est.requested_memory:
+            suggestions.append(
+                f"raise --tensor-parallel-size to {_fitting_tp(config, est, tensor_parallel_size)}"
+            )
         if est.weights.quantization is None:
             suggestions.append("use a quantized checkpoint (FP8 halves the weights of bf16)")
         if spec.kv_dtype_bytes > 1:

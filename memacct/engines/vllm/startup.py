@@ -353,11 +353,16 @@ class VllmStartup(BatchDefaults):
         d_tokens, d_seqs = self.defaults(total_memory, device_name)
         tokens = s.max_num_batched_tokens or d_tokens
         seqs = s.max_num_seqs or d_seqs
-        if s.max_num_batched_tokens is None or s.max_num_seqs is None:
-            notes.append(
-                f"{self.name} defaults on this device: max_num_batched_tokens {d_tokens}, "
-                f"max_num_seqs {d_seqs}"
+        defaulted = [
+            f"{name} {value}"
+            for name, value, given in (
+                ("max_num_batched_tokens", d_tokens, s.max_num_batched_tokens),
+                ("max_num_seqs", d_seqs, s.max_num_seqs),
             )
+            if given is None
+        ]
+        if defaulted:
+            notes.append(f"{self.name} defaults on this device: {', '.join(defaulted)}")
         layout = s.mxfp4_layout or _device_class(device_name)
         if weights is None:
             weights = estimate_weights(
