@@ -365,3 +365,19 @@ def test_garbage_collection_frees_the_oldest_cached_segment_first() -> None:
     assert dev.api.memory_reserved() == 170 * MiB
     assert dev.malloc(40 * MiB) == young  # the young segment stayed cached
     assert dev.memory_stats()["num_alloc_retries"] == 0
+
+
+def test_mempool_empty_cache() -> None:
+    # test/test_cuda.py TestMemPool::test_mempool_empty_cache (and torch_npu's aligned copy in
+    # test/npu/): a pool's cached segments outlive the pool object, for empty_cache to reclaim.
+    dev = SimDevice("h100-80gb", "torch-cuda")
+    pool = dev.private_pool()
+    x = dev.malloc(4 * MiB)
+    with dev.use_pool(pool):
+        y = dev.malloc(4 * MiB)
+    dev.free(y)
+    dev.free(x)
+    dev.release_pool(pool)  # del pool
+    assert dev.api.memory_reserved() == 2 * 20 * MiB  # both segments still cached
+    dev.empty_cache()
+    assert dev.api.memory_reserved() == 0
