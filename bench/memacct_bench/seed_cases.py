@@ -4,7 +4,9 @@ vllm-mindspore's PR !428/!437 published, for Qwen2.5-7B-Instruct on a 64 GB Asce
 (``--max-num-batched-tokens 32768 --max-num-seqs 1``, ``gpu_memory_utilization`` 0.9),
 the KV cache its worker planned with the allocated peak (37.85 GiB, 44292 blocks) and
 with reserved memory (36.40 GiB, 42593 blocks), and an out-of-memory error on a 32 GB
-910B4 with the first. :func:`run_seed_case` replays the worker's start on a
+910B4 with the first. For DeepSeek-V3 at TP16 it published 9.13 GiB (8719 blocks) and
+8.54 GiB (8150); ``CASES["deepseek-v3-tp16"]`` replays one rank of the W8A8 TP16 graph of
+:mod:`memacct.sim.traces.deepseek`. :func:`run_seed_case` replays the worker's start on a
 :class:`~memacct.sim.SimDevice` with the ``mindspore`` (VMM) pool, the MindFormers graph
 of :mod:`memacct.sim.traces.mindformers`, and the worker's own arithmetic (sources in
 ``docs/simulator.md``, "The seed's cases"):
