@@ -4,7 +4,9 @@ vllm-mindspore's PR !428/!437 published, for Qwen2.5-7B-Instruct on a 64 GB Asce
 (``--max-num-batched-tokens 32768 --max-num-seqs 1``, ``gpu_memory_utilization`` 0.9),
 the KV cache its worker planned with the allocated peak (37.85 GiB, 44292 blocks) and
 with reserved memory (36.40 GiB, 42593 blocks), and an out-of-memory error on a 32 GB
-910B4 with the first. :func:`run_seed_case` replays the worker's start on a
+910B4 with the first. For DeepSeek-V3 at TP16 it published 9.13 GiB (8719 blocks) and
+8.54 GiB (8150); ``CASES["deepseek-v3-tp16"]`` replays one rank of the W8A8 TP16 graph of
+:mod:`memacct.sim.traces.deepseek`. :func:`run_seed_case` replays the worker's start on a
 :class:`~memacct.sim.SimDevice` with the ``mindspore`` (VMM) pool, the MindFormers graph
 of :mod:`memacct.sim.traces.mindformers`, and the worker's own arithmetic (sources in
 ``docs/simulator.md``, "The seed's cases"):
@@ -27,12 +29,20 @@ Run ``python -m memacct_bench.seed_cases`` (or ``make seed-cases``) for the tabl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from memacct.engines.forward import replay
 from memacct.planner import load_model_preset
 from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
+from memacct.sim.traces.deepseek import (
+    DeepseekV3Graph,
+    deepseek_v3_load,
+    deepseek_v3_mask_trace,
+    deepseek_v3_prefill_trace,
+)
 from memacct.sim.traces.mindformers import (
     Qwen2Graph,
     qwen2_load,
@@ -42,7 +52,9 @@ from memacct.sim.traces.mindformers import (
 from memacct.units import GiB
 
 __all__ = [
+    "CASES",
     "PUBLISHED",
+    "SeedCase",
     "SeedPlan",
     "kv_cache_tensors",
     "main",
@@ -61,12 +73,76 @@ PUBLISHED = {
 BLOCK_SIZE = 16
 
 
+_Graph = Any  # Qwen2Graph | DeepseekV3Graph: each case's functions take its own graph
+
+
+@dataclass(frozen=True)
+class SeedCase:
+    """One published case: the model preset, its rank's graph and its trace builders.
+
+    Attributes:
+        name: the case name in :data:`PUBLISHED`.
+        model: model preset name.
+        tensor_parallel_size: ranks; the case replays one.
+        graph: builds the rank's graph from the preset's config.
+        load: ``(parameters, masks)`` bytes of the graph.
+        mask_trace: the decode mask's construction trace.
+        prefill_trace: one prefill of ``n`` tokens.
+    """
+
+    name: str
+    model: str
+    tensor_parallel_size: int
+    graph: Callable[[dict[str, object]], _Graph]
+    load: Callable[[_Graph], tuple[list[int], list[int]]]
+    mask_trace: Callable[[_Graph], list[int]]
+    prefill_trace: Callable[[_Graph, int], list[int]]
+
+    def spec(self) -> KVCacheSpec:
+        """The rank's KV-cache spec (memacct's planner)."""
+        return KVCacheSpec.from_hf_config(
+            load_model_preset(self.model), tensor_parallel_size=self.tensor_parallel_size
+        )
+
+
+def _qwen_graph(config: dict[str, object]) -> _Graph:
+    return Qwen2Graph.from_config(config)
+
+
+def _deepseek_graph(config: dict[str, object]) -> _Graph:
+    # vllm-mindspore's predict_deepseek_r1_671b_w8a8.yaml: model_parallel 16, W8A8 (ptq),
+    # seq_length 4096 (docs/simulator.md).
+    return DeepseekV3Graph.from_config(config, tensor_parallel_size=16)
+
+
+CASES: dict[str, SeedCase] = {
+    "qwen2.5-7b": SeedCase(
+        "qwen2.5-7b", "qwen2.5-7b", 1, _qwen_graph,
+        qwen2_load, qwen2_mask_trace, qwen2_prefill_trace,
+    ),
+    "deepseek-v3-tp16": SeedCase(
+        "deepseek-v3-tp16", "deepseek-v3", 16, _deepseek_graph,
+        deepseek_v3_load, deepseek_v3_mask_trace, deepseek_v3_prefill_trace,
+    ),
+}
+"""The seed's cases by name (a model name is accepted for its case too)."""
+
+
+def _case(name: str) -> SeedCase:
+    if name in CASES:
+        return CASES[name]
+    for case in CASES.values():
+        if case.model == name:
+            return case
+    raise ValueError(f"unknown seed case {name!r}; use one of {sorted(CASES)}")
+
+
 @dataclass(frozen=True)
 class SeedPlan:
     """One plan of vllm-mindspore's worker, replayed.
 
     Attributes:
-        model: model preset name.
+        model: seed case name.
         device: device preset name.
         policy: ``allocated_peak`` or ``reserved``.
         total: device total (bytes).
@@ -104,16 +180,17 @@ def kv_cache_tensors(spec: KVCacheSpec, num_blocks: int, block_size: int = BLOCK
     return [per_layer // 2] * (2 * spec.num_layers)
 
 
-def _load(dev: SimDevice, graph: Qwen2Graph) -> list[int]:
-    params, _masks = qwen2_load(graph)
-    ptrs = [dev.malloc(n, persistent=True) for n in params]
+def _load(dev: SimDevice, case: SeedCase, graph: _Graph) -> None:
+    params, masks = case.load(graph)
+    for n in params:
+        dev.malloc(n, persistent=True)
     # The masks come from device ops in the common pool: the decode mask's input is freed.
-    ptrs += [dev.malloc(_masks[0]), dev.malloc(_masks[2])]
-    mask_ops = qwen2_mask_trace(graph)
+    dev.malloc(masks[0])
+    dev.malloc(masks[2])
+    mask_ops = case.mask_trace(graph)
     cast = dev.malloc(mask_ops[0])
-    ptrs.append(dev.malloc(mask_ops[1]))
+    dev.malloc(mask_ops[1])
     dev.free(cast)
-    return ptrs
 
 
 def start(
@@ -122,11 +199,13 @@ def start(
     *,
     max_num_batched_tokens: int = 32768,
     context_bytes: int = 0,
-    max_model_len: int | None = None,
-) -> tuple[SimDevice, Qwen2Graph, dict[str, int]]:
-    """Start vllm-mindspore's worker on a fresh device; return it, the graph and the readings."""
-    config = load_model_preset(model)
-    graph = Qwen2Graph.from_config(config, max_model_len=max_model_len)
+) -> tuple[SimDevice, _Graph, dict[str, int]]:
+    """Start vllm-mindspore's worker on a fresh device; return it, the graph and the readings.
+
+    ``model`` is a seed case name (or its model preset).
+    """
+    case = _case(model)
+    graph = case.graph(load_model_preset(case.model))
     dev = SimDevice(device, "mindspore")
     api = dev.api
     free0, total = api.mem_get_info()
@@ -134,13 +213,13 @@ def start(
     if context_bytes:
         dev.external_malloc(context_bytes)
     alloc0 = api.memory_allocated()
-    _load(dev, graph)
+    _load(dev, case, graph)
     weights = api.memory_allocated() - alloc0
     api.empty_cache()
     api.reset_peak_memory_stats()
     reserved_before = api.memory_reserved()
     peak_before = api.max_memory_allocated()
-    replay(dev, qwen2_prefill_trace(graph, max_num_batched_tokens))
+    replay(dev, case.prefill_trace(graph, max_num_batched_tokens))
     free1, _ = api.mem_get_info()
     reserved_after = api.memory_reserved()  # read before empty_cache, as !428 does
     peak_after = api.max_memory_allocated()
@@ -169,16 +248,14 @@ def run_seed_case(
     context_bytes: int = 0,
 ) -> SeedPlan:
     """Plan as vllm-mindspore's worker does with ``policy`` (see the module docstring)."""
-    _dev, graph, r = start(
+    _dev, _graph, r = start(
         model, device, max_num_batched_tokens=max_num_batched_tokens,
         context_bytes=context_bytes,
     )
-    return _plan(model, device, policy, graph, r, gpu_memory_utilization)
+    return _plan(model, device, policy, r, gpu_memory_utilization)
 
 
-def _plan(
-    model: str, device: str, policy: str, graph: Qwen2Graph, r: dict[str, int], util: float
-) -> SeedPlan:
+def _plan(model: str, device: str, policy: str, r: dict[str, int], util: float) -> SeedPlan:
     if policy == "reserved":
         activation, non_pool = r["reserved_increase"], r["non_pool_reserved_flavour"]
     elif policy == "allocated_peak":
@@ -186,9 +263,9 @@ def _plan(
     else:
         raise ValueError(f"policy must be allocated_peak or reserved, got {policy!r}")
     kv = int(r["total"] * util) - (r["weights"] + activation + non_pool)
-    per_block = BLOCK_SIZE * 2 * graph.layers * graph.kv_bytes_per_token
+    per_block = _case(model).spec().bytes_per_block(BLOCK_SIZE)
     return SeedPlan(
-        model, device, policy, r["total"], r["weights"], activation, non_pool,
+        _case(model).name, device, policy, r["total"], r["weights"], activation, non_pool,
         kv, max(0, kv) // per_block, r["allocated_peak_increase"], r["reserved_increase"],
     )
 
@@ -200,22 +277,22 @@ def serve_after_start(
     max_num_batched_tokens: int = 32768,
     context_bytes: int = 0,
 ) -> bool:
-    """Start, allocate ``plan``'s KV cache (K and V per layer), serve one long prompt.
+    """Start, allocate ``plan``'s KV cache as vllm-mindspore does, serve one long prompt.
 
     Returns whether the device ran out of memory.
     """
+    case = _case(plan.model)
     dev, graph, _ = start(
         plan.model, plan.device, max_num_batched_tokens=max_num_batched_tokens,
         context_bytes=context_bytes,
     )
-    spec = KVCacheSpec.from_hf_config(load_model_preset(plan.model))
     try:
-        for nbytes in kv_cache_tensors(spec, plan.num_blocks):
+        for nbytes in kv_cache_tensors(case.spec(), plan.num_blocks):
             dev.malloc(nbytes)
         done = 0
         while done < prompt_tokens:
             chunk = min(max_num_batched_tokens, prompt_tokens - done)
-            replay(dev, qwen2_prefill_trace(graph, chunk))
+            replay(dev, case.prefill_trace(graph, chunk))
             done += chunk
     except SimOutOfMemory:
         return True
@@ -225,13 +302,13 @@ def serve_after_start(
 def table() -> list[tuple[str, str, str, float, int, float, int]]:
     """Rows ``(case, policy, device, published GiB, published blocks, memacct GiB, blocks)``."""
     rows = []
-    dev, graph, r = start("qwen2.5-7b", "ascend-910b-64gb")
-    del dev
-    for policy in ("allocated_peak", "reserved"):
-        plan = _plan("qwen2.5-7b", "ascend-910b-64gb", policy, graph, r, 0.9)
-        pub_bytes, pub_blocks = PUBLISHED[("qwen2.5-7b", policy)]
-        rows.append(("qwen2.5-7b", policy, "ascend-910b-64gb", pub_bytes / GiB, pub_blocks,
-                     plan.kv_bytes / GiB, plan.num_blocks))
+    for name in CASES:
+        _dev, _graph, r = start(name, "ascend-910b-64gb")
+        for policy in ("allocated_peak", "reserved"):
+            plan = _plan(name, "ascend-910b-64gb", policy, r, 0.9)
+            pub_bytes, pub_blocks = PUBLISHED[(name, policy)]
+            rows.append((name, policy, "ascend-910b-64gb", pub_bytes / GiB, pub_blocks,
+                         plan.kv_bytes / GiB, plan.num_blocks))
     return rows
 
 
@@ -245,10 +322,6 @@ def main(argv: list[str] | None = None) -> int:
         dev_pct = (gib - pub_gib) / pub_gib * 100
         print(f"| {case} | {policy} | {pub_gib:.2f} GiB / {pub_blocks} | "
               f"{gib:.2f} GiB / {blocks} | {dev_pct:+.1f}% |")
-    for policy in ("allocated_peak", "reserved"):
-        pub_bytes, pub_blocks = PUBLISHED[("deepseek-v3-tp16", policy)]
-        print(f"| deepseek-v3-tp16 | {policy} | {pub_bytes / GiB:.2f} GiB / {pub_blocks} | "
-              "not reproduced (docs/simulator.md) | - |")
     for policy in ("allocated_peak", "reserved"):
         plan = run_seed_case("qwen2.5-7b", "ascend-910b-32gb", policy)
         oom = serve_after_start(plan)

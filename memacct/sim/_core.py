@@ -635,9 +635,13 @@ class CachingAllocator:
         self._capture: PrivatePool | None = None
         self._division_buckets: dict[int, int] = {}
         self._slow_rounding = self._divisions > 1
-        self._slow = self._slow_rounding
-        """Requests take the slow path (rounding setting, a private pool in use)."""
         self._allowed: int | None = None
+        self._gc_calls = 0
+        """torch's ``get_free_blocks_call_count`` of the large pool (garbage collection on)."""
+        self._gc_base: dict[int, int] = {}
+        """``gc_count_base`` of free blocks: the call count when each was last freed."""
+        self._slow = self._slow_rounding
+        """Requests take the slow path (rounding, a private pool in use, garbage collection)."""
         self._fraction = 1.0
         self.num_sync_all_streams = 0
         self.num_device_alloc = 0
@@ -737,7 +741,7 @@ class CachingAllocator:
         elif text is not None:
             self._divisions = _check_divisions(_int_setting(values, "roundup_power2_divisions"))
         self._slow_rounding = self._divisions > 1 or bool(self._division_buckets)
-        self._slow = self._slow_rounding or self._capture is not None
+        self._set_slow()
 
     def _roundup(self, size: int, rounded: int) -> int:
         """Rounding under ``roundup_power2_divisions`` (torch's ``round_size``)."""
@@ -900,6 +904,8 @@ class CachingAllocator:
                 after.prev = block
         free_set.add((block.size << KEY_SHIFT) | block.addr)
         free_blocks[block.addr] = block
+        if self._slow and self._gc_threshold:
+            self._gc_base[block.addr] = self._gc_calls
         ps = pool.stats
         if self._track_inactive_split:
             if block.prev is not None or block.next is not None:
@@ -964,6 +970,7 @@ class CachingAllocator:
                 "of the device between 0 and 1"
             )
         self._allowed = int(fraction * self._device.total)
+        self._set_slow()
         self._fraction = fraction
 
     @property
@@ -997,7 +1004,7 @@ class CachingAllocator:
         if pool is not None and pool.released:
             raise InvalidInputError(f"{pool!r} was released; make a new private pool")
         self._capture = pool
-        self._slow = self._slow_rounding or pool is not None
+        self._set_slow()
 
     def release_pool(self, pool: PrivatePool) -> None:
         """The pool's owner is gone: its free segments may go back to the device.
@@ -1195,11 +1202,19 @@ class CachingAllocator:
         self._extra_pools.append(pool)
         return pool
 
+    def _gc_active(self) -> bool:
+        return bool(self._gc_threshold) and self._allowed is not None
+
+    def _set_slow(self) -> None:
+        self._slow = self._slow_rounding or self._capture is not None or self._gc_active()
+
     def _route(self, size: int, rounded: int, stream: int) -> tuple[_Pool, int]:
         """Pool and rounded size of a request on the slow path (settings, streams, pools)."""
         if self._slow_rounding:
             rounded = self._roundup(size, rounded)
         small = rounded <= self._small_max
+        if not small and self._capture is None and self._gc_active():
+            self._gc_calls += 1  # torch counts get_free_block calls on the large pool
         if self._capture is not None:
             pools = self._capture.pools
         elif stream:
@@ -1254,20 +1269,43 @@ class CachingAllocator:
         return released >= need
 
     def _garbage_collect(self) -> None:
-        """torch's ``garbage_collect_cached_blocks``, by segment address (oldest first)."""
+        """torch's ``garbage_collect_cached_blocks``: the oldest unused large segments first.
+
+        Candidates are the wholly free segments of the large pool (all streams, no
+        private pool). A block's age is the number of large-pool requests since it was
+        last freed. Each round frees, in the pool's (stream, size, address) order, every
+        candidate at least as old as the candidates' mean age, without stopping inside a
+        round; rounds repeat until the bytes freed reach ``reserved - threshold x allowed``.
+        """
         allowed = self._allowed or 0
         threshold = int(self._gc_threshold * allowed)
         if self.reserved <= threshold:
             return
         target = self.reserved - threshold
+        pools = [self._large] + [pair[1] for pair in self._stream_pools.values()]
+        candidates: list[tuple[int, int, int, _Pool, _Segment]] = []
+        for pool in pools:
+            for seg in pool.segments.values():
+                head = seg.head
+                if head.state == FREE and head.size == seg.size:
+                    candidates.append((pool.stream, seg.size, seg.addr, pool, seg))
+        candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+        ages = {c[2]: self._gc_calls - self._gc_base.get(c[2], 0) for c in candidates}
+        total_age = sum(ages.values())
         freed = 0
-        for pool in self._releasable_pools():
-            for addr in sorted(pool.segments):
-                if freed >= target:
-                    return
-                seg = pool.segments[addr]
-                if self._release_segment(pool, seg):
-                    freed += seg.size
+        while freed < target and candidates:
+            mean = total_age / len(candidates)
+            kept = []
+            for cand in candidates:
+                age = ages[cand[2]]
+                if age >= mean:
+                    self._release_segment(cand[3], cand[4])
+                    self._gc_base.pop(cand[2], None)
+                    freed += cand[1]
+                    total_age -= age
+                else:
+                    kept.append(cand)
+            candidates = kept
 
     def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
         attempted = self._attempt_size(pool, rounded)

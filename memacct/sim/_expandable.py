@@ -65,6 +65,9 @@ class ExpandableSegmentsAllocator(CachingAllocator):
             pool.split_min = MIN_BLOCK_SIZE
         self._unmapped_blocks: dict[int, _Block] = {}
 
+    def _garbage_collect(self) -> None:
+        """Nothing: torch's garbage collection skips expandable-segment blocks."""
+
     def empty_cache(self) -> None:
         """Unmap every page that lies wholly inside a free block."""
         self._release_cached()

@@ -346,3 +346,38 @@ def test_power2_rounding_is_torchs_formula() -> None:
         assert dev.allocator.round_size(size) >= size
         if size > 512 * 4:
             assert dev.allocator.round_size(size) == _power2_div(size, 4)
+
+
+def test_garbage_collection_frees_the_oldest_cached_segment_first() -> None:
+    # c10/cuda/CUDACachingAllocator.cpp garbage_collect_cached_blocks: a block's age is the
+    # large pool's get_free_block calls since it was freed; blocks at least as old as the
+    # mean go first. The younger segment has the lower address: freeing by address would
+    # release it instead.
+    dev = SimDevice("h100-80gb", "torch-cuda",
+                    allocator_options={"garbage_collection_threshold": 0.5})
+    dev.set_memory_fraction(200 * MiB / dev.total)
+    young = dev.malloc(40 * MiB)  # lower address
+    old = dev.malloc(40 * MiB)
+    dev.free(old)
+    dev.malloc(50 * MiB)  # one more large request: the old block ages by one
+    dev.free(young)
+    dev.malloc(80 * MiB)  # reserved 130 MiB > 100 MiB: collect 30 MiB before growing
+    assert dev.api.memory_reserved() == 170 * MiB
+    assert dev.malloc(40 * MiB) == young  # the young segment stayed cached
+    assert dev.memory_stats()["num_alloc_retries"] == 0
+
+
+def test_mempool_empty_cache() -> None:
+    # test/test_cuda.py TestMemPool::test_mempool_empty_cache (and torch_npu's aligned copy in
+    # test/npu/): a pool's cached segments outlive the pool object, for empty_cache to reclaim.
+    dev = SimDevice("h100-80gb", "torch-cuda")
+    pool = dev.private_pool()
+    x = dev.malloc(4 * MiB)
+    with dev.use_pool(pool):
+        y = dev.malloc(4 * MiB)
+    dev.free(y)
+    dev.free(x)
+    dev.release_pool(pool)  # del pool
+    assert dev.api.memory_reserved() == 2 * 20 * MiB  # both segments still cached
+    dev.empty_cache()
+    assert dev.api.memory_reserved() == 0
