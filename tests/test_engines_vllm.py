@@ -13,6 +13,7 @@ from memacct.engines.base import Engine, KVLayout, KVManager, KVSettings
 from memacct.engines.vllm.kv import in_flight_tokens
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner import KVCacheSpec
+from memacct.planner.plan import kv_cache_reservation
 from memacct.units import GiB
 
 VLLM = get_engine("vllm").kv
@@ -223,7 +224,15 @@ def test_a_hybrid_plan_from_a_profile_keeps_the_fragmentation_allowance_free() -
     start = simulate_engine_start(load_model_preset("gemma-3-12b"), device="h100-80gb",
                                   allocator="torch-cuda", truth_source="auto")
     result = start.result.model_copy(update={"fragmentation_allowance": 3 * GiB})
-    p = memacct.plan_kv_cache(result, spec("gemma-3-12b"), max_model_len=8192)
-    assert p.allocator_reserve_bytes == 3 * GiB
-    assert p.num_blocks == (p.kv_cache_bytes - 3 * GiB) // p.block_bytes
+    gemma = spec("gemma-3-12b")
+    p = memacct.plan_kv_cache(result, gemma, max_model_len=8192)
+    # The allowance, and each of the engine's shared tensors rounded by the allocator, stay
+    # free: the most blocks whose rounded tensors fit beside the allowance.
+    pages = VLLM.plan(gemma, 1 << 40, KVSettings(max_model_len=8192)).tensor_pages
+    assert len(pages) == 8 and sum(pages) == p.block_bytes
+    room = p.kv_cache_bytes - 3 * GiB
+    granularity, rounding = result.growth_granularity_bytes, result.growth_rounding
+    assert kv_cache_reservation(gemma, p.num_blocks, 16, granularity, rounding, pages) <= room
+    assert kv_cache_reservation(gemma, p.num_blocks + 1, 16, granularity, rounding, pages) > room
+    assert p.allocator_reserve_bytes >= 3 * GiB
     assert p.kv_cache_used_bytes + p.allocator_reserve_bytes <= p.kv_cache_bytes

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from memacct.engines import get_engine
+from memacct.engines.base import KVSettings
 from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InvalidInputError
 from memacct.planner import KVCacheSpec, load_model_preset
@@ -94,12 +96,26 @@ def test_more_tokens_need_more_memory() -> None:
     assert peaks == sorted(peaks) and len(set(peaks)) == 3
 
 
-def test_kv_cache_is_one_tensor_per_layer_adding_up_to_the_blocks() -> None:
-    work = workload("gemma-2-9b")
-    spec = KVCacheSpec.from_preset("gemma-2-9b")
+def test_kv_cache_is_one_tensor_per_layer_for_a_uniform_model() -> None:
+    work = workload("qwen2.5-7b")
+    spec = KVCacheSpec.from_preset("qwen2.5-7b")
     tensors = work.kv_cache_tensors(1000)
     assert len(tensors) == spec.num_layers
     assert sum(tensors) == 1000 * spec.bytes_per_block(16)
+
+
+@pytest.mark.parametrize(("model", "groups"), [("gemma-2-9b", 2), ("gemma-3-12b", 6)])
+def test_a_hybrid_shares_one_tensor_per_layer_of_its_widest_group(model: str, groups: int) -> None:
+    # vLLM's hybrid layout: sliding and full layers in groups of equal width, one tensor per
+    # slot shared by a layer of every group: the cache takes num_blocks x the engine's block
+    # bytes, not num_blocks x every layer's page (which would double gemma-2's cache).
+    work = workload(model)
+    spec = KVCacheSpec.from_preset(model)
+    layout = get_engine("vllm").kv.plan(spec, 8 * GiB, KVSettings(max_model_len=4096))
+    tensors = work.kv_cache_tensors(1000)
+    assert len(tensors) == spec.num_layers // groups
+    assert sum(tensors) == 1000 * layout.block_bytes
+    assert sum(tensors) * groups == 1000 * spec.bytes_per_block(16)
 
 
 @pytest.mark.parametrize(("tokens", "seqs"), [(8193, 1), (256, 257), (4, 8), (0, 1)])

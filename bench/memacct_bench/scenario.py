@@ -357,7 +357,7 @@ class _Setup:
             block_size=scenario.block_size,
             max_model_len=scenario.max_model_len,
         )
-        self.block_bytes = self.spec.bytes_per_block(scenario.block_size)
+        self.block_bytes = self.workload.kv_block_bytes
         self.step_traces = [self.workload.step_trace(t, n) for t, n in scenario.steps()]
         self.profile_trace = self.workload.step_trace(
             scenario.max_num_batched_tokens,

@@ -98,6 +98,10 @@ class KVLayout(BaseModel):
         max_concurrency: requests of ``max_model_len`` that fit at once, as logged.
         groups: the KV-cache groups.
         notes: rules applied that a reader would not guess, one sentence each.
+        tensor_pages: bytes per block of each KV-cache tensor the engine
+            allocates on the limiting rank (a tensor holds ``num_blocks`` of
+            them); empty where the engine's tensors are not modelled (then
+            one tensor per layer is assumed).
     """
 
     model_config = FROZEN
@@ -115,6 +119,7 @@ class KVLayout(BaseModel):
     max_concurrency: float = Field(ge=0.0)
     groups: tuple[KVGroup, ...] = ()
     notes: tuple[str, ...] = ()
+    tensor_pages: tuple[int, ...] = ()
 
     @property
     def used_bytes(self) -> int:

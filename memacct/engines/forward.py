@@ -102,6 +102,7 @@ class TransformerWorkload:
             spec.max_position_embeddings or _DEFAULT_MAX_MODEL_LEN, _DEFAULT_MAX_MODEL_LEN
         )
         self._steps: dict[tuple[int, int], list[int]] = {}
+        self._kv_pages: list[int] | None = None
 
     @classmethod
     def from_config(
@@ -218,15 +219,34 @@ class TransformerWorkload:
     # ---------------------------------------------------------------- KV cache
 
     def kv_cache_tensors(self, num_blocks: int) -> list[int]:
-        """Bytes of the KV-cache tensor of each layer for ``num_blocks`` blocks.
+        """Bytes of each KV-cache tensor for ``num_blocks`` blocks, as vLLM lays them out.
 
-        One tensor per layer holds that layer's keys and values for every
-        block (``num_blocks x block_size x per-layer bytes per token``), as
-        vLLM allocates it; the allocator rounds each one.
+        A model with one KV-cache group gets one tensor per layer holding that
+        layer's keys and values for every block; a hybrid (sliding-window and
+        full attention, linear-attention state) gets one tensor per layer of
+        its widest group, shared by a layer of every group
+        (:func:`memacct.engines.vllm.kv.kv_tensor_pages`). The allocator rounds
+        each one.
         """
         check_int("num_blocks", num_blocks, low=0)
-        tokens = num_blocks * self.block_size
-        return [tokens * per_layer for per_layer in self.shape.kv_bytes_per_token_per_layer]
+        return [num_blocks * page for page in self.kv_tensor_pages]
+
+    @property
+    def kv_tensor_pages(self) -> list[int]:
+        """Bytes per block of each KV-cache tensor (see :meth:`kv_cache_tensors`)."""
+        if self._kv_pages is None:
+            # Imported here: the engine's KV rules import the planner, which imports this module.
+            from memacct.engines.base import KVSettings
+            from memacct.engines.vllm.kv import kv_tensor_pages
+
+            settings = KVSettings(block_size=self.block_size, max_model_len=self.max_model_len)
+            self._kv_pages = kv_tensor_pages(self.spec, settings)
+        return self._kv_pages
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """Bytes of one KV-cache block on this rank (all tensors' pages)."""
+        return sum(self.kv_tensor_pages)
 
     def kv_cache_bytes(self, num_blocks: int) -> int:
         """Bytes of the whole KV cache for ``num_blocks`` blocks (before allocator rounding)."""

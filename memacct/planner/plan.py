@@ -20,6 +20,8 @@ import logging
 import math
 import os
 import time
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from memacct._version import __version__
@@ -303,15 +305,19 @@ def _allocator_budget(
     """The budget handed to the engine, and the bytes kept back for the allocator.
 
     The profile's fragmentation allowance is kept free. Where the engine's
-    pool is one block per layer of this rank (one group, one stage), the
-    allocator's rounding of each layer's tensor is kept free too.
+    tensors on this rank are known (``probe.tensor_pages``, or one block per
+    layer: one group, one stage), the allocator's rounding of each tensor is
+    kept free too.
     """
     if not (result.fragmentation_allowance or result.growth_granularity_bytes):
         return kv_bytes, 0
-    single = len(probe.stage_blocks) <= 1 and probe.block_bytes == spec.bytes_per_block(
-        probe.block_size)
+    pages = probe.tensor_pages
+    single = bool(pages) or (
+        len(probe.stage_blocks) <= 1
+        and probe.block_bytes == spec.bytes_per_block(probe.block_size)
+    )
     if single:
-        blocks, _ = _fit_blocks(kv_bytes, spec, probe.block_size, result)
+        blocks, _ = _fit_blocks(kv_bytes, spec, probe.block_size, result, pages)
         budget = blocks * probe.block_bytes
     else:
         budget = max(0, kv_bytes - result.fragmentation_allowance)
@@ -324,7 +330,12 @@ _REQUEST_PADDING = 512
 
 
 def kv_cache_reservation(
-    spec: KVCacheSpec, num_blocks: int, block_size: int, granularity: int, rounding: str
+    spec: KVCacheSpec,
+    num_blocks: int,
+    block_size: int,
+    granularity: int,
+    rounding: str,
+    tensor_pages: Sequence[int] = (),
 ) -> int:
     """Bytes an allocator reserves for a KV cache allocated one tensor per layer.
 
@@ -334,15 +345,23 @@ def kv_cache_reservation(
     multiple; ``packed`` packs the tensors one after another and rounds their
     sum; ``doubling`` gives each a block of the granularity doubled until it
     fits, and equal tensors that fit together share a block. ``granularity``
-    0 means unknown: no rounding.
+    0 means unknown: no rounding. ``tensor_pages`` (the engine's tensors'
+    bytes per block, :attr:`memacct.engines.base.KVLayout.tensor_pages`)
+    replaces the one-tensor-per-layer layout where the engine's is known.
     """
     tokens = num_blocks * block_size
-    if granularity <= 0 or tokens == 0:
+    if tensor_pages:
+        counts = Counter(tensor_pages)
+        if granularity <= 0 or num_blocks == 0:
+            return num_blocks * sum(tensor_pages)
+        sizes = [(count, num_blocks * page + _REQUEST_PADDING) for page, count in counts.items()]
+    elif granularity <= 0 or tokens == 0:
         return tokens * spec.bytes_per_token
-    sizes = [
-        (group.num_layers, tokens * group.bytes_per_token_per_layer + _REQUEST_PADDING)
-        for group in spec.layer_groups
-    ]
+    else:
+        sizes = [
+            (group.num_layers, tokens * group.bytes_per_token_per_layer + _REQUEST_PADDING)
+            for group in spec.layer_groups
+        ]
     if rounding == "packed":
         return -(-sum(count * size for count, size in sizes) // granularity) * granularity
     if rounding == "doubling":
@@ -357,14 +376,18 @@ def kv_cache_reservation(
 
 
 def _fit_blocks(
-    kv_bytes: int, spec: KVCacheSpec, block_size: int, result: ProfileResult
+    kv_bytes: int,
+    spec: KVCacheSpec,
+    block_size: int,
+    result: ProfileResult,
+    tensor_pages: Sequence[int] = (),
 ) -> tuple[int, int]:
     """The most blocks whose per-layer tensors, as the allocator rounds them, fit the budget.
 
     The profile's fragmentation allowance is kept free first. Returns the
     block count and the bytes of the budget left to the allocator.
     """
-    block_bytes = spec.bytes_per_block(block_size)
+    block_bytes = sum(tensor_pages) if tensor_pages else spec.bytes_per_block(block_size)
     budget = kv_bytes - result.fragmentation_allowance
     granularity = result.growth_granularity_bytes
     rounding = result.growth_rounding
@@ -372,13 +395,15 @@ def _fit_blocks(
     # The reservation only grows with the block count, so bisect.
     while low < high:
         mid = (low + high + 1) // 2
-        if kv_cache_reservation(spec, mid, block_size, granularity, rounding) <= budget:
+        reserved = kv_cache_reservation(spec, mid, block_size, granularity, rounding, tensor_pages)
+        if reserved <= budget:
             low = mid
         else:
             high = mid - 1
     if low == 0:
         return 0, 0
-    rounding_bytes = kv_cache_reservation(spec, low, block_size, granularity, rounding)
+    rounding_bytes = kv_cache_reservation(
+        spec, low, block_size, granularity, rounding, tensor_pages)
     return low, result.fragmentation_allowance + rounding_bytes - low * block_bytes
 
 

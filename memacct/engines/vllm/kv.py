@@ -37,7 +37,7 @@ from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner.spec import KVCacheSpec, LayerSpec, pipeline_partition
 from memacct.units import format_gib
 
-__all__ = ["VLLM_VERSION", "VllmKVManager", "in_flight_tokens", "layer_pages"]
+__all__ = ["VLLM_VERSION", "VllmKVManager", "in_flight_tokens", "kv_tensor_pages", "layer_pages"]
 
 VLLM_VERSION = "0.33"
 
@@ -194,6 +194,32 @@ def group_layers(pages: Sequence[Page]) -> list[list[Page]]:
     return groups
 
 
+def group_tensor_pages(groups: Sequence[Sequence[Page]]) -> list[int]:
+    """Bytes per block of each KV-cache tensor vLLM allocates for ``groups`` (one stage).
+
+    One group: a tensor per layer, holding that layer's page of every block.
+    Several groups (hybrids): page sizes are unified, and tensor ``i`` holds
+    one page per block shared by the ``i``-th layer of every group, so there
+    are as many tensors as the widest group has layers
+    (``vllm/v1/core/kv_cache_utils.py``, the hybrid branch of
+    ``get_kv_cache_config_from_groups``: one ``KVCacheTensor`` of
+    ``page_size x num_blocks`` per slot, ``shared_by`` a layer of each group).
+    """
+    if len(groups) == 1:
+        return [p.page_bytes for p in groups[0]]
+    width = max(len(g) for g in groups)
+    page = max(p.page_bytes for g in groups for p in g)
+    return [page] * width
+
+
+def kv_tensor_pages(spec: KVCacheSpec, settings: KVSettings) -> list[int]:
+    """Bytes per block of each KV-cache tensor vLLM allocates for ``spec`` on one rank.
+
+    A tensor holds ``num_blocks`` such pages; see :func:`group_tensor_pages`.
+    """
+    return group_tensor_pages(group_layers(layer_pages(spec, settings)))
+
+
 def _stage_bytes_per_block(
     groups: Sequence[Sequence[Page]], stages: Sequence[range]
 ) -> list[int]:
@@ -335,6 +361,7 @@ class VllmKVManager:
             max_concurrency=concurrency,
             groups=tuple(_describe(group, max_len, in_flight) for group in groups),
             notes=tuple(notes),
+            tensor_pages=tuple(group_tensor_pages(groups)) if pp == 1 else (),
         )
 
     def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
