@@ -197,6 +197,8 @@ class ProfileReadings:
             them (the simulated engine does; on CUDA, torch's memory history could).
         allocator_model: the backend's allocator model (a :mod:`memacct.sim` preset)
             to replay them through; ``auto`` sizes the activations from the replay.
+        allocator_limit: the most bytes the allocator may reserve, as the backend
+            declared it (``None``: no cap beyond the device); recorded as is.
     """
 
     baseline: MemorySnapshot
@@ -214,6 +216,7 @@ class ProfileReadings:
     duration_s: float = 0.0
     serving_trace: ServingTrace | None = None
     allocator_model: str | None = None
+    allocator_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -449,6 +452,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         retained_memory=retained,
         weights_source=weights_source,
         profiled=r.profiled,
+        allocator_limit=r.allocator_limit,
     )
 
 

@@ -97,7 +97,7 @@ class DeviceBackend(Protocol):
     Devices are numbered ``0 .. device_count() - 1``. These are the members
     every backend must have; the optional ones (``priority``,
     ``availability()``, ``quirks``, ``process_memory``, ``consistent_reading``,
-    ``device_identity``, and the out-of-memory declaration
+    ``device_identity``, ``allocator_limit``, and the out-of-memory declaration
     ``out_of_memory_errors`` / ``is_out_of_memory(exc)``, see
     :func:`is_out_of_memory`) are declared with their defaults on
     :class:`BaseBackend`, which plugins subclass.
@@ -216,6 +216,19 @@ class BaseBackend:
         """
         return (self.name, device)
 
+    def allocator_limit(self, device: int) -> int | None:
+        """The most bytes this process's allocator may reserve on ``device``; default ``None``.
+
+        ``None`` means no cap beyond the device itself. A backend whose
+        allocator refuses to grow past a budget of its own (MindSpore's pool
+        budget, torch's per-process memory fraction) returns it, and the
+        planner keeps everything the allocator holds within it (see
+        ``docs/backends.md``, "Allocator limit"). Read once per profile, after
+        the model is loaded; it must not fail where the setting cannot be read
+        (return ``None``).
+        """
+        return None
+
     # The required readings (DeviceBackend): a subclass implements all six.
     def device_count(self) -> int:
         """Number of devices this backend sees."""
@@ -249,6 +262,7 @@ OPTIONAL_MEMBERS = (
     "process_memory",
     "consistent_reading",
     "device_identity",
+    "allocator_limit",
 )
 """The members :class:`BaseBackend` declares with a default."""
 
@@ -269,7 +283,8 @@ class _ProtocolBackend(BaseBackend):
         self.default_truth_source = backend.default_truth_source
         quirks = _declared(backend, "quirks")
         self.quirks = quirks if isinstance(quirks, BackendQuirks) else BackendQuirks()
-        for member in ("process_memory", "consistent_reading", "device_identity"):
+        members = ("process_memory", "consistent_reading", "device_identity", "allocator_limit")
+        for member in members:
             method = getattr(backend, member, None)
             if callable(method):
                 setattr(self, member, method)

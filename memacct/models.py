@@ -360,6 +360,12 @@ class ProfileResult(BaseModel):
             segment: expandable segments), ``doubling`` (a block of the step
             doubled until it fits, capped at the free memory: MindSpore). The
             planner uses both to leave room for each layer's KV-cache tensor.
+        allocator_limit: the most bytes this process's allocator may reserve,
+            as the backend declared it after the model was loaded (MindSpore's
+            pool budget, torch's per-process memory fraction x total); ``None``
+            when the allocator has no cap beyond the device (and in profiles
+            saved before the field existed). The planner keeps the allocator's
+            holdings, the KV cache included, within it.
     """
 
     model_config = _FROZEN
@@ -391,6 +397,7 @@ class ProfileResult(BaseModel):
     retained_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
     weights_source: Literal["given", "measured", "none"] = "measured"
     profiled: ProfiledSetup = Field(default_factory=ProfiledSetup)
+    allocator_limit: int | None = Field(default=None, gt=0, le=MAX_BYTES)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> ProfileResult:

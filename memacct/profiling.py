@@ -36,10 +36,16 @@ from memacct.backend import (
     DeviceBackend,
     allocator_settings,
     as_base_backend,
+    backend_code,
     get_quirks,
     is_out_of_memory,
 )
-from memacct.errors import InvalidInputError, ProfilingError, ProfilingOutOfMemoryError
+from memacct.errors import (
+    BackendError,
+    InvalidInputError,
+    ProfilingError,
+    ProfilingOutOfMemoryError,
+)
 from memacct.measure import (
     INACTIVE_SPLIT,
     INACTIVE_SPLIT_PEAK,
@@ -52,9 +58,33 @@ from memacct.replay import ServingTrace
 from memacct.truth import requested_truth_source
 from memacct.units import format_gib
 
-__all__ = ["INTERFERENCE_TOLERANCE_BYTES", "ProfilingSession", "memory_profiling"]
+__all__ = [
+    "INTERFERENCE_TOLERANCE_BYTES",
+    "ProfilingSession",
+    "memory_profiling",
+    "read_allocator_limit",
+]
 
 logger = logging.getLogger("memacct")
+
+def read_allocator_limit(backend: DeviceBackend, device: int) -> int | None:
+    """The backend's declared allocator limit on ``device``, checked (``None``: no cap).
+
+    Raises:
+        BackendError: the backend returned something other than ``None`` or a
+            positive int of bytes (a bug in the plugin, named in the message).
+    """
+    limit = as_base_backend(backend).allocator_limit(device)
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_BYTES:
+        raise BackendError(
+            f"{backend_code(backend)}.allocator_limit({device}) returned {limit!r}: it must "
+            f"return None (no cap) or a positive int of bytes up to {MAX_BYTES}; fix the "
+            "backend plugin"
+        )
+    return limit
+
 
 _active_lock = threading.Lock()
 _active: set[Hashable] = set()
@@ -97,6 +127,7 @@ class ProfilingSession:
         self._in_region: str | None = None
         self._open = False  # between entering and leaving the with-block
         self._start = 0.0
+        self.allocator_limit: int | None = None
 
     @property
     def result(self) -> ProfileResult:
@@ -126,6 +157,9 @@ class ProfilingSession:
         self.backend.empty_cache()
         self.backend.reset_peak_memory_stats(self.device)
         self.before = snapshot(self.backend, self.device)
+        # Read once, after the model is loaded: MindSpore's pool takes its budget at its first
+        # request, so only now is it certain to be set.
+        self.allocator_limit = read_allocator_limit(self.backend, self.device)
         # The free pieces already stranded at the start (in the weights' segments) are not
         # the forward pass's: the auto truth source needs the increase.
         self._inactive_split_start = read_stat(
@@ -237,6 +271,7 @@ class ProfilingSession:
             duration_s=time.perf_counter() - self._start,
             serving_trace=self.serving_trace,
             allocator_model=getattr(self.backend, "allocator_model", None),
+            allocator_limit=self.allocator_limit,
         )
 
     def out_of_memory_error(self, exc: BaseException) -> ProfilingOutOfMemoryError:

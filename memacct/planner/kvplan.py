@@ -148,6 +148,12 @@ class KVCachePlan(BaseModel):
             allocator: the profile's fragmentation allowance plus what the
             allocator adds when it rounds each layer's KV-cache tensor to its
             growth granularity (0 for profiles that record neither).
+        allocator_limit: the most bytes the allocator may reserve, from the
+            profile (``None``: no cap beyond the device, or no profile).
+        notes: memacct's notes on how the budget was set, one sentence each
+            (the allocator's limit binding before ``gpu_memory_utilization``;
+            ``target_allocation`` is then the non-KV memory plus what the
+            limit leaves the KV cache).
     """
 
     model_config = FROZEN
@@ -186,6 +192,8 @@ class KVCachePlan(BaseModel):
     allocator_reserve_bytes: int = Field(default=0, ge=0)
     cudagraph_memory: int = Field(default=0, ge=0)
     retained_memory: int = Field(default=0, ge=0)
+    allocator_limit: int | None = Field(default=None, gt=0)
+    notes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
@@ -294,6 +302,9 @@ class KVCachePlan(BaseModel):
                 f"{format_gib(self.allocator_reserve_bytes)} of the cache budget left to the "
                 f"allocator (fragmentation allowance, KV tensor rounding)",
             ))
+        if self.allocator_limit is not None:
+            rows.append(("allocator_limit", format_gib(self.allocator_limit)))
+        rows += [("note", note) for note in self.notes]
         if self.agreement is not None and self.agreement.world_size > 1:
             rows.append((
                 "agreed_num_gpu_blocks",

@@ -220,14 +220,36 @@ def plan_kv_cache(
             "%s overrides gpu_memory_utilization=%s: the KV cache gets %s (%d blocks)",
             overrides[0], utilization, format_gib(kv_bytes), kv_bytes // block_bytes,
         )
-    budget, reserve = _allocator_budget(kv_bytes, spec, probe, result)
+    limit_note = ""
+    room = _allocator_room(result)
+    if room is not None and kv_bytes > room:
+        if overrides:
+            raise InsufficientMemoryError(_override_over_limit_message(result, overrides[0],
+                                                                       kv_bytes, room))
+        limit_note = _limit_note(result, utilization, kv_bytes, room)
+        logger.warning("memacct: %s", limit_note)
+        kv_bytes = room
+        target = non_kv + kv_bytes
+    budget, reserve = (0, 0) if kv_bytes <= 0 else _allocator_budget(kv_bytes, spec, probe, result)
     if budget < block_bytes:
+        if limit_note:
+            raise InsufficientMemoryError(
+                _limit_too_small_message(result, room or 0, probe.block_size, block_bytes))
         raise InsufficientMemoryError(
             _no_memory_message(result, utilization, target, probe.block_size, block_bytes)
         )
-    layout = kv_engine.plan(spec, budget, settings)
+    try:
+        layout = kv_engine.plan(spec, budget, settings)
+    except InsufficientMemoryError as exc:
+        if not limit_note:
+            raise
+        raise InsufficientMemoryError(
+            f"{_limit_binds(result)}, and what it leaves does not hold one request: {exc}. "
+            f"{_LIMIT_FIX}",
+            estimated_max_model_len=exc.estimated_max_model_len,
+        ) from None
     plan = _make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
-                      reserve)
+                      reserve, limit_note)
     for warning in result.warnings:
         logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
     logger.info("%s", plan.report())
@@ -244,6 +266,7 @@ def _make_plan(
     utilization: float | None,
     overrides: tuple[str, ...],
     reserve: int,
+    limit_note: str = "",
 ) -> KVCachePlan:
     provenance = None
     if result is not None:
@@ -296,6 +319,91 @@ def _make_plan(
         spec=spec,
         provenance=provenance,
         allocator_reserve_bytes=reserve,
+        allocator_limit=None if result is None else result.allocator_limit,
+        notes=(limit_note,) if limit_note else (),
+    )
+
+
+_LIMIT_FIX = (
+    "Raise the allocator's limit (MindSpore: max_device_memory / mindspore.runtime.set_memory"
+    "(max_size=...); torch: torch.cuda.set_per_process_memory_fraction, torch_npu: "
+    "torch.npu.set_per_process_memory_fraction), or reduce the model's memory (quantize it, "
+    "shard it, lower max_num_batched_tokens)"
+)
+
+
+def allocator_held(result: ProfileResult) -> int:
+    """Bytes the allocator holds while serving, before its KV cache, as the profile charges them.
+
+    What it held after the profile (weights, graph pools, retained memory; at
+    least the baseline's reservation plus the charged terms), the activation
+    peak on top, and the fragmentation allowance. Memory outside the allocator
+    (``non_allocator_increase``) is not the allocator's.
+    """
+    charged = (
+        result.baseline.reserved + result.weights_memory + result.cudagraph_memory
+        + result.retained_memory
+    )
+    return (
+        max(result.after.reserved, charged) + result.activation_peak
+        + result.fragmentation_allowance
+    )
+
+
+def _allocator_room(result: ProfileResult) -> int | None:
+    """The largest KV budget the profile's allocator limit allows, ``None`` without a limit.
+
+    The budget still has the fragmentation allowance kept free inside it (by
+    :func:`_allocator_budget`), so the room is the limit less what the
+    allocator holds besides the KV cache and that allowance.
+    """
+    if result.allocator_limit is None:
+        return None
+    return result.allocator_limit - allocator_held(result) + result.fragmentation_allowance
+
+
+def _limit_binds(result: ProfileResult) -> str:
+    limit = result.allocator_limit or 0
+    return (
+        f"the allocator's pool budget of {format_gib(limit)} ({limit} bytes, the most "
+        f"the allocator on {_device(result)} may reserve) binds before "
+        f"gpu_memory_utilization"
+    )
+
+
+def _limit_note(result: ProfileResult, utilization: float, kv_bytes: int, room: int) -> str:
+    held = allocator_held(result)
+    return (
+        f"{_limit_binds(result)}: the allocator holds {format_gib(held)} besides the KV cache "
+        f"(weights, activation peak, graph and retained memory, fragmentation allowance), so the "
+        f"KV cache gets {format_gib(room)} ({room} bytes) instead of the {format_gib(kv_bytes)} "
+        f"that gpu_memory_utilization={utilization} leaves"
+    )
+
+
+def _limit_too_small_message(
+    result: ProfileResult, room: int, block_size: int, block_bytes: int
+) -> str:
+    held = allocator_held(result)
+    return (
+        f"No room for the KV cache within the allocator's limit on {_device(result)}: "
+        f"{_limit_binds(result)}; the allocator holds {format_gib(held)} ({held} bytes: weights "
+        f"{result.weights_memory} + activation peak {result.activation_peak} + fragmentation "
+        f"allowance {result.fragmentation_allowance}, graph and retained memory), leaving "
+        f"{max(0, room - result.fragmentation_allowance)} bytes, less than one block of "
+        f"{block_size} tokens ({block_bytes} bytes) as the allocator rounds it. {_LIMIT_FIX}; "
+        f"a lower gpu_memory_utilization does not help here"
+    )
+
+
+def _override_over_limit_message(
+    result: ProfileResult, override: str, kv_bytes: int, room: int
+) -> str:
+    return (
+        f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache, but "
+        f"{_limit_binds(result)} and leaves at most {max(0, room)} bytes for it beside what the "
+        f"allocator already holds ({allocator_held(result)} bytes). Lower the override to at most "
+        f"{max(0, room)} bytes, or raise the allocator's limit"
     )
 
 

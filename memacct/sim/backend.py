@@ -10,6 +10,7 @@ from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.sim._core import SimOutOfMemory
+from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool
 from memacct.sim.device import SimDevice
 
 __all__ = ["SimBackend"]
@@ -93,6 +94,24 @@ class SimBackend(TorchLikeBackend):
     def device_identity(self, device: int) -> Hashable:
         """Each simulated device is its own physical device."""
         return ("sim", id(self.sim_device), device)
+
+    def allocator_limit(self, device: int) -> int | None:
+        """The most bytes the simulated allocator may reserve; ``None`` when it has no cap.
+
+        MindSpore's pools: their budget (``max_device_memory``, else MindSpore's
+        default from the free memory), once the pool has taken it at its first
+        request. The torch-style presets: ``memory_fraction x total`` when a
+        fraction below 1 is set (``set_memory_fraction``, torch's
+        ``set_per_process_memory_fraction``).
+        """
+        self._check(device)
+        alloc = self.sim_device.allocator
+        if isinstance(alloc, (MindSporeMemoryPool, MindSporeBlockPool)):
+            return alloc.budget_bytes
+        fraction = alloc.memory_fraction
+        if fraction >= 1.0:
+            return None
+        return int(fraction * self.sim_device.total)
 
     def __repr__(self) -> str:
         return f"SimBackend({self.sim_device!r})"

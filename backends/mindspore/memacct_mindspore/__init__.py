@@ -37,6 +37,7 @@ from memacct import (
     BaseBackend,
     GiB,
     InvalidInputError,
+    MiB,
     TruthSource,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "MINDSPORE_QUIRKS",
     "NATIVE_PREFIX",
     "MindSporeBackend",
+    "default_pool_budget",
     "map_memory_stats",
     "mindspore_availability",
     "probe_mindspore",
@@ -77,6 +79,18 @@ MINDSPORE_HINT = (
 DEVICE_TARGETS = ("Ascend", "GPU")
 
 MemoryInfoReader = Callable[[int], tuple[int, int]]
+
+UNSET_MAX_DEVICE_MEMORY_GB = 1024.0
+"""``max_device_memory``'s default in MindSpore ("1024GB"): no budget of its own."""
+
+
+def default_pool_budget(free_bytes: int) -> int:
+    """MindSpore's pool budget without ``max_device_memory``, from the free memory at start.
+
+    Free x 15/16, rounded down to 2 MiB, less 10 MiB (``docs/simulator.md``,
+    "MindSpore": ``AscendMemAdapter::Initialize``).
+    """
+    return max(0, (free_bytes * 15 // 16) // (2 * MiB) * (2 * MiB) - 10 * MiB)
 
 
 def map_memory_stats(native: Mapping[str, Any]) -> dict[str, int]:
@@ -176,6 +190,11 @@ class MindSporeBackend(BaseBackend):
             as the CPU target in tests.
         nvml: the NVML session for free memory on GPU (a ``memacct_nvml.Nvml``);
             the process-wide one when omitted.
+        max_device_memory: the pool's budget in bytes, when it was set through
+            ``mindspore.runtime.set_memory(max_size=...)``, which MindSpore 2.10
+            gives no public way to read back; ``None`` reads
+            ``mindspore.get_context("max_device_memory")``, else applies
+            MindSpore's default rule (see :meth:`allocator_limit`).
     """
 
     name = "mindspore"
@@ -189,7 +208,18 @@ class MindSporeBackend(BaseBackend):
         *,
         memory_info: MemoryInfoReader | None = None,
         nvml: Any | None = None,
+        max_device_memory: int | None = None,
     ) -> None:
+        if max_device_memory is not None and (
+            isinstance(max_device_memory, bool)
+            or not isinstance(max_device_memory, int)
+            or max_device_memory <= 0
+        ):
+            raise InvalidInputError(
+                f"max_device_memory must be the pool budget as a positive int of bytes "
+                f"(e.g. 60 * 2**30 for set_memory(max_size='60GB')), got {max_device_memory!r}"
+            )
+        self.max_device_memory = max_device_memory
         self.ms = mindspore if mindspore is not None else importlib.import_module("mindspore")
         self._memory_info = memory_info
         self._nvml = nvml
@@ -279,6 +309,45 @@ class MindSporeBackend(BaseBackend):
     def memory_stats(self, device: int) -> Mapping[str, int]:
         self._check(device)
         return map_memory_stats(self.ms.runtime.memory_stats())
+
+    def configured_budget(self) -> int | None:
+        """The pool budget set for this process, bytes; ``None`` when MindSpore's default applies.
+
+        The constructor's ``max_device_memory`` if given, else
+        ``mindspore.get_context("max_device_memory")`` (GB, read as GiB) when it
+        is below MindSpore's unset value of 1024.
+        """
+        if self.max_device_memory is not None:
+            return self.max_device_memory
+        try:
+            value = self.ms.get_context("max_device_memory")
+        except (ValueError, KeyError, AttributeError, TypeError):
+            return None  # a MindSpore without the context key: nothing set through it
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if not 0 < value < UNSET_MAX_DEVICE_MEMORY_GB:
+            return None
+        return int(value * GiB)
+
+    def allocator_limit(self, device: int) -> int | None:
+        """The memory pool's budget: the most bytes it reserves, all its pools together.
+
+        ``max_device_memory`` when set (:meth:`configured_budget`) and not above
+        the device's total (MindSpore treats a larger one as unset); else
+        MindSpore's default, :func:`default_pool_budget` of the free memory the
+        pool saw when it started, estimated as the free memory now plus what
+        the pool holds now (memory taken outside the pool since then makes the
+        estimate lower, never higher, than the real budget). See
+        ``docs/backends.md``, "Allocator limit".
+        """
+        self._check(device)
+        free, total = self.mem_get_info(device)
+        configured = self.configured_budget()
+        if configured is not None and configured <= total:
+            return configured
+        reserved = map_memory_stats(self.ms.runtime.memory_stats())[KEY_MAP[
+            "total_reserved_memory"]]
+        return default_pool_budget(free + reserved) or None
 
     def reset_peak_memory_stats(self, device: int) -> None:
         self._check(device)
