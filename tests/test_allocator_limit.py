@@ -290,3 +290,11 @@ def test_a_profile_saved_without_the_field_loads_and_plans(tmp_path: Path) -> No
     new = tmp_path / "profile.json"
     start.result.save(new)
     assert ProfileResult.load(new).allocator_limit == start.result.allocator_limit
+
+
+def test_mindspore_2_10_reads_as_unset_by_default() -> None:
+    import mindspore  # the CPU build in the dev environment: get_context answers there too
+
+    backend = MindSporeBackend(mindspore, memory_info=lambda device: (40 * GiB, 64 * GiB))
+    assert backend.configured_budget() is None  # MindSpore's "1024GB": no budget of its own
+    assert backend.allocator_limit(0) == default_pool_budget(40 * GiB)
