@@ -116,7 +116,8 @@ def replay_need(
 
     Returns:
         Bytes the allocator needs for activations at the physical limit
-        (rounded up to :data:`_RESOLUTION`).
+        (a capacity that completes, within ``max(_RESOLUTION, kv_cache_bytes / 2048)``
+        of the least that does).
     """
     # The simulated allocators are the models; imported here so that the core's truth
     # source never loads them unless a replay is asked for.
@@ -132,9 +133,15 @@ def replay_need(
     per_block = sum(work.kv_cache_tensors(1))
     kv = work.kv_cache_tensors(kv_cache_bytes // per_block) if per_block and kv_cache_bytes else []
 
+    # A pool with a budget of its own (MindSpore's) gets the whole capacity as its budget:
+    # the replay measures what the activations need, and a budget below the device's
+    # free memory is the planner's cap (the profile's allocator limit), not theirs.
+    budgeted = allocator_model.startswith("mindspore")
+
     def run(capacity: int) -> int:
         """Reserved bytes after weights, profile and KV cache; raises SimOutOfMemory."""
-        alloc = make_allocator(allocator_model, SimpleDeviceMemory(capacity))
+        options = {"budget_bytes": capacity} if budgeted else {}
+        alloc = make_allocator(allocator_model, SimpleDeviceMemory(capacity), **options)
         for n in weights:
             alloc.malloc(n, persistent=True)
         alloc.empty_cache()
@@ -156,13 +163,16 @@ def replay_need(
             return False
         return True
 
+    # Known to a 1/2048th of the KV cache (its efficiency to 0.05%), never finer than
+    # _RESOLUTION: the answer is the end that completes, so the error is on the safe side.
+    resolution = max(_RESOLUTION, kv_cache_bytes // 2048)
     high = max(_RESOLUTION, high_hint)
     while not completes(high):
         high *= 2
     low = min(low_hint, high)
     while low > 0 and completes(low):
         high, low = low, low // 2
-    while high - low > _RESOLUTION:
+    while high - low > resolution:
         mid = (low + high) // 2
         if completes(mid):
             high = mid

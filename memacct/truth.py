@@ -51,6 +51,12 @@ __all__ = [
 
 ENV_TRUTH_SOURCE = "MEMACCT_TRUTH_SOURCE"
 
+SHARED_SEGMENT_BYTES = 20 * 1024 * 1024
+"""The segment that requests of 1-10 MiB share on torch's and torch_npu's caching
+allocators (``kLargeBuffer`` in c10/cuda/CUDACachingAllocator.cpp; the same constant in
+torch_npu's NPUCachingAllocator.cpp): the most one more partly used shared segment can
+strand."""
+
 @dataclass(frozen=True)
 class PeakMeasurement:
     """What a profiling session measured, as the truth-source decision sees it (bytes).
@@ -167,20 +173,22 @@ def resolve_truth_source(
             "replaying the profile, the KV cache and serving-step shapes through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
-        if stranded > need and quirks.growth_rounding != "packed":
-            # The replay's shapes are a sample; the measured stranding bounds what it missed.
-            steps.append(
-                f"{_gib(isp)} stranded in partly used segments, charged for this step and "
-                "once more for a step of another size"
-            )
-        floor = stranded
         if quirks.growth_rounding == "packed":
-            # Expandable segments report no stranded pieces to bound the replay's sample
-            # with: the reserved peak stays the floor.
-            floor = rpi
+            # Expandable segments and MindSpore's pages report no stranded pieces, and where
+            # the cache ends inside the packed range moves the activations' pages: the
+            # reserved peak, what the pool really took, stays the floor.
             if rpi > need:
                 steps.append("the pool reports no stranded pieces: the reserved peak is the floor")
-        return _decision(peaks, steps, max(need, floor))
+            return _decision(peaks, steps, max(need, rpi))
+        if isp > 0 and quirks.growth_rounding == "multiple":
+            # The replay samples the scheduler's shapes; a sequence outside the sample can
+            # leave one more shared segment partly used when a step peaks.
+            steps.append(
+                f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
+                "outside the replay's sample"
+            )
+            need += SHARED_SEGMENT_BYTES
+        return _decision(peaks, steps, need)
     estimate = rpi
     if stranded > rpi:
         estimate = stranded

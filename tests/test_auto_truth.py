@@ -10,7 +10,7 @@ from memacct.models import TruthSource
 from memacct.planner import KVCacheSpec, plan_kv_cache
 from memacct.planner.plan import kv_cache_reservation
 from memacct.sim import SimDevice
-from memacct.truth import PeakMeasurement, resolve_truth_source
+from memacct.truth import SHARED_SEGMENT_BYTES, PeakMeasurement, resolve_truth_source
 from memacct.units import GiB, MiB
 
 AUTO = TruthSource.AUTO
@@ -48,11 +48,28 @@ def test_an_allocator_that_reports_no_stranded_memory_keeps_the_reserved_peak() 
     assert (source, peak, allowance) == (TruthSource.RESERVED, 1060 * MiB, 0)
 
 
-def replayed(allocated: int, reserved: int, need: int) -> tuple[TruthSource, int, int]:
+def replayed(allocated: int, reserved: int, need: int, stranded: int = 0,
+             quirks: BackendQuirks = TORCH) -> tuple[TruthSource, int, int]:
     d = resolve_truth_source(AUTO, PeakMeasurement(
         allocated_peak_increase=allocated, reserved_peak_increase=reserved,
-        replay_need=need), TORCH)
+        inactive_split_increase=stranded, replay_need=need), quirks)
     return d.truth_source, d.activation_peak, d.fragmentation_allowance
+
+
+def test_a_replay_on_a_caching_allocator_that_strands_adds_one_shared_segment() -> None:
+    # 100 MiB stranded by the profiled step: the replay (1100 MiB) plus one 20 MiB segment
+    # for step sequences outside its sample; the old A + 2 x I bound (1200 MiB) is not charged.
+    source, peak, allowance = replayed(1000 * MiB, 1900 * MiB, 1100 * MiB, stranded=100 * MiB)
+    assert (source, peak) == (TruthSource.ALLOCATED_PEAK, 1000 * MiB)
+    assert peak + allowance == 1100 * MiB + SHARED_SEGMENT_BYTES == 1120 * MiB
+
+
+def test_a_replay_on_a_packed_pool_keeps_the_reserved_peak_as_the_floor() -> None:
+    packed = BackendQuirks(growth_rounding="packed", growth_granularity_bytes=20 * MiB)
+    assert replayed(1000 * MiB, 1060 * MiB, 1010 * MiB, quirks=packed) == (
+        TruthSource.RESERVED, 1060 * MiB, 0)
+    assert replayed(1000 * MiB, 1060 * MiB, 1100 * MiB, quirks=packed) == (
+        TruthSource.RESERVED, 1060 * MiB, 40 * MiB)
 
 
 def test_a_replay_below_the_reserved_peak_charges_the_allocated_peak_plus_the_rest() -> None:

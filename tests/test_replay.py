@@ -57,3 +57,20 @@ def test_a_fixed_truth_source_runs_no_replay() -> None:
         truth_source="reserved",
     )
     assert "replay" not in start.result.truth_source_reason
+
+
+def test_a_mindspore_pool_replays_with_the_whole_capacity_as_its_budget() -> None:
+    # MindSpore's default budget is 15/16 of free memory; replayed with it, a 40 GiB cache
+    # would make the activations "need" 1/16 of everything held (about 3 GiB). Its own budget
+    # is the plan's allocator limit, so the replay's pool gets the whole capacity.
+    work = small()
+    need = replay_need("mindspore", work, kv_cache_bytes=40 * 2**30)
+    assert need < replay_need("torch-cuda", work, kv_cache_bytes=40 * 2**30) + 2**30
+    assert need < 2**30
+
+
+def test_the_replay_answers_a_capacity_that_completes_within_its_resolution() -> None:
+    work = small()
+    coarse = replay_need("torch-cuda", work, kv_cache_bytes=8 * 2**30)  # 4 MiB steps
+    fine = replay_need("torch-cuda", work, kv_cache_bytes=0)  # 2 MiB steps
+    assert fine - 2 * 2**20 <= coarse <= fine + 4 * 2**20

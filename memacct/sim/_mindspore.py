@@ -495,10 +495,15 @@ class MindSporeMemoryPool(CachingAllocator):
                 addr = key & _ADDR_MASK
                 lo = -(-addr // VMM_PAGE)
                 hi = (addr + size) // VMM_PAGE
-                for page in range(lo, hi):
-                    if page in pages:
-                        pages.remove(page)
-                        self._cached += 1
+                # Walk whichever is shorter: the buffer's pages or the mapped ones (an
+                # eager-free tail can span the whole virtual range of a large budget).
+                if hi - lo > len(pages):
+                    doomed = [page for page in pages if lo <= page < hi]
+                else:
+                    doomed = [page for page in range(lo, hi) if page in pages]
+                for page in doomed:
+                    pages.remove(page)
+                    self._cached += 1
 
     def _vmm_oom(self, size: int, rounded: int) -> SimOutOfMemory:
         total = self._device.total
