@@ -45,7 +45,7 @@ from typing import Literal
 from memacct.backend import BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
-from memacct.replay import ServingTrace, replay_need
+from memacct.replay import ServingTrace, cache_ends_over, replay_need
 from memacct.truth import PeakMeasurement, resolve_truth_source
 from memacct.units import MiB, format_gib
 
@@ -268,6 +268,10 @@ def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
         kv_cache_bytes=max(0, r.after.free - peaks.activation_reserved),
         low_hint=peaks.activation_allocated // 2,
         high_hint=peaks.activation_reserved,
+        cache_ends=(
+            cache_ends_over(r.quirks.growth_granularity_bytes)
+            if r.quirks.growth_rounding == "packed" else (0,)
+        ),
     )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ServingTrace", "replay_need", "serving_shapes"]
+__all__ = ["ServingTrace", "cache_ends_over", "replay_need", "serving_shapes"]
 
 _GOLDEN = (5**0.5 - 1) / 2
 _RESOLUTION = 2 * 1024 * 1024
@@ -84,6 +84,10 @@ def serving_shapes(max_num_batched_tokens: int, max_num_seqs: int) -> list[tuple
     return full + single[::-1] + full[::-1] + alternating + ragged
 
 
+# The simulated allocators are the models; _search imports them, so that the core's truth
+# source never loads them unless a replay is asked for.
+
+
 def _replay(allocator: object, trace: Sequence[int]) -> None:
     malloc = allocator.malloc  # type: ignore[attr-defined]
     free = allocator.free  # type: ignore[attr-defined]
@@ -102,6 +106,7 @@ def replay_need(
     kv_cache_bytes: int = 0,
     low_hint: int = 0,
     high_hint: int = 0,
+    cache_ends: Sequence[int] = (0,),
 ) -> int:
     """The least memory beyond the weights' with which the profile and the serving shapes complete.
 
@@ -113,17 +118,17 @@ def replay_need(
         low_hint: a capacity expected to fail (the allocated peak increase); only speeds
             up the search, which checks it.
         high_hint: a capacity expected to complete (the reserved peak increase); likewise.
+        cache_ends: bytes by which to shorten the cache, one replay each; the answer is
+            the most any of them needs. On a packed pool (expandable segments, MindSpore's
+            pages) where the cache ends inside a page moves the activations' pages, and the
+            plan's cache is not known when profiling: the caller spreads the ends over one
+            page (:func:`cache_ends_over`).
 
     Returns:
         Bytes the allocator needs for activations at the physical limit
         (a capacity that completes, within ``max(_RESOLUTION, kv_cache_bytes / 2048)``
         of the least that does).
     """
-    # The simulated allocators are the models; imported here so that the core's truth
-    # source never loads them unless a replay is asked for.
-    from memacct.sim._core import SimOutOfMemory, SimpleDeviceMemory
-    from memacct.sim.allocator import make_allocator
-
     weights = work.weight_tensors()
     steps = [work.step_trace(work.max_num_batched_tokens, min(work.max_num_seqs,
                                                                  work.max_num_batched_tokens))]
@@ -131,7 +136,35 @@ def replay_need(
         work.max_num_batched_tokens, work.max_num_seqs)]
 
     per_block = sum(work.kv_cache_tensors(1))
-    kv = work.kv_cache_tensors(kv_cache_bytes // per_block) if per_block and kv_cache_bytes else []
+    # Known to a 1/2048th of the KV cache (its efficiency to 0.05%), never finer than
+    # _RESOLUTION: the answer is the end that completes, so the error is on the safe side.
+    resolution = max(_RESOLUTION, kv_cache_bytes // 2048)
+    need = 0
+    for end in cache_ends:
+        kv_bytes = max(0, kv_cache_bytes - end)
+        kv = work.kv_cache_tensors(kv_bytes // per_block) if per_block and kv_bytes else []
+        need = max(need, _search(allocator_model, weights, steps, kv, resolution,
+                                 low_hint, high_hint))
+    return need
+
+
+def cache_ends_over(granularity: int, count: int = 4) -> tuple[int, ...]:
+    """``count`` cache ends spread evenly over one page of ``granularity`` bytes."""
+    return tuple(k * granularity // count for k in range(count)) if granularity > 0 else (0,)
+
+
+def _search(
+    allocator_model: str,
+    weights: Sequence[int],
+    steps: Sequence[Sequence[int]],
+    kv: Sequence[int],
+    resolution: int,
+    low_hint: int,
+    high_hint: int,
+) -> int:
+    """Bisect the capacity beyond what weights and cache hold for the least that completes."""
+    from memacct.sim._core import SimOutOfMemory, SimpleDeviceMemory
+    from memacct.sim.allocator import make_allocator
 
     # A pool with a budget of its own (MindSpore's) gets the whole capacity as its budget:
     # the replay measures what the activations need, and a budget below the device's
@@ -163,9 +196,6 @@ def replay_need(
             return False
         return True
 
-    # Known to a 1/2048th of the KV cache (its efficiency to 0.05%), never finer than
-    # _RESOLUTION: the answer is the end that completes, so the error is on the safe side.
-    resolution = max(_RESOLUTION, kv_cache_bytes // 2048)
     high = max(_RESOLUTION, high_hint)
     while not completes(high):
         high *= 2

@@ -173,13 +173,6 @@ def resolve_truth_source(
             "replaying the profile, the KV cache and serving-step shapes through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
-        if quirks.growth_rounding == "packed":
-            # Expandable segments and MindSpore's pages report no stranded pieces, and where
-            # the cache ends inside the packed range moves the activations' pages: the
-            # reserved peak, what the pool really took, stays the floor.
-            if rpi > need:
-                steps.append("the pool reports no stranded pieces: the reserved peak is the floor")
-            return _decision(peaks, steps, max(need, rpi))
         if isp > 0 and quirks.growth_rounding == "multiple":
             # The replay samples the scheduler's shapes; a sequence outside the sample can
             # leave one more shared segment partly used when a step peaks.

@@ -8,7 +8,7 @@ import memacct
 from memacct.engines.forward import TransformerWorkload
 from memacct.engines.start import simulate_engine_start
 from memacct.planner import load_model_preset
-from memacct.replay import ServingTrace, replay_need, serving_shapes
+from memacct.replay import ServingTrace, cache_ends_over, replay_need, serving_shapes
 
 
 @cache
@@ -74,3 +74,15 @@ def test_the_replay_answers_a_capacity_that_completes_within_its_resolution() ->
     coarse = replay_need("torch-cuda", work, kv_cache_bytes=8 * 2**30)  # 4 MiB steps
     fine = replay_need("torch-cuda", work, kv_cache_bytes=0)  # 2 MiB steps
     assert fine - 2 * 2**20 <= coarse <= fine + 4 * 2**20
+
+
+def test_cache_ends_spread_over_one_page_and_the_replay_takes_the_worst() -> None:
+    assert cache_ends_over(20 * 2**20) == (0, 5 * 2**20, 10 * 2**20, 15 * 2**20)
+    assert cache_ends_over(0) == (0,)
+    work = small()
+    kv = 6 * 2**30
+    ends = cache_ends_over(20 * 2**20)
+    each = [replay_need("torch-cuda-expandable", work, kv_cache_bytes=kv, cache_ends=(e,))
+            for e in ends]
+    assert replay_need("torch-cuda-expandable", work, kv_cache_bytes=kv,
+                       cache_ends=ends) == max(each)
