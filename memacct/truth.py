@@ -173,14 +173,20 @@ def resolve_truth_source(
             "replaying the profile, the KV cache and serving-step shapes through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
-        if isp > 0 and quirks.growth_rounding == "multiple":
-            # The replay samples the scheduler's shapes; a sequence outside the sample can
-            # leave one more shared segment partly used when a step peaks.
-            steps.append(
-                f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
-                "outside the replay's sample"
-            )
-            need += SHARED_SEGMENT_BYTES
+        if quirks.growth_rounding == "multiple":
+            if isp > 0:
+                # The replay samples the scheduler's shapes; a sequence outside the sample
+                # can leave one more shared segment partly used when a step peaks.
+                steps.append(
+                    f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
+                    "outside the replay's sample"
+                )
+                need += SHARED_SEGMENT_BYTES
+            if rpi > need:
+                # A caching allocator that cuts segments fragments: what it really took
+                # stays the floor (serving sequences can strand more than any sample).
+                steps.append("the reserved peak is the floor for a pool that cuts segments")
+                need = rpi
         return _decision(peaks, steps, need)
     estimate = rpi
     if stranded > rpi:

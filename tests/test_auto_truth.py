@@ -59,8 +59,8 @@ def replayed(allocated: int, reserved: int, need: int, stranded: int = 0,
 def test_a_replay_on_a_caching_allocator_that_strands_adds_one_shared_segment() -> None:
     # 100 MiB stranded by the profiled step: the replay (1100 MiB) plus one 20 MiB segment
     # for step sequences outside its sample; the old A + 2 x I bound (1200 MiB) is not charged.
-    source, peak, allowance = replayed(1000 * MiB, 1900 * MiB, 1100 * MiB, stranded=100 * MiB)
-    assert (source, peak) == (TruthSource.ALLOCATED_PEAK, 1000 * MiB)
+    source, peak, allowance = replayed(1000 * MiB, 1110 * MiB, 1100 * MiB, stranded=100 * MiB)
+    assert (source, peak) == (TruthSource.RESERVED, 1110 * MiB)
     assert peak + allowance == 1100 * MiB + SHARED_SEGMENT_BYTES == 1120 * MiB
 
 
@@ -72,3 +72,78 @@ def test_a_replay_on_a_packed_pool_is_charged_as_replayed() -> None:
         TruthSource.ALLOCATED_PEAK, 1000 * MiB, 10 * MiB)
     assert replayed(1000 * MiB, 1060 * MiB, 1100 * MiB, quirks=packed) == (
         TruthSource.RESERVED, 1060 * MiB, 40 * MiB)
+
+
+def test_a_replay_below_the_reserved_peak_of_a_caching_allocator_charges_the_reserved_peak() -> None:
+    # torch's and torch_npu's caching allocators cut segments: the reserved peak is the floor.
+    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (TruthSource.RESERVED, 1900 * MiB, 0)
+
+
+def test_a_replay_below_the_reserved_peak_of_a_packed_pool_charges_the_rest() -> None:
+    packed = BackendQuirks(growth_rounding="packed", growth_granularity_bytes=2 * MiB)
+    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB, quirks=packed) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 100 * MiB)
+
+
+def test_a_replay_above_the_reserved_peak_charges_beyond_it() -> None:
+    assert replayed(1000 * MiB, 1100 * MiB, 1300 * MiB) == (
+        TruthSource.RESERVED, 1100 * MiB, 200 * MiB)
+
+
+def test_a_replay_never_charges_less_than_the_allocated_peak() -> None:
+    packed = BackendQuirks(growth_rounding="packed", growth_granularity_bytes=2 * MiB)
+    assert replayed(1000 * MiB, 1100 * MiB, 500 * MiB, quirks=packed) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 0)
+
+
+def test_idle_space_in_the_weights_segments_is_charged_once() -> None:
+    _, _, given = decide(1000 * MiB, 1000 * MiB, weights_idle=300 * MiB)
+    _, _, measured = decide(1000 * MiB, 1200 * MiB, stranded=0, weights_idle=300 * MiB,
+                            weights_given=False)
+    assert given == 300 * MiB  # weights passed as their size: their segments' idle space added
+    assert measured == 0  # reserved growth already holds it
+
+
+@pytest.mark.parametrize("source", [TruthSource.ALLOCATED_PEAK, TruthSource.RESERVED])
+def test_a_fixed_source_is_taken_as_asked_without_allowance(source: TruthSource) -> None:
+    d = resolve_truth_source(source, PeakMeasurement(1 * GiB, 3 * GiB, 0, 2 * GiB, 5 * GiB), TORCH)
+    assert d.truth_source is source and d.fragmentation_allowance == 0
+
+
+def test_the_profile_records_why_auto_decided_and_the_allowance() -> None:
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    with memacct.memory_profiling(backend, baseline, weights_memory=0, truth_source="auto") as s:
+        live = [dev.malloc(6 * MiB) for _ in range(30)]  # three per 20 MiB segment
+        for ptr in live[::3] + live[1::3]:
+            dev.free(ptr)
+        for ptr in live[2::3]:
+            dev.free(ptr)
+    result = s.result
+    assert result.requested_truth_source is TruthSource.AUTO
+    assert "reserved peak" in result.truth_source_reason
+    assert "GiB" in result.truth_source_reason
+    assert result.activation_peak + result.fragmentation_allowance > result.allocated_peak_increase
+
+
+def test_the_planner_keeps_the_allowance_free() -> None:
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    dev.malloc(15 * GiB)
+    with memacct.memory_profiling(backend, baseline, truth_source="auto") as s:
+        dev.free(dev.malloc(3 * GiB))
+    spec = KVCacheSpec.from_preset("llama-3.1-8b")
+    plan = plan_kv_cache(s.result, spec, gpu_memory_utilization=0.9, max_model_len=8192)
+    used = kv_cache_reservation(spec, plan.num_blocks, 16, 2 * MiB, "multiple")
+    assert used + s.result.fragmentation_allowance <= plan.kv_cache_bytes
+
+
+def test_the_planner_sizes_doubling_pool_tensors_to_whole_units() -> None:
+    # 28 layers, 1 GiB units: per-layer tensors just over 1 GiB would take 2 GiB blocks each.
+    spec = KVCacheSpec.from_preset("qwen2.5-7b")
+    per_layer_block = 16 * spec.bytes_per_token // spec.num_layers
+    blocks_per_unit = (1 * GiB - 512) // per_layer_block
+    assert kv_cache_reservation(spec, blocks_per_unit, 16, 1 * GiB, "doubling") == 28 * GiB
+    assert kv_cache_reservation(spec, blocks_per_unit + 1, 16, 1 * GiB, "doubling") == 56 * GiB
