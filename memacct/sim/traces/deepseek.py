@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_mask_trace",
@@ -214,17 +215,8 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
     t = num_tokens
     dt = g.dtype_bytes
     nh = g.heads
-    ops: list[int] = []
-    slots = 0
-
-    def alloc(n: int) -> int:
-        nonlocal slots
-        ops.append(max(1, n))
-        slots += 1
-        return slots - 1
-
-    def free(*slot: int) -> None:
-        ops.extend(~s for s in slot)
+    builder = TraceBuilder()
+    alloc, free = builder.alloc, builder.free
 
     def rms_norm(width: int) -> int:
         out, rstd = alloc(t * width * dt), alloc(t * _FLOAT32)
@@ -331,4 +323,4 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
     free(local)
     logits32_all = alloc(g.vocab * _FLOAT32)
     free(logits_all, logits32_all, cos, sin, *inputs)
-    return ops
+    return builder.ops

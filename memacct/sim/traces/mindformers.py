@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
 
 __all__ = ["Qwen2Graph", "qwen2_load", "qwen2_prefill_trace"]
@@ -165,17 +166,8 @@ def qwen2_prefill_trace(graph: Qwen2Graph, num_tokens: int) -> list[int]:
     g = graph
     t = num_tokens
     dt = g.dtype_bytes
-    ops: list[int] = []
-    slots = 0
-
-    def alloc(n: int) -> int:
-        nonlocal slots
-        ops.append(max(1, n))
-        slots += 1
-        return slots - 1
-
-    def free(*slot: int) -> None:
-        ops.extend(~s for s in slot)
+    builder = TraceBuilder()
+    alloc, free = builder.alloc, builder.free
 
     act = t * g.hidden * dt
     q = t * g.q_bytes_per_token
@@ -228,4 +220,4 @@ def qwen2_prefill_trace(graph: Qwen2Graph, num_tokens: int) -> list[int]:
     free(last)
     logits32 = alloc(g.vocab * _FLOAT32)
     free(logits, logits32, cos, sin, *inputs)
-    return ops
+    return builder.ops
