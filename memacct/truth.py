@@ -173,6 +173,14 @@ def resolve_truth_source(
             "replaying the profile, the KV cache and serving-step shapes through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
+        if quirks.growth_rounding == "packed" and quirks.growth_granularity_bytes > 0:
+            # The replay's cache ends are samples a fraction of a page apart; between them
+            # the activations can straddle one more page.
+            steps.append(
+                f"one page ({_gib(quirks.growth_granularity_bytes)}) for cache ends between "
+                "the replayed ones"
+            )
+            need += quirks.growth_granularity_bytes
         if quirks.growth_rounding == "multiple":
             if isp > 0:
                 # The replay samples the scheduler's shapes; a sequence outside the sample
