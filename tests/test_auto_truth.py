@@ -75,7 +75,7 @@ def test_a_replay_on_a_packed_pool_is_charged_as_replayed() -> None:
         TruthSource.RESERVED, 1060 * MiB, 60 * MiB)
 
 
-def test_a_replay_below_the_reserved_peak_of_a_caching_allocator_charges_the_reserved_peak() -> None:
+def test_a_caching_allocator_charges_the_reserved_peak_above_a_lower_replay() -> None:
     # torch's and torch_npu's caching allocators cut segments: the reserved peak is the floor.
     assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (TruthSource.RESERVED, 1900 * MiB, 0)
 

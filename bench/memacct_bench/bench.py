@@ -347,7 +347,8 @@ def checks(
 
 _INTRO = (
     "Each truth source profiles the simulated engine with memacct, plans the KV cache, "
-    "allocates it one tensor per layer and serves the scenario, held to the memory its "
+    "allocates it as vLLM lays it out (a tensor per layer; a hybrid shares one per layer of "
+    "its widest group) and serves the scenario, held to the memory its "
     "`gpu_memory_utilization` grants (total x utilization; co-tenants hold their own memory "
     "outside it). The oracle is the largest KV cache (whole blocks) with which the scenario "
     "completes in that same memory, found by binary search over full replays (every count "
