@@ -485,3 +485,22 @@ class TorchLikeBackend(BaseBackend):
 
     def synchronize(self, device: int) -> None:
         self.module.synchronize(self._check(device))
+
+    def allocator_limit(self, device: int) -> int | None:
+        """The module's per-process memory fraction x the device's total, bytes.
+
+        torch's and torch_npu's caching allocators refuse to reserve beyond
+        ``fraction x total`` once ``set_per_process_memory_fraction`` set a
+        fraction below 1 (``docs/backends.md``, "Allocator limit"). ``None``
+        when the fraction is 1, or where the module cannot say (no
+        ``get_per_process_memory_fraction``: torch before 2.8).
+        """
+        device = self._check(device)
+        read = getattr(self.module, "get_per_process_memory_fraction", None)
+        if not callable(read):
+            return None
+        fraction = float(read(device))
+        if fraction >= 1.0:
+            return None
+        _, total = self.mem_get_info(device)
+        return max(1, int(fraction * total))

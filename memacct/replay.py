@@ -84,10 +84,6 @@ def serving_shapes(max_num_batched_tokens: int, max_num_seqs: int) -> list[tuple
     return full + single[::-1] + full[::-1] + alternating + ragged
 
 
-# The simulated allocators are the models; _search imports them, so that the core's truth
-# source never loads them unless a replay is asked for.
-
-
 def _replay(allocator: object, trace: Sequence[int]) -> None:
     malloc = allocator.malloc  # type: ignore[attr-defined]
     free = allocator.free  # type: ignore[attr-defined]
@@ -163,6 +159,8 @@ def _search(
     high_hint: int,
 ) -> int:
     """Bisect the capacity beyond what weights and cache hold for the least that completes."""
+    # The simulated allocators are the models; imported here so that the core's truth
+    # source never loads them unless a replay is asked for.
     from memacct.sim._core import SimOutOfMemory, SimpleDeviceMemory
     from memacct.sim.allocator import make_allocator
 

@@ -108,10 +108,7 @@ class SimBackend(TorchLikeBackend):
         alloc = self.sim_device.allocator
         if isinstance(alloc, (MindSporeMemoryPool, MindSporeBlockPool)):
             return alloc.budget_bytes
-        fraction = alloc.memory_fraction
-        if fraction >= 1.0:
-            return None
-        return int(fraction * self.sim_device.total)
+        return super().allocator_limit(device)
 
     def __repr__(self) -> str:
         return f"SimBackend({self.sim_device!r})"

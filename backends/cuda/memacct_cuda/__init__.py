@@ -47,7 +47,6 @@ __all__ = [
     "CUDA_QUIRKS",
     "CudaBackend",
     "cuda_availability",
-    "fraction_limit",
     "import_failure_reason",
     "read_mem_available",
 ]
@@ -161,21 +160,6 @@ def _is_integrated(module: Any) -> bool:
         return False
 
 
-def fraction_limit(module: Any, device: int) -> int | None:
-    """``get_per_process_memory_fraction(device) x total`` of a torch-like module, bytes.
-
-    ``None`` where the module has no such reading or the fraction is 1 (no cap).
-    """
-    read = getattr(module, "get_per_process_memory_fraction", None)
-    if not callable(read):
-        return None
-    fraction = float(read(device))
-    if fraction >= 1.0:
-        return None
-    _, total = module.mem_get_info(device)
-    return max(1, int(fraction * int(total)))
-
-
 def _torch_out_of_memory_errors() -> tuple[type[BaseException], ...]:
     """``torch.OutOfMemoryError`` (torch >= 2.5) where torch is loaded."""
     torch = sys.modules.get("torch")
@@ -260,16 +244,6 @@ class CudaBackend(TorchLikeBackend):
             if available is not None:
                 free = max(free, min(available, total))
         return free, total
-
-    def allocator_limit(self, device: int) -> int | None:
-        """torch's per-process memory fraction x the GPU's total, bytes; ``None`` when unset.
-
-        torch's caching allocator refuses to reserve beyond ``fraction x total``
-        once ``torch.cuda.set_per_process_memory_fraction`` set a fraction below 1
-        (see ``docs/backends.md``, "Allocator limit"). A torch without
-        ``get_per_process_memory_fraction`` (before 2.8) cannot tell: ``None``.
-        """
-        return fraction_limit(self.module, self._check(device))
 
     def process_memory(self, device: int) -> int | None:
         """This process's memory on the GPU, from NVML; ``None`` when it cannot be read.

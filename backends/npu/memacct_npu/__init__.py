@@ -125,24 +125,6 @@ class AscendBackend(TorchLikeBackend):
             return True
         return isinstance(exc, RuntimeError) and str(exc).startswith("NPU out of memory")
 
-    def allocator_limit(self, device: int) -> int | None:
-        """torch_npu's per-process memory fraction x the NPU's total, bytes; ``None`` when unset.
-
-        torch_npu's caching allocator, like torch's, refuses to reserve beyond
-        ``fraction x total`` once ``torch.npu.set_per_process_memory_fraction``
-        set a fraction below 1. Read where ``torch.npu`` has
-        ``get_per_process_memory_fraction``; ``None`` where it has not.
-        """
-        self._check(device)
-        read = getattr(self.module, "get_per_process_memory_fraction", None)
-        if not callable(read):
-            return None
-        fraction = float(read(device))
-        if fraction >= 1.0:
-            return None
-        _, total = self.mem_get_info(device)
-        return max(1, int(fraction * total))
-
     @classmethod
     def availability(cls) -> Availability:
         """Available when torch_npu imports and sees an NPU; otherwise the specific reason."""

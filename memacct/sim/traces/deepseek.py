@@ -31,6 +31,7 @@ from typing import Any
 
 from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
+from memacct.sim.traces.mindformers import decode_mask_trace
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_mask_trace",
            "deepseek_v3_prefill_trace"]
@@ -204,9 +205,8 @@ def deepseek_v3_load(graph: DeepseekV3Graph) -> tuple[list[int], list[int]]:
 
 
 def deepseek_v3_mask_trace(graph: DeepseekV3Graph) -> list[int]:
-    """The decode mask's construction: the cast triangle, the product kept, the cast freed."""
-    side = graph.mask_side * graph.mask_side * graph.dtype_bytes
-    return [side, side, ~0]
+    """DeepSeek-V3's decode mask (:func:`~memacct.sim.traces.mindformers.decode_mask_trace`)."""
+    return decode_mask_trace(graph.mask_side, graph.dtype_bytes)
 
 
 def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[int]:

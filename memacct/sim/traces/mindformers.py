@@ -30,7 +30,13 @@ from typing import Any
 from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
 
-__all__ = ["Qwen2Graph", "qwen2_load", "qwen2_prefill_trace"]
+__all__ = [
+    "Qwen2Graph",
+    "decode_mask_trace",
+    "qwen2_load",
+    "qwen2_mask_trace",
+    "qwen2_prefill_trace",
+]
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _FLOAT32 = 4
@@ -155,10 +161,15 @@ def qwen2_load(graph: Qwen2Graph) -> tuple[list[int], list[int]]:
     return params, masks
 
 
-def qwen2_mask_trace(graph: Qwen2Graph) -> list[int]:
+def decode_mask_trace(side: int, dtype_bytes: int) -> list[int]:
     """The decode mask's construction: the cast triangle, the product kept, the cast freed."""
-    side = graph.max_model_len * graph.max_model_len * graph.dtype_bytes
-    return [side, side, ~0]
+    nbytes = side * side * dtype_bytes
+    return [nbytes, nbytes, ~0]
+
+
+def qwen2_mask_trace(graph: Qwen2Graph) -> list[int]:
+    """Qwen2's decode mask (:func:`decode_mask_trace`), ``max_model_len`` on a side."""
+    return decode_mask_trace(graph.max_model_len, graph.dtype_bytes)
 
 
 def qwen2_prefill_trace(graph: Qwen2Graph, num_tokens: int) -> list[int]:
