@@ -31,7 +31,7 @@ from typing import Any
 
 from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
-from memacct.sim.traces.mindformers import decode_mask_trace
+from memacct.sim.traces.mindformers import config_positive_int, decode_mask_trace
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_mask_trace",
            "deepseek_v3_prefill_trace"]
@@ -112,13 +112,7 @@ class DeepseekV3Graph:
         """
 
         def need(key: str) -> int:
-            value = config.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(
-                    f"the DeepSeek-V3 config needs a positive int {key!r}, got {value!r}; "
-                    "give the model's config.json"
-                )
-            return value
+            return config_positive_int(config, key, "DeepSeek-V3")
 
         tp = tensor_parallel_size
         heads = need("num_attention_heads")

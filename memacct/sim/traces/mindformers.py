@@ -38,6 +38,17 @@ __all__ = [
     "qwen2_prefill_trace",
 ]
 
+def config_positive_int(config: Mapping[str, Any], key: str, model: str) -> int:
+    """``config[key]`` where it is a positive int, else a ConfigError naming key and value."""
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(
+            f"the {model} config needs a positive int {key!r}, got {value!r}; "
+            "give the model's config.json"
+        )
+    return value
+
+
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _FLOAT32 = 4
 _INT32 = 4
@@ -91,13 +102,7 @@ class Qwen2Graph:
         """
 
         def need(key: str) -> int:
-            value = config.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(
-                    f"the Qwen2 config needs a positive int {key!r}, got {value!r}; "
-                    "give the model's config.json"
-                )
-            return value
+            return config_positive_int(config, key, "Qwen2")
 
         tp = tensor_parallel_size
         heads = need("num_attention_heads")
