@@ -272,6 +272,10 @@ def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
             cache_ends_over(r.quirks.growth_granularity_bytes)
             if r.quirks.growth_rounding == "packed" else (0,)
         ),
+        role=r.profiled.serving_role or "mixed",
+        # A caching allocator starts each step with its segments free: what a step strands
+        # depends on the step before it, so every pair of the shape grid is replayed.
+        pairs=r.quirks.growth_rounding == "multiple",
     )
 
 
@@ -396,6 +400,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         weights_idle=weights_idle if formula == "components" else 0,
         weights_given=r.weights_memory is not None,
         replay_need=_replay(r, peaks),
+        serving_role=r.profiled.serving_role or "mixed",
     )
     decision = resolve_truth_source(r.requested_truth_source, measurement, r.quirks)
     source = decision.truth_source

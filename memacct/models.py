@@ -280,6 +280,10 @@ class ProfiledSetup(BaseModel):
         dtype: the weights' dtype (``bfloat16``, ...).
         max_num_batched_tokens: tokens of the profiled forward pass.
         max_num_seqs: sequences the profiled sampler sampled.
+        serving_role: the steps the instance will serve, which ``auto``'s replay
+            covers (:data:`memacct.replay.SERVING_ROLES`): ``decode`` for a
+            disaggregated decode instance (every step as many tokens as sequences),
+            ``prefill`` for a prefill instance, ``mixed`` (or ``None``) for any step.
     """
 
     model_config = _FROZEN
@@ -293,6 +297,7 @@ class ProfiledSetup(BaseModel):
     dtype: str | None = None
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
+    serving_role: Literal["mixed", "prefill", "decode"] | None = None
 
     @model_validator(mode="after")
     def _ranks_in_range(self) -> ProfiledSetup:

@@ -29,10 +29,19 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ServingTrace", "cache_ends_over", "replay_need", "serving_shapes"]
+__all__ = [
+    "SERVING_ROLES",
+    "ServingTrace",
+    "cache_ends_over",
+    "check_serving_role",
+    "replay_need",
+    "serving_shapes",
+    "shape_grid",
+]
 
 _GOLDEN = (5**0.5 - 1) / 2
 _RESOLUTION = 2 * 1024 * 1024
@@ -63,16 +72,43 @@ class ServingTrace(Protocol):
         ...
 
 
-def serving_shapes(max_num_batched_tokens: int, max_num_seqs: int) -> list[tuple[int, int]]:
+SERVING_ROLES = ("mixed", "prefill", "decode")
+"""What steps an engine instance serves: ``mixed`` (any), ``prefill`` (a disaggregated
+prefill instance: SGLang's ``--disaggregation-mode prefill``, vLLM's ``kv_producer``) or
+``decode`` (a disaggregated decode instance: every sequence of a step samples its one new
+token, so a step has as many tokens as sequences). A prefill instance still batches prompt
+chunks of any size, so it is replayed as ``mixed``; a decode instance never runs a step of
+more tokens than sequences."""
+
+_GRID = 8
+"""Token counts of the pair grid: the budget in eighths."""
+
+
+def check_serving_role(role: str) -> str:
+    """``role`` if it is one of :data:`SERVING_ROLES`, else a clear error."""
+    if role not in SERVING_ROLES:
+        from memacct.errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"serving_role {role!r} is not one of {', '.join(SERVING_ROLES)}: use 'decode' for "
+            "a disaggregated decode instance, 'prefill' for a prefill instance, else 'mixed'"
+        )
+    return role
+
+
+def serving_shapes(
+    max_num_batched_tokens: int, max_num_seqs: int, role: str = "mixed"
+) -> list[tuple[int, int]]:
     """The serving shapes replayed after the profiled step, in order (tokens, sequences)."""
-    ladder: list[int] = []
-    tokens = max_num_batched_tokens
-    while tokens >= 1 and len(ladder) < 5:
-        ladder.append(tokens)
-        tokens //= 2
+    check_serving_role(role)
+    decode = min(max_num_seqs, max_num_batched_tokens)
+    if role == "decode":
+        ladder = _halves(decode)
+        spread = [max(1, int(decode * ((i * _GOLDEN) % 1.0))) for i in range(1, 25)]
+        return [(n, n) for n in ladder + ladder[::-1] + spread]
+    ladder = _halves(max_num_batched_tokens)
     full = [(t, min(max_num_seqs, t)) for t in ladder]
     single = [(t, 1) for t in ladder]
-    decode = min(max_num_seqs, max_num_batched_tokens)
     alternating = [(max_num_batched_tokens, 1), (decode, decode)] * 2
     # Ragged steps: token and sequence counts spread evenly over the budgets (a golden-ratio
     # sequence covers the shape space without favouring any size).
@@ -82,6 +118,33 @@ def serving_shapes(max_num_batched_tokens: int, max_num_seqs: int) -> list[tuple
         seqs = max(1, min(tokens, int(max_num_seqs * ((i * _GOLDEN * _GOLDEN) % 1.0))))
         ragged.append((tokens, seqs))
     return full + single[::-1] + full[::-1] + alternating + ragged
+
+
+def shape_grid(
+    max_num_batched_tokens: int, max_num_seqs: int, role: str = "mixed"
+) -> list[tuple[int, int]]:
+    """The shapes whose every ordered pair :func:`replay_need` replays (``pairs=True``).
+
+    Token counts at each eighth of the budget, each with one sequence (the fewest
+    sampler rows, the largest share of the step in the layers' tensors) and with as many
+    as the budget allows; for a decode instance, each eighth of the sequence budget.
+    """
+    check_serving_role(role)
+    if role == "decode":
+        decode = min(max_num_seqs, max_num_batched_tokens)
+        counts = sorted({max(1, decode * i // _GRID) for i in range(1, _GRID + 1)})
+        return [(n, n) for n in counts]
+    tokens = sorted({max(1, max_num_batched_tokens * i // _GRID) for i in range(1, _GRID + 1)})
+    return sorted({(t, n) for t in tokens for n in (1, min(max_num_seqs, t))})
+
+
+def _halves(top: int, count: int = 5) -> list[int]:
+    """``top`` and up to ``count - 1`` halvings of it (at least 1)."""
+    out: list[int] = []
+    while top >= 1 and len(out) < count:
+        out.append(top)
+        top //= 2
+    return out
 
 
 def _replay(allocator: object, trace: Sequence[int]) -> None:
@@ -103,6 +166,8 @@ def replay_need(
     low_hint: int = 0,
     high_hint: int = 0,
     cache_ends: Sequence[int] = (0,),
+    role: str = "mixed",
+    pairs: bool = False,
 ) -> int:
     """The least memory beyond the weights' with which the profile and the serving shapes complete.
 
@@ -119,17 +184,24 @@ def replay_need(
             pages) where the cache ends inside a page moves the activations' pages, and the
             plan's cache is not known when profiling: the caller spreads the ends over one
             page (:func:`cache_ends_over`).
+        role: the steps the instance serves (:data:`SERVING_ROLES`).
+        pairs: also replay every ordered pair of :func:`shape_grid`'s shapes, each from
+            the state the KV cache left (everything else released between pairs). On a
+            caching allocator every step starts with all its cached segments free, so what
+            a step strands depends on the segments the step before it cut: the worst pair
+            bounds what a serving sequence of those shapes needs.
 
     Returns:
         Bytes the allocator needs for activations at the physical limit
         (a capacity that completes, within ``max(_RESOLUTION, kv_cache_bytes / 2048)``
         of the least that does).
     """
+    check_serving_role(role)
+    mnbt, mns = work.max_num_batched_tokens, work.max_num_seqs
     weights = work.weight_tensors()
-    steps = [work.step_trace(work.max_num_batched_tokens, min(work.max_num_seqs,
-                                                                 work.max_num_batched_tokens))]
-    steps += [work.step_trace(t, n) for t, n in serving_shapes(
-        work.max_num_batched_tokens, work.max_num_seqs)]
+    profile = work.step_trace(mnbt, min(mns, mnbt))
+    steps = [work.step_trace(t, n) for t, n in serving_shapes(mnbt, mns, role)]
+    grid = [work.step_trace(t, n) for t, n in shape_grid(mnbt, mns, role)] if pairs else []
 
     per_block = sum(work.kv_cache_tensors(1))
     # Known to a 1/2048th of the KV cache (its efficiency to 0.05%), never finer than
@@ -139,8 +211,11 @@ def replay_need(
     for end in cache_ends:
         kv_bytes = max(0, kv_cache_bytes - end)
         kv = work.kv_cache_tensors(kv_bytes // per_block) if per_block and kv_bytes else []
-        need = max(need, _search(allocator_model, weights, steps, kv, resolution,
-                                 low_hint, high_hint))
+        model = _Model(allocator_model, weights, profile, kv)
+        found = _search(model, steps, resolution, low_hint, high_hint)
+        if grid:
+            found = _worst_pair(model, grid, found, resolution)
+        need = max(need, found)
     return need
 
 
@@ -149,57 +224,63 @@ def cache_ends_over(granularity: int, count: int = 4) -> tuple[int, ...]:
     return tuple(k * granularity // count for k in range(count)) if granularity > 0 else (0,)
 
 
-def _search(
-    allocator_model: str,
-    weights: Sequence[int],
-    steps: Sequence[Sequence[int]],
-    kv: Sequence[int],
-    resolution: int,
-    low_hint: int,
-    high_hint: int,
-) -> int:
-    """Bisect the capacity beyond what weights and cache hold for the least that completes."""
-    # The simulated allocators are the models; imported here so that the core's truth
-    # source never loads them unless a replay is asked for.
-    from memacct.sim._core import SimOutOfMemory, SimpleDeviceMemory
-    from memacct.sim.allocator import make_allocator
+class _Model:
+    """A fresh model of the allocator holding the weights and the KV cache, after the profile."""
 
-    # A pool with a budget of its own (MindSpore's) gets the whole capacity as its budget:
-    # the replay measures what the activations need, and a budget below the device's
-    # free memory is the planner's cap (the profile's allocator limit), not theirs.
-    budgeted = allocator_model.startswith("mindspore")
+    def __init__(
+        self,
+        allocator_model: str,
+        weights: Sequence[int],
+        profile: Sequence[int],
+        kv: Sequence[int],
+    ) -> None:
+        self.name = allocator_model
+        self.weights = weights
+        self.profile = profile
+        self.kv = kv
+        self.held = 0
+        self.held = self.fresh(1 << 50)[1]  # what weights and cache reserve
 
-    def run(capacity: int) -> int:
-        """Reserved bytes after weights, profile and KV cache; raises SimOutOfMemory."""
-        options = {"budget_bytes": capacity} if budgeted else {}
-        alloc = make_allocator(allocator_model, SimpleDeviceMemory(capacity), **options)
-        for n in weights:
+    def fresh(self, extra: int) -> tuple[object, int]:
+        """An allocator with ``extra`` bytes beyond what weights and cache hold, and its capacity.
+
+        Raises ``SimOutOfMemory`` when the profile or the cache does not fit.
+        """
+        # The simulated allocators are the models; imported here so that the core's truth
+        # source never loads them unless a replay is asked for.
+        from memacct.sim._core import SimpleDeviceMemory
+        from memacct.sim.allocator import make_allocator
+
+        capacity = self.held + extra
+        # A pool with a budget of its own (MindSpore's) gets the whole capacity as its
+        # budget: the replay measures what the activations need, and a budget below the
+        # device's free memory is the planner's cap (the profile's allocator limit).
+        options = {"budget_bytes": capacity} if self.name.startswith("mindspore") else {}
+        alloc = make_allocator(self.name, SimpleDeviceMemory(capacity), **options)
+        for n in self.weights:
             alloc.malloc(n, persistent=True)
         alloc.empty_cache()
-        _replay(alloc, steps[0])
+        _replay(alloc, self.profile)
         alloc.empty_cache()  # the profile ends with empty_cache, then the KV cache comes
-        for n in kv:
+        for n in self.kv:
             alloc.malloc(n)
-        held = int(alloc.reserved)
-        for trace in steps[1:]:
-            _replay(alloc, trace)
-        return held
+        return alloc, int(alloc.reserved)
 
-    held = run(1 << 50)
+    def completes(self, extra: int, steps: Sequence[Sequence[int]]) -> bool:
+        """Whether ``steps`` complete, in order, with ``extra`` bytes beyond weights and cache."""
+        from memacct.sim._core import SimOutOfMemory
 
-    def completes(extra: int) -> bool:
         try:
-            run(held + extra)
+            alloc, _ = self.fresh(extra)
+            for trace in steps:
+                _replay(alloc, trace)
         except SimOutOfMemory:
             return False
         return True
 
-    high = max(_RESOLUTION, high_hint)
-    while not completes(high):
-        high *= 2
-    low = min(low_hint, high)
-    while low > 0 and completes(low):
-        high, low = low, low // 2
+
+def _bisect(completes: Callable[[int], bool], low: int, high: int, resolution: int) -> int:
+    """The least capacity in ``(low, high]`` that completes, to ``resolution`` (``high`` does)."""
     while high - low > resolution:
         mid = (low + high) // 2
         if completes(mid):
@@ -207,3 +288,54 @@ def _search(
         else:
             low = mid
     return high
+
+
+def _search(
+    model: _Model,
+    steps: Sequence[Sequence[int]],
+    resolution: int,
+    low_hint: int,
+    high_hint: int,
+) -> int:
+    """Bisect the capacity beyond what weights and cache hold for the least that completes."""
+    high = max(_RESOLUTION, high_hint)
+    while not model.completes(high, steps):
+        high *= 2
+    low = min(low_hint, high)
+    while low > 0 and model.completes(low, steps):
+        high, low = low, low // 2
+    return _bisect(lambda extra: model.completes(extra, steps), low, high, resolution)
+
+
+def _pair_completes(model: _Model, pair: Sequence[Sequence[int]], extra: int) -> bool:
+    return model.completes(extra, pair)
+
+
+def _worst_pair(
+    model: _Model, grid: Sequence[Sequence[int]], need: int, resolution: int
+) -> int:
+    """Raise ``need`` until every ordered pair of ``grid``'s steps completes from the cache's state.
+
+    One model at the current need replays the pairs, releasing its free cache after each
+    (which returns it to the state the KV cache left); a pair that fails is bisected
+    from the current need up, and the rest continue on a model at the new need.
+    """
+    from memacct.sim._core import SimOutOfMemory
+
+    alloc, _ = model.fresh(need)
+    for first in grid:
+        for second in grid:
+            try:
+                _replay(alloc, first)
+                _replay(alloc, second)
+                alloc.empty_cache()  # type: ignore[attr-defined]
+                continue
+            except SimOutOfMemory:
+                pass
+            pair = (first, second)
+            low, high = need, max(2 * need, need + resolution)
+            while not model.completes(high, pair):
+                low, high = high, 2 * high
+            need = _bisect(partial(_pair_completes, model, pair), low, high, resolution)
+            alloc, _ = model.fresh(need)
+    return need

@@ -77,6 +77,7 @@ class PeakMeasurement:
         replay_need: the memory the activations need at the physical limit, from
             replaying serving-step shapes through the allocator's model
             (:func:`memacct.replay.replay_need`); ``None`` where no replay exists.
+        serving_role: the steps the instance serves (:data:`memacct.replay.SERVING_ROLES`).
     """
 
     allocated_peak_increase: int
@@ -86,6 +87,7 @@ class PeakMeasurement:
     weights_idle: int = 0
     weights_given: bool = True
     replay_need: int | None = None
+    serving_role: str = "mixed"
 
 
 @dataclass(frozen=True)
@@ -168,9 +170,13 @@ def resolve_truth_source(
     isp = peaks.inactive_split_increase
     stranded = api + 2 * isp if isp > 0 else 0
     if peaks.replay_need is not None:
-        need = max(api, peaks.replay_need)
+        # The replay starts from the weights' segments, idle space W included, so what it
+        # needs is beyond W; the allowance adds W back (_decision). The allocated peak
+        # stays the floor of the total: the engine's own profile needed it.
+        need = max(api - peaks.weights_idle, peaks.replay_need)
+        role = "" if peaks.serving_role == "mixed" else f" of a {peaks.serving_role} instance"
         steps.append(
-            "replaying the profile, the KV cache and serving-step shapes through the "
+            f"replaying the profile, the KV cache and serving-step shapes{role} through the "
             f"allocator's model needs {_gib(need)} beyond the weights"
         )
         if quirks.growth_rounding == "packed" and quirks.growth_granularity_bytes > 0:
@@ -190,9 +196,12 @@ def resolve_truth_source(
                     "outside the replay's sample"
                 )
                 need += SHARED_SEGMENT_BYTES
-            if rpi > need:
+            if rpi > need and peaks.serving_role != "decode":
                 # A caching allocator that cuts segments fragments: what it really took
                 # stays the floor (serving sequences can strand more than any sample).
+                # A decode instance never runs the profiled step's shape again: the
+                # segments it cut are released before the cache, and its own steps are
+                # what the replay covers.
                 steps.append("the reserved peak is the floor for a pool that cuts segments")
                 need = rpi
         return _decision(peaks, steps, need)
@@ -214,12 +223,15 @@ def _decision(peaks: PeakMeasurement, steps: list[str], estimate: int) -> TruthD
     rpi = peaks.reserved_peak_increase
     source = TruthSource.RESERVED if estimate >= rpi > api else TruthSource.ALLOCATED_PEAK
     charged = rpi if source is TruthSource.RESERVED else api
-    allowance = max(0, estimate - charged)
+    allowance = estimate - charged
     weights_by_reserved = not peaks.weights_given and source is TruthSource.RESERVED
     if peaks.weights_idle > 0 and not weights_by_reserved:
         # Held for the process's life and counted once.
         allowance += peaks.weights_idle
         steps.append(f"{_gib(peaks.weights_idle)} idle inside the weights' segments")
+    # Never below the charged peak: a replay that needs less than the allocated peak
+    # (beyond the idle space) leaves the allocated peak, as the engine measured it.
+    allowance = max(0, allowance)
     peak_name = "reserved peak" if source is TruthSource.RESERVED else "allocated peak"
     reason = f"auto: {'; '.join(steps)}: charging the {peak_name}" + (
         f" plus a fragmentation allowance of {_gib(allowance)}" if allowance else ""

@@ -105,6 +105,37 @@ def test_idle_space_in_the_weights_segments_is_charged_once() -> None:
     assert measured == 0  # reserved growth already holds it
 
 
+def test_a_decode_instance_is_charged_its_replay_without_the_reserved_floor() -> None:
+    # The profiled step's shape never recurs on a decode instance: the reserved peak it cut
+    # (1900 MiB) is released before the cache, so the replay of decode steps decides.
+    d = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=1000 * MiB, reserved_peak_increase=1900 * MiB,
+        replay_need=1100 * MiB, serving_role="decode"), TORCH)
+    assert (d.truth_source, d.activation_peak, d.fragmentation_allowance) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 100 * MiB)
+    assert "of a decode instance" in d.reason
+    mixed = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=1000 * MiB, reserved_peak_increase=1900 * MiB,
+        replay_need=1100 * MiB), TORCH)
+    assert mixed.activation_peak + mixed.fragmentation_allowance == 1900 * MiB
+
+
+def test_a_replay_from_the_weights_segments_credits_their_idle_space() -> None:
+    # The replay starts from the weights' segments: it needs 400 MiB beyond them, their
+    # 300 MiB idle space included in what it could reuse. 400 + 300 is below the allocated
+    # peak, so nothing beyond the allocated peak is charged ...
+    low = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=1000 * MiB, reserved_peak_increase=1100 * MiB,
+        replay_need=400 * MiB, weights_idle=300 * MiB, serving_role="decode"), TORCH)
+    assert (low.truth_source, low.activation_peak, low.fragmentation_allowance) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 0)
+    # ... while a replay of 900 MiB needs 900 + 300 = 1200 MiB beyond the weights' bytes.
+    high = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=1000 * MiB, reserved_peak_increase=1100 * MiB,
+        replay_need=900 * MiB, weights_idle=300 * MiB, serving_role="decode"), TORCH)
+    assert high.activation_peak + high.fragmentation_allowance == 1200 * MiB
+
+
 @pytest.mark.parametrize("source", [TruthSource.ALLOCATED_PEAK, TruthSource.RESERVED])
 def test_a_fixed_source_is_taken_as_asked_without_allowance(source: TruthSource) -> None:
     d = resolve_truth_source(source, PeakMeasurement(1 * GiB, 3 * GiB, 0, 2 * GiB, 5 * GiB), TORCH)

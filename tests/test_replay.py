@@ -8,7 +8,18 @@ import memacct
 from memacct.engines.forward import TransformerWorkload
 from memacct.engines.start import simulate_engine_start
 from memacct.planner import load_model_preset
-from memacct.replay import ServingTrace, cache_ends_over, replay_need, serving_shapes
+import pytest
+
+from memacct.errors import InvalidInputError
+from memacct.replay import (
+    SERVING_ROLES,
+    ServingTrace,
+    cache_ends_over,
+    check_serving_role,
+    replay_need,
+    serving_shapes,
+    shape_grid,
+)
 
 
 @cache
@@ -86,3 +97,71 @@ def test_cache_ends_spread_over_one_page_and_the_replay_takes_the_worst() -> Non
             for e in ends]
     assert replay_need("torch-cuda-expandable", work, kv_cache_bytes=kv,
                        cache_ends=ends) == max(each)
+
+
+def test_a_decode_instance_replays_one_token_per_sequence() -> None:
+    shapes = serving_shapes(1024, 32, "decode")
+    assert shapes and all(tokens == seqs for tokens, seqs in shapes)
+    assert max(seqs for _, seqs in shapes) == 32 and min(seqs for _, seqs in shapes) >= 1
+    assert shape_grid(1024, 32, "decode") == [(n, n) for n in (4, 8, 12, 16, 20, 24, 28, 32)]
+
+
+def test_a_prefill_instance_replays_the_mixed_shapes() -> None:
+    assert serving_shapes(1024, 32, "prefill") == serving_shapes(1024, 32, "mixed")
+    assert shape_grid(1024, 32, "prefill") == shape_grid(1024, 32)
+
+
+def test_the_pair_grid_covers_each_eighth_of_the_budget_with_one_and_all_sequences() -> None:
+    grid = shape_grid(1024, 32)
+    assert {t for t, _ in grid} == {128 * i for i in range(1, 9)}
+    assert {(1024, 1), (1024, 32), (128, 1), (128, 32)} <= set(grid) and len(grid) == 16
+
+
+@pytest.mark.parametrize("role", ["Decode", "", "generate"])
+def test_an_unknown_serving_role_is_refused_naming_the_choices(role: str) -> None:
+    with pytest.raises(InvalidInputError, match="mixed, prefill, decode"):
+        check_serving_role(role)
+    with pytest.raises(InvalidInputError, match=repr(role)):
+        serving_shapes(1024, 32, role)
+    assert SERVING_ROLES == ("mixed", "prefill", "decode")
+
+
+def test_every_pair_of_the_grid_needs_at_least_the_ladder_and_any_one_pair() -> None:
+    # On a caching allocator a step strands what the segments the step before it cut leave:
+    # the pair replay never needs less than the ladder, nor than any pair of grid shapes.
+    work = small()
+    kv = 4 * 2**30
+    ladder = replay_need("torch-cuda", work, kv_cache_bytes=kv)
+    pairs = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
+    assert pairs >= ladder
+    import memacct.replay as replay_module
+
+    grid = shape_grid(1024, 32)
+    original = replay_module.serving_shapes
+    try:
+        for first, second in [(grid[0], grid[-1]), (grid[5], grid[-1]), (grid[-2], grid[3])]:
+            replay_module.serving_shapes = lambda *_a, f=first, s=second: [f, s]  # type: ignore[assignment]
+            one = replay_need("torch-cuda", work, kv_cache_bytes=kv)
+            assert pairs >= one - 2 * 2**20, (first, second)
+    finally:
+        replay_module.serving_shapes = original
+
+
+def test_a_decode_instance_needs_no_more_than_a_mixed_one() -> None:
+    work = small()
+    kv = 4 * 2**30
+    decode = replay_need("torch-cuda", work, kv_cache_bytes=kv, role="decode", pairs=True)
+    mixed = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
+    assert 0 < decode < mixed
+
+
+def test_the_simulated_engine_records_its_serving_role() -> None:
+    start = simulate_engine_start(
+        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32,
+        serving_role="decode",
+    )
+    assert start.result.profiled.serving_role == "decode"
+    assert "of a decode instance" in start.result.truth_source_reason
+    with pytest.raises(InvalidInputError, match="serving_role"):
+        simulate_engine_start(load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024,
+                              max_num_seqs=32, serving_role="both")

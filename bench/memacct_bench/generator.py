@@ -175,6 +175,9 @@ def generate_scenario(seed: int, index: int) -> Scenario:
             "tensor_parallel_size": tp,
             "kv_cache_dtype": kv_dtype,
             "max_model_len": rng.choice([2048, 4096, 8192]),
+            # Decode-only and prefill-only mixes are what disaggregated decode and prefill
+            # instances serve, and such an instance is deployed knowing its role.
+            "serving_role": {"decode-only": "decode", "prefill-only": "prefill"}.get(mix, "mixed"),
         }
         return Scenario.from_dict(data, source=f"generated scenario {seed}:{index}")
     raise MemacctError(f"no scenario fits after 50 draws for seed {seed}, index {index}")

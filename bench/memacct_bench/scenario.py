@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -126,6 +126,10 @@ class Scenario(BaseModel):
         tensor_parallel_size: this rank's share of each layer.
         kv_cache_dtype: as for :meth:`memacct.KVCacheSpec.from_hf_config`.
         max_model_len: the longest request; ``None`` takes the config's, capped at 32768.
+        serving_role: ``mixed``, ``prefill`` or ``decode``: the instance the engine is
+            deployed as (:data:`memacct.replay.SERVING_ROLES`), which its profile
+            records. ``None``: ``decode`` when every serving step has as many tokens as
+            sequences (the steps of a disaggregated decode instance), else ``mixed``.
         description: free text for people.
     """
 
@@ -146,6 +150,7 @@ class Scenario(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1)
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = Field(default=None, ge=1)
+    serving_role: Literal["mixed", "prefill", "decode"] | None = None
     description: str = ""
 
     @field_validator("device")
@@ -211,7 +216,20 @@ class Scenario(BaseModel):
                     f"serving[{i}] can have more sequences ({step.num_seqs}) than tokens "
                     f"({step.num_tokens}): every sequence contributes at least one token"
                 )
+        if self.serving_role == "decode" and any(t != n for t, n in self.steps()):
+            t, n = next((t, n) for t, n in self.steps() if t != n)
+            raise ValueError(
+                f"serving_role 'decode' but a serving step has {t} tokens for {n} sequences: "
+                "a decode instance runs one token per sequence; use serving_role 'mixed'"
+            )
         return self
+
+    @property
+    def role(self) -> str:
+        """The serving role the engine is deployed as (declared, else from the steps)."""
+        if self.serving_role is not None:
+            return self.serving_role
+        return "decode" if all(t == n for t, n in self.steps()) else "mixed"
 
     # ------------------------------------------------------------ loading
 
@@ -520,6 +538,7 @@ def start_engine(scenario: Scenario, truth_source: TruthSource | str) -> EngineS
         other_process_bytes=scenario.other_process_bytes,
         block_size=scenario.block_size,
         max_model_len=scenario.max_model_len,
+        serving_role=scenario.role,
     )
 
 

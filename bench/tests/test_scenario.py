@@ -17,6 +17,7 @@ from memacct_bench.scenario import (
     find_oracle,
     run_scenario,
     run_scenarios,
+    start_engine,
 )
 
 from memacct.cli import main
@@ -101,6 +102,29 @@ def test_a_co_tenant_needs_a_utilization_that_leaves_it_room() -> None:
 def test_a_step_beyond_the_budgets_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"serving\[0\]"):
         Scenario.from_dict({**ISSUE_EXAMPLE, "serving": [{"num_tokens": 9000, "num_seqs": 1}]})
+
+
+def test_a_decode_only_scenario_is_a_decode_instance_unless_it_says_otherwise() -> None:
+    decode = {**ISSUE_EXAMPLE, "serving": [{"num_tokens": 64, "num_seqs": 64},
+                                           {"num_tokens": 7, "num_seqs": 7}]}
+    assert Scenario.from_dict(decode).role == "decode"
+    assert Scenario.from_dict({**decode, "serving_role": "mixed"}).role == "mixed"
+    assert Scenario.from_dict(ISSUE_EXAMPLE).role == "mixed"
+    assert Scenario.from_dict({**ISSUE_EXAMPLE, "serving_role": "prefill"}).role == "prefill"
+
+
+def test_a_decode_role_with_a_prefill_step_is_a_config_error_naming_the_step() -> None:
+    with pytest.raises(ConfigError, match=r"serving_role 'decode' but a serving step has 8192"):
+        Scenario.from_dict({**ISSUE_EXAMPLE, "serving_role": "decode"})
+    with pytest.raises(ConfigError, match="serving_role"):
+        Scenario.from_dict({**ISSUE_EXAMPLE, "serving_role": "both"})
+
+
+def test_the_engine_start_records_the_scenarios_role() -> None:
+    decode = tiny(serving=[{"num_tokens": 16, "num_seqs": 16}, {"num_tokens": 5, "num_seqs": 5}])
+    assert decode.role == "decode"
+    assert start_engine(decode, "auto").result.profiled.serving_role == "decode"
+    assert start_engine(tiny(), "auto").result.profiled.serving_role == "mixed"
 
 
 def test_a_file_that_is_not_json_is_a_config_error(tmp_path: Path) -> None:

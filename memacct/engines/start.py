@@ -44,6 +44,7 @@ from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
 from memacct.profiling import memory_profiling
+from memacct.replay import check_serving_role
 from memacct.sim.allocator import SimOutOfMemory
 from memacct.sim.backend import SimBackend
 from memacct.sim.device import SimDevice
@@ -114,6 +115,7 @@ def simulate_engine_start(
     progress: bool = False,
     block_size: int = 16,
     max_model_len: int | None = None,
+    serving_role: str = "mixed",
 ) -> EngineStart:
     """Start one rank of an engine on a simulated device and profile it with memacct.
 
@@ -133,6 +135,8 @@ def simulate_engine_start(
         progress: print each stage on stderr.
         block_size: tokens per KV-cache block (sizes the persistent block table).
         max_model_len: longest request (sizes the persistent block table).
+        serving_role: ``mixed``, ``prefill`` or ``decode`` (a disaggregated instance):
+            the steps ``auto``'s replay covers (:data:`memacct.replay.SERVING_ROLES`).
 
     Raises:
         InvalidInputError: a bad device, allocator or size.
@@ -198,6 +202,7 @@ def simulate_engine_start(
         "architecture": spec.model_type, "model_name": spec.model_name, "dtype": spec.dtype,
         "tensor_parallel_size": tensor_parallel_size, "tensor_parallel_rank": 0,
         "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+        "serving_role": check_serving_role(serving_role),
     }  # fmt: skip
     # Every sequence contributes a token, so a step never has more sequences than tokens.
     num_seqs = min(max_num_seqs, max_num_batched_tokens)
