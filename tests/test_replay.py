@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from functools import cache
 
+import pytest
+
 import memacct
 from memacct.engines.forward import TransformerWorkload
 from memacct.engines.start import simulate_engine_start
-from memacct.planner import load_model_preset
-import pytest
-
 from memacct.errors import InvalidInputError
+from memacct.planner import load_model_preset
 from memacct.replay import (
     SERVING_ROLES,
     ServingTrace,
