@@ -29,6 +29,7 @@ from memacct.backend import (
     BaseBackend,
     DeviceBackend,
     TorchLikeBackend,
+    torch_allocator_model,
     validate_backend,
     with_allocator_settings,
 )
@@ -136,6 +137,7 @@ __all__ = [
     "register_backend",
     "save_profile",
     "snapshot",
+    "torch_allocator_model",
     "unregister_backend",
     "validate_backend",
     "with_allocator_settings",

@@ -173,6 +173,12 @@ class BaseBackend:
     out_of_memory_errors: tuple[type[BaseException], ...] = ()
     """Exception types that mean the device is full (e.g. ``torch.OutOfMemoryError``)."""
 
+    allocator_model: str | None = None
+    """The :mod:`memacct.sim` allocator preset that models this device's allocator as it is
+    configured now (``None``: none does). Where a profile is given the work's allocation
+    traces (``memory_profiling(serving_trace=...)``), ``auto`` replays serving-step shapes
+    through it (:mod:`memacct.replay`)."""
+
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether ``exc`` means the device ran out of memory (default: its type is declared)."""
         return bool(self.out_of_memory_errors) and isinstance(exc, self.out_of_memory_errors)
@@ -388,6 +394,30 @@ def with_allocator_settings(quirks: BackendQuirks) -> BackendQuirks:
                 quirks, growth_rounding="packed", growth_granularity_bytes=EXPANDABLE_PAGE_BYTES
             )
     return quirks
+
+
+def torch_allocator_model(
+    quirks: BackendQuirks, plain: str, expandable: str | None = None
+) -> str | None:
+    """The :mod:`memacct.sim` preset for a torch-style caching allocator under its settings now.
+
+    ``plain`` models the default allocator and ``expandable`` the one with
+    ``expandable_segments:True``; any other option in the declared variables
+    (``max_split_size_mb``, ``garbage_collection_threshold``,
+    ``roundup_power2_divisions``, ...) changes what the allocator does in ways
+    the presets do not model, so there is no model (``None``) and ``auto`` falls
+    back to its bound on the readings.
+    """
+    packed = False
+    for var in quirks.allocator_settings_env:
+        for option in os.environ.get(var, "").replace(" ", "").lower().split(","):
+            if not option:
+                continue
+            if option == "expandable_segments:true":
+                packed = True
+            elif option != "expandable_segments:false":
+                return None
+    return expandable if packed else plain
 
 
 def get_quirks(backend: object) -> BackendQuirks:

@@ -35,6 +35,7 @@ from memacct import (
     InvalidInputError,
     TorchLikeBackend,
     TruthSource,
+    torch_allocator_model,
     with_allocator_settings,
 )
 
@@ -208,6 +209,11 @@ class CudaBackend(TorchLikeBackend):
         if unified_memory is None:
             unified_memory = _is_integrated(module)
         self.quirks = with_allocator_settings(replace(CUDA_QUIRKS, unified_memory=unified_memory))
+        # The simulator's models of torch's allocator, for auto's replay (None under settings
+        # they do not model).
+        self.allocator_model = torch_allocator_model(
+            self.quirks, "torch-cuda", "torch-cuda-expandable"
+        )
         self.attribution = attribution
         self.attribution_error: str | None = None
         self._nvml = nvml

@@ -27,6 +27,7 @@ from memacct import (
     BackendQuirks,
     TorchLikeBackend,
     TruthSource,
+    torch_allocator_model,
     with_allocator_settings,
 )
 
@@ -115,6 +116,9 @@ class AscendBackend(TorchLikeBackend):
     def __init__(self, module: Any | None = None) -> None:
         super().__init__(module if module is not None else import_torch_npu())
         self.quirks = with_allocator_settings(NPU_QUIRKS)
+        # torch_npu's caching allocator follows torch's (the simulator's npu preset, with its
+        # 32-byte padding); no preset models its expandable segments.
+        self.allocator_model = torch_allocator_model(self.quirks, "npu")
         torch = sys.modules.get("torch")
         oom = getattr(torch, "OutOfMemoryError", None)
         self.out_of_memory_errors = (oom,) if isinstance(oom, type) else ()
