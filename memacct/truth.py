@@ -24,8 +24,10 @@ measured on the simulated allocators (``memacct bench``):
 
 ``auto`` therefore estimates what the allocator really needs: by replaying the
 profiled work and serving-step shapes through the backend's allocator model
-where it can (:mod:`memacct.replay`), else from a bound on the readings, with
-the reserved peak as the floor for a pool that fragments. The part of the
+where it can (:mod:`memacct.replay`: on a caching allocator every ordered pair
+of a grid of step shapes, since what a step strands depends on the segments the
+step before it cut), else from a bound on the readings, with the reserved peak
+as the floor for a pool that fragments. The part of the
 estimate the chosen source does not cover is a *fragmentation allowance*,
 which the planner keeps free. No constant in it was fitted on benchmark
 scenarios.
@@ -143,8 +145,15 @@ def resolve_truth_source(
     2. With a replay (the profiled work's allocation trace and the backend's
        allocator model, :mod:`memacct.replay`): the least memory with which
        the profile, the KV cache and a ladder of serving-step shapes complete
-       on the model. Nothing is fitted: the shapes cover the scheduler's
-       whole range of token and sequence counts.
+       on the model, and on a caching allocator every ordered pair of a grid
+       of shapes too, each from the state the cache left; the shapes are a
+       decode instance's where the profile says it serves one. Nothing is
+       fitted: the shapes cover the scheduler's whole range of token and
+       sequence counts. The replay starts from the weights' segments, so W
+       counts toward it; the total is never below A, what the engine's own
+       profile needed. The replay replaces the reserved peak as the floor:
+       R is what one profiled step cut, released before the cache, and
+       the pairs cover what serving steps strand in each other's segments.
     3. Without one, a bound from the readings: the reserved peak R is the
        floor for a pool that fragments (what the allocator really took), and
        where the allocator reports stranded pieces, ``A + 2 x I`` when that
@@ -187,23 +196,14 @@ def resolve_truth_source(
                 "the replayed ones"
             )
             need += quirks.growth_granularity_bytes
-        if quirks.growth_rounding == "multiple":
-            if isp > 0:
-                # The replay samples the scheduler's shapes; a sequence outside the sample
-                # can leave one more shared segment partly used when a step peaks.
-                steps.append(
-                    f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
-                    "outside the replay's sample"
-                )
-                need += SHARED_SEGMENT_BYTES
-            if rpi > need and peaks.serving_role != "decode":
-                # A caching allocator that cuts segments fragments: what it really took
-                # stays the floor (serving sequences can strand more than any sample).
-                # A decode instance never runs the profiled step's shape again: the
-                # segments it cut are released before the cache, and its own steps are
-                # what the replay covers.
-                steps.append("the reserved peak is the floor for a pool that cuts segments")
-                need = rpi
+        if quirks.growth_rounding == "multiple" and isp > 0:
+            # The replay samples the scheduler's shapes; a sequence outside the sample
+            # can leave one more shared segment partly used when a step peaks.
+            steps.append(
+                f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
+                "outside the replay's sample"
+            )
+            need += SHARED_SEGMENT_BYTES
         return _decision(peaks, steps, need)
     estimate = rpi
     if stranded > rpi:
