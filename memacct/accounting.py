@@ -46,7 +46,7 @@ from memacct.backend import BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
 from memacct.replay import ServingTrace, cache_ends_over, replay_need
-from memacct.truth import PeakMeasurement, resolve_truth_source
+from memacct.truth import PeakMeasurement, replay_floor, resolve_truth_source
 from memacct.units import MiB, format_gib
 
 __all__ = [
@@ -273,9 +273,16 @@ def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
             if r.quirks.growth_rounding == "packed" else (0,)
         ),
         role=r.profiled.serving_role or "mixed",
-        # A caching allocator starts each step with its segments free: what a step strands
-        # depends on the step before it, so every pair of the shape grid is replayed.
+        # On a caching allocator what a step strands depends on the free segments earlier
+        # steps left: every pair of the shape grid, and random sequences, are replayed.
         pairs=r.quirks.growth_rounding == "multiple",
+        sequences=r.quirks.growth_rounding == "multiple",
+        floor=replay_floor(
+            peaks.activation_reserved,
+            max(0, peaks.inactive_split - r.inactive_split_start),
+            r.quirks,
+            r.profiled.serving_role or "mixed",
+        ),
     )
 
 

@@ -29,7 +29,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Protocol, runtime_checkable
 
@@ -38,6 +39,7 @@ __all__ = [
     "ServingTrace",
     "cache_ends_over",
     "check_serving_role",
+    "random_runs",
     "replay_need",
     "serving_shapes",
     "shape_grid",
@@ -82,6 +84,12 @@ more tokens than sequences."""
 
 _GRID = 8
 """Token counts of the pair grid: the budget in eighths."""
+
+RUNS = 8
+"""Random step sequences replayed on a caching allocator (a Monte Carlo sample of orders)."""
+RUN_STEPS = 40
+"""Steps per random sequence: a few dozen, long enough for the free segments of many
+step sizes to accumulate between the releases an out-of-memory retry makes."""
 
 
 def check_serving_role(role: str) -> str:
@@ -138,6 +146,35 @@ def shape_grid(
     return sorted({(t, n) for t in tokens for n in (1, min(max_num_seqs, t))})
 
 
+def random_runs(
+    max_num_batched_tokens: int, max_num_seqs: int, role: str = "mixed"
+) -> list[list[tuple[int, int]]]:
+    """The random step sequences :func:`replay_need` replays (``sequences=True``), in order.
+
+    :data:`RUNS` sequences of :data:`RUN_STEPS` steps, each step's token count drawn
+    uniformly from the budget and its sequence count uniformly from what that allows
+    (a decode instance: a sequence count, with as many tokens), from a fixed seed so the
+    replay is reproducible. A sample of the orders a scheduler can produce: the state of a
+    caching allocator's free segments after many steps of varied sizes, which no pair of
+    steps reaches.
+    """
+    check_serving_role(role)
+    runs: list[list[tuple[int, int]]] = []
+    decode = min(max_num_seqs, max_num_batched_tokens)
+    for k in range(RUNS):
+        rng = random.Random(f"memacct.replay:{k}")
+        run: list[tuple[int, int]] = []
+        for _ in range(RUN_STEPS):
+            if role == "decode":
+                n = rng.randint(1, decode)
+                run.append((n, n))
+            else:
+                tokens = rng.randint(1, max_num_batched_tokens)
+                run.append((tokens, rng.randint(1, min(max_num_seqs, tokens))))
+        runs.append(run)
+    return runs
+
+
 def _halves(top: int, count: int = 5) -> list[int]:
     """``top`` and up to ``count - 1`` halvings of it (at least 1)."""
     out: list[int] = []
@@ -168,6 +205,8 @@ def replay_need(
     cache_ends: Sequence[int] = (0,),
     role: str = "mixed",
     pairs: bool = False,
+    sequences: bool = False,
+    floor: int = 0,
 ) -> int:
     """The least memory beyond the weights' with which the profile and the serving shapes complete.
 
@@ -189,7 +228,13 @@ def replay_need(
             the state the KV cache left (everything else released between pairs). On a
             caching allocator every step starts with all its cached segments free, so what
             a step strands depends on the segments the step before it cut: the worst pair
-            bounds what a serving sequence of those shapes needs.
+            bounds what two steps of those shapes need.
+        sequences: also replay :func:`random_runs`'s random step sequences, each from the
+            state the KV cache left: after many steps of varied sizes a caching allocator's
+            free segments strand more than after any one pair.
+        floor: a need the caller charges anyway: the answer is the most of it and the
+            replay's need, and nothing below it is bisected (which saves most of the work
+            where the floor decides).
 
     Returns:
         Bytes the allocator needs for activations at the physical limit
@@ -202,6 +247,10 @@ def replay_need(
     profile = work.step_trace(mnbt, min(mns, mnbt))
     steps = [work.step_trace(t, n) for t, n in serving_shapes(mnbt, mns, role)]
     grid = [work.step_trace(t, n) for t, n in shape_grid(mnbt, mns, role)] if pairs else []
+    runs = (
+        [[work.step_trace(t, n) for t, n in run] for run in random_runs(mnbt, mns, role)]
+        if sequences else []
+    )  # fmt: skip
 
     per_block = sum(work.kv_cache_tensors(1))
     # Known to a 1/2048th of the KV cache (its efficiency to 0.05%), never finer than
@@ -212,9 +261,11 @@ def replay_need(
         kv_bytes = max(0, kv_cache_bytes - end)
         kv = work.kv_cache_tensors(kv_bytes // per_block) if per_block and kv_bytes else []
         model = _Model(allocator_model, weights, profile, kv)
-        found = _search(model, steps, resolution, low_hint, high_hint)
+        found = _search(model, steps, resolution, low_hint, high_hint, floor)
         if grid:
-            found = _worst_pair(model, grid, found, resolution)
+            found = _worst_run(model, ((a, b) for a in grid for b in grid), found, resolution)
+        if runs:
+            found = _worst_run(model, runs, found, resolution)
         need = max(need, found)
     return need
 
@@ -296,46 +347,50 @@ def _search(
     resolution: int,
     low_hint: int,
     high_hint: int,
+    floor: int = 0,
 ) -> int:
-    """Bisect the capacity beyond what weights and cache hold for the least that completes."""
+    """Bisect the capacity beyond what weights and cache hold for the least that completes.
+
+    Never below ``floor``: where that completes it is the answer.
+    """
+    if floor > 0 and model.completes(floor, steps):
+        return floor
     high = max(_RESOLUTION, high_hint)
     while not model.completes(high, steps):
         high *= 2
     low = min(low_hint, high)
     while low > 0 and model.completes(low, steps):
         high, low = low, low // 2
-    return _bisect(lambda extra: model.completes(extra, steps), low, high, resolution)
+    return max(floor, _bisect(lambda extra: model.completes(extra, steps), low, high, resolution))
 
 
-def _pair_completes(model: _Model, pair: Sequence[Sequence[int]], extra: int) -> bool:
-    return model.completes(extra, pair)
+def _runs_completes(model: _Model, run: Sequence[Sequence[int]], extra: int) -> bool:
+    return model.completes(extra, run)
 
 
-def _worst_pair(
-    model: _Model, grid: Sequence[Sequence[int]], need: int, resolution: int
+def _worst_run(
+    model: _Model, runs: Iterable[Sequence[Sequence[int]]], need: int, resolution: int
 ) -> int:
-    """Raise ``need`` until every ordered pair of ``grid``'s steps completes from the cache's state.
+    """Raise ``need`` until every run of steps completes from the state the KV cache left.
 
-    One model at the current need replays the pairs, releasing its free cache after each
-    (which returns it to the state the KV cache left); a pair that fails is bisected
-    from the current need up, and the rest continue on a model at the new need.
+    One model at the current need replays the runs, releasing its free cache after each
+    (which returns it to the state the KV cache left); a run that fails is bisected from
+    the current need up, and the rest continue on a model at the new need.
     """
     from memacct.sim._core import SimOutOfMemory
 
     alloc, _ = model.fresh(need)
-    for first in grid:
-        for second in grid:
-            try:
-                _replay(alloc, first)
-                _replay(alloc, second)
-                alloc.empty_cache()  # type: ignore[attr-defined]
-                continue
-            except SimOutOfMemory:
-                pass
-            pair = (first, second)
-            low, high = need, max(2 * need, need + resolution)
-            while not model.completes(high, pair):
-                low, high = high, 2 * high
-            need = _bisect(partial(_pair_completes, model, pair), low, high, resolution)
-            alloc, _ = model.fresh(need)
+    for run in runs:
+        try:
+            for trace in run:
+                _replay(alloc, trace)
+            alloc.empty_cache()  # type: ignore[attr-defined]
+            continue
+        except SimOutOfMemory:
+            pass
+        low, high = need, max(2 * need, need + resolution)
+        while not model.completes(high, run):
+            low, high = high, 2 * high
+        need = _bisect(partial(_runs_completes, model, run), low, high, resolution)
+        alloc, _ = model.fresh(need)
     return need

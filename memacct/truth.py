@@ -47,6 +47,7 @@ __all__ = [
     "ENV_TRUTH_SOURCE",
     "PeakMeasurement",
     "TruthDecision",
+    "replay_floor",
     "requested_truth_source",
     "resolve_truth_source",
 ]
@@ -130,6 +131,22 @@ def _gib(n: int) -> str:
     return format_gib(n, 3)
 
 
+def replay_floor(
+    reserved_peak_increase: int, inactive_split_increase: int, quirks: BackendQuirks, role: str
+) -> int:
+    """The replayed need below which :func:`resolve_truth_source` charges the same anyway.
+
+    On a caching allocator a mixed or prefill instance is charged at least the reserved
+    peak, which the replay's shared-segment term (where pieces were stranded) reaches from
+    20 MiB below: a replay that knows this need not bisect below it
+    (:func:`memacct.replay.replay_need`'s ``floor``; the decision is unchanged).
+    """
+    if quirks.growth_rounding != "multiple" or role == "decode":
+        return 0
+    shared = SHARED_SEGMENT_BYTES if inactive_split_increase > 0 else 0
+    return max(0, reserved_peak_increase - shared)
+
+
 def resolve_truth_source(
     requested: TruthSource, peaks: PeakMeasurement, quirks: BackendQuirks
 ) -> TruthDecision:
@@ -151,9 +168,8 @@ def resolve_truth_source(
        fitted: the shapes cover the scheduler's whole range of token and
        sequence counts. The replay starts from the weights' segments, so W
        counts toward it; the total is never below A, what the engine's own
-       profile needed. The replay replaces the reserved peak as the floor:
-       R is what one profiled step cut, released before the cache, and
-       the pairs cover what serving steps strand in each other's segments.
+       profile needed. On a caching allocator R stays the floor, except for
+       a decode instance, which never runs the profiled step's shape again.
     3. Without one, a bound from the readings: the reserved peak R is the
        floor for a pool that fragments (what the allocator really took), and
        where the allocator reports stranded pieces, ``A + 2 x I`` when that
@@ -204,6 +220,15 @@ def resolve_truth_source(
                 "outside the replay's sample"
             )
             need += SHARED_SEGMENT_BYTES
+        if quirks.growth_rounding == "multiple" and rpi > need and peaks.serving_role != "decode":
+            # What the allocator took for the largest step from an empty cache stays the
+            # floor: after many steps of varied sizes the free segments strand more than any
+            # pair, and a sample of random sequences does not always find the worst order
+            # (gen-5150-147: its own 34 steps need 1584 MiB, the grid's pairs 1408, random
+            # 40-step sequences 1312-1600, the reserved peak 1616). A decode instance never
+            # runs the profiled step's shape again, so its replay decides.
+            steps.append("the reserved peak is the floor for a pool that cuts segments")
+            need = rpi
         return _decision(peaks, steps, need)
     estimate = rpi
     if stranded > rpi:

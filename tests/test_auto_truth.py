@@ -10,7 +10,12 @@ from memacct.models import TruthSource
 from memacct.planner import KVCacheSpec, plan_kv_cache
 from memacct.planner.plan import kv_cache_reservation
 from memacct.sim import SimDevice
-from memacct.truth import SHARED_SEGMENT_BYTES, PeakMeasurement, resolve_truth_source
+from memacct.truth import (
+    SHARED_SEGMENT_BYTES,
+    PeakMeasurement,
+    replay_floor,
+    resolve_truth_source,
+)
 from memacct.units import GiB, MiB
 
 AUTO = TruthSource.AUTO
@@ -75,13 +80,16 @@ def test_a_replay_on_a_packed_pool_is_charged_as_replayed() -> None:
         TruthSource.RESERVED, 1060 * MiB, 60 * MiB)
 
 
-def test_a_replay_on_a_caching_allocator_replaces_the_reserved_floor() -> None:
-    # The reserved peak is what one profiled step cut, released before the cache; the
-    # replay (pairs of steps included) measures what serving needs beside the cache.
-    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (
+def test_a_caching_allocator_charges_the_reserved_peak_above_a_lower_replay() -> None:
+    # torch's and torch_npu's caching allocators cut segments: the reserved peak is the floor
+    # for a mixed or prefill instance ...
+    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (TruthSource.RESERVED, 1900 * MiB, 0)
+    # ... but not for a decode instance, which never runs the profiled step's shape again.
+    d = resolve_truth_source(AUTO, PeakMeasurement(
+        allocated_peak_increase=1000 * MiB, reserved_peak_increase=1900 * MiB,
+        replay_need=1100 * MiB, serving_role="decode"), TORCH)
+    assert (d.truth_source, d.activation_peak, d.fragmentation_allowance) == (
         TruthSource.ALLOCATED_PEAK, 1000 * MiB, 100 * MiB)
-    # Without a replay the reserved peak stays the floor.
-    assert decide(1000 * MiB, 1900 * MiB) == (TruthSource.RESERVED, 1900 * MiB, 0)
 
 
 def test_a_replay_below_the_reserved_peak_of_a_packed_pool_charges_the_rest() -> None:
@@ -181,3 +189,18 @@ def test_the_planner_sizes_doubling_pool_tensors_to_whole_units() -> None:
     blocks_per_unit = (1 * GiB - 512) // per_layer_block
     assert kv_cache_reservation(spec, blocks_per_unit, 16, 1 * GiB, "doubling") == 28 * GiB
     assert kv_cache_reservation(spec, blocks_per_unit + 1, 16, 1 * GiB, "doubling") == 56 * GiB
+
+
+@pytest.mark.parametrize("true_need", [0, 500 * MiB, 1700 * MiB, 1890 * MiB, 2500 * MiB])
+@pytest.mark.parametrize("stranded", [0, 50 * MiB])
+def test_a_replay_started_at_its_floor_decides_as_the_full_replay(
+    true_need: int, stranded: int
+) -> None:
+    # The replay may skip bisecting below replay_floor(): the decision must not change.
+    floor = replay_floor(1900 * MiB, stranded, TORCH, "mixed")
+    full = replayed(1000 * MiB, 1900 * MiB, true_need, stranded=stranded)
+    started = replayed(1000 * MiB, 1900 * MiB, max(true_need, floor), stranded=stranded)
+    assert full == started
+    assert replay_floor(1900 * MiB, stranded, TORCH, "decode") == 0
+    packed = BackendQuirks(growth_rounding="packed", growth_granularity_bytes=2 * MiB)
+    assert replay_floor(1900 * MiB, stranded, packed, "mixed") == 0

@@ -12,10 +12,13 @@ from memacct.engines.start import simulate_engine_start
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
 from memacct.replay import (
+    RUN_STEPS,
+    RUNS,
     SERVING_ROLES,
     ServingTrace,
     cache_ends_over,
     check_serving_role,
+    random_runs,
     replay_need,
     serving_shapes,
     shape_grid,
@@ -165,3 +168,27 @@ def test_the_simulated_engine_records_its_serving_role() -> None:
     with pytest.raises(InvalidInputError, match="serving_role"):
         simulate_engine_start(load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024,
                               max_num_seqs=32, serving_role="both")
+
+
+def test_the_random_sequences_are_reproducible_and_within_the_budgets() -> None:
+    runs = random_runs(1024, 32)
+    assert runs == random_runs(1024, 32)
+    assert len(runs) == RUNS and all(len(run) == RUN_STEPS for run in runs)
+    steps = [step for run in runs for step in run]
+    assert all(1 <= seqs <= min(32, tokens) and tokens <= 1024 for tokens, seqs in steps)
+    assert len(set(steps)) > RUN_STEPS  # varied, not one shape repeated
+    decode = [step for run in random_runs(1024, 32, "decode") for step in run]
+    assert all(tokens == seqs <= 32 for tokens, seqs in decode)
+
+
+def test_random_sequences_never_lower_the_need_and_a_floor_is_kept_exactly() -> None:
+    work = small()
+    kv = 4 * 2**30
+    pairs = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
+    both = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True)
+    assert both >= pairs
+    # A floor above the need is the answer; one below it changes nothing.
+    assert replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True,
+                       floor=both + 64 * 2**20) == both + 64 * 2**20
+    assert replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True,
+                       floor=both // 2) == both
