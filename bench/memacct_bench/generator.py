@@ -17,7 +17,10 @@ others. Each draws:
   context outside the allocator, and ``gpu_memory_utilization`` in 0.85-1.0
   (at most what the co-tenant leaves);
 * a serving mix: ragged (any tokens, any sequences), decode-only, prefill-only,
-  or long prefills alternating with decodes.
+  or long prefills alternating with decodes. A decode-only mix is what a
+  disaggregated decode instance serves and a prefill-only mix a prefill
+  instance: the scenario declares that ``serving_role`` (the engine is deployed
+  knowing it), which memacct's profile records; the others are ``mixed``.
 
 The development seeds (``docs/results.md``) are 0-99; the targets are judged
 on fresh seeds, never looked at while changing memacct.
