@@ -218,6 +218,11 @@ class ProfileReadings:
     allocator_model: str | None = None
     allocator_limit: int | None = None
 
+    @property
+    def serving_role(self) -> str:
+        """The role the profile records (``mixed`` where it records none)."""
+        return self.profiled.serving_role or "mixed"
+
 
 @dataclass(frozen=True)
 class _Peaks:
@@ -228,6 +233,7 @@ class _Peaks:
     activation_allocated: int
     activation_reserved: int
     inactive_split: int
+    inactive_split_increase: int
     allocated_abs: int
     reserved_abs: int
 
@@ -247,6 +253,9 @@ def _peaks(r: ProfileReadings) -> _Peaks:
             0, max(p.reserved_peak - p.graph_reserved for p in phases) - before.reserved
         ),
         inactive_split=max(p.inactive_split_peak for p in phases),
+        inactive_split_increase=max(
+            0, max(p.inactive_split_peak for p in phases) - r.inactive_split_start
+        ),
         allocated_abs=alloc_abs,
         reserved_abs=res_abs,
     )
@@ -272,16 +281,13 @@ def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
             cache_ends_over(r.quirks.growth_granularity_bytes)
             if r.quirks.growth_rounding == "packed" else (0,)
         ),
-        role=r.profiled.serving_role or "mixed",
+        role=r.serving_role,
         # On a caching allocator what a step strands depends on the free segments earlier
         # steps left: every pair of the shape grid, and random sequences, are replayed.
         pairs=r.quirks.growth_rounding == "multiple",
         sequences=r.quirks.growth_rounding == "multiple",
         floor=replay_floor(
-            peaks.activation_reserved,
-            max(0, peaks.inactive_split - r.inactive_split_start),
-            r.quirks,
-            r.profiled.serving_role or "mixed",
+            peaks.activation_reserved, peaks.inactive_split_increase, r.quirks, r.serving_role
         ),
     )
 
@@ -400,14 +406,14 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         allocated_peak_increase=peaks.activation_allocated,
         reserved_peak_increase=peaks.activation_reserved,
         inactive_split_peak=peaks.inactive_split,
-        inactive_split_increase=max(0, peaks.inactive_split - r.inactive_split_start),
+        inactive_split_increase=peaks.inactive_split_increase,
         # Idle space the allocator kept since the baseline (after empty_cache: it cannot
         # give it back): free pieces of the weights' segments or pool blocks. The
         # free-memory formula charges it through the drop of free memory.
         weights_idle=weights_idle if formula == "components" else 0,
         weights_given=r.weights_memory is not None,
         replay_need=_replay(r, peaks),
-        serving_role=r.profiled.serving_role or "mixed",
+        serving_role=r.serving_role,
     )
     decision = resolve_truth_source(r.requested_truth_source, measurement, r.quirks)
     source = decision.truth_source

@@ -387,13 +387,20 @@ def with_allocator_settings(quirks: BackendQuirks) -> BackendQuirks:
     packs large tensors into one growing segment mapped in 20 MiB pages
     instead of rounding each to 2 MiB in a segment of its own.
     """
-    for var in quirks.allocator_settings_env:
-        options = os.environ.get(var, "").replace(" ", "").lower().split(",")
-        if "expandable_segments:true" in options:
-            return replace(
-                quirks, growth_rounding="packed", growth_granularity_bytes=EXPANDABLE_PAGE_BYTES
-            )
+    if "expandable_segments:true" in _allocator_options(quirks):
+        return replace(
+            quirks, growth_rounding="packed", growth_granularity_bytes=EXPANDABLE_PAGE_BYTES
+        )
     return quirks
+
+
+def _allocator_options(quirks: BackendQuirks) -> list[str]:
+    """The options set now in the declared variables, lower case without spaces."""
+    options: list[str] = []
+    for var in quirks.allocator_settings_env:
+        text = os.environ.get(var, "").replace(" ", "").lower()
+        options += [option for option in text.split(",") if option]
+    return options
 
 
 def torch_allocator_model(
@@ -408,16 +415,10 @@ def torch_allocator_model(
     the presets do not model, so there is no model (``None``) and ``auto`` falls
     back to its bound on the readings.
     """
-    packed = False
-    for var in quirks.allocator_settings_env:
-        for option in os.environ.get(var, "").replace(" ", "").lower().split(","):
-            if not option:
-                continue
-            if option == "expandable_segments:true":
-                packed = True
-            elif option != "expandable_segments:false":
-                return None
-    return expandable if packed else plain
+    options = _allocator_options(quirks)
+    if any(o not in ("expandable_segments:true", "expandable_segments:false") for o in options):
+        return None
+    return expandable if "expandable_segments:true" in options else plain
 
 
 def get_quirks(backend: object) -> BackendQuirks:

@@ -32,7 +32,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from memacct.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from memacct.sim._core import CachingAllocator
 
 __all__ = [
     "SERVING_ROLES",
@@ -95,8 +100,6 @@ step sizes to accumulate between the releases an out-of-memory retry makes."""
 def check_serving_role(role: str) -> str:
     """``role`` if it is one of :data:`SERVING_ROLES`, else a clear error."""
     if role not in SERVING_ROLES:
-        from memacct.errors import InvalidInputError
-
         raise InvalidInputError(
             f"serving_role {role!r} is not one of {', '.join(SERVING_ROLES)}: use 'decode' for "
             "a disaggregated decode instance, 'prefill' for a prefill instance, else 'mixed'"
@@ -290,10 +293,10 @@ class _Model:
         self.profile = profile
         self.kv = kv
         self.held = 0
-        self.held = self.fresh(1 << 50)[1]  # what weights and cache reserve
+        self.held = int(self.fresh(1 << 50).reserved)  # what weights and cache reserve
 
-    def fresh(self, extra: int) -> tuple[object, int]:
-        """An allocator with ``extra`` bytes beyond what weights and cache hold, and its capacity.
+    def fresh(self, extra: int) -> CachingAllocator:
+        """An allocator holding weights and cache, with ``extra`` bytes beyond what they reserve.
 
         Raises ``SimOutOfMemory`` when the profile or the cache does not fit.
         """
@@ -315,14 +318,14 @@ class _Model:
         alloc.empty_cache()  # the profile ends with empty_cache, then the KV cache comes
         for n in self.kv:
             alloc.malloc(n)
-        return alloc, int(alloc.reserved)
+        return alloc
 
     def completes(self, extra: int, steps: Sequence[Sequence[int]]) -> bool:
         """Whether ``steps`` complete, in order, with ``extra`` bytes beyond weights and cache."""
         from memacct.sim._core import SimOutOfMemory
 
         try:
-            alloc, _ = self.fresh(extra)
+            alloc = self.fresh(extra)
             for trace in steps:
                 _replay(alloc, trace)
         except SimOutOfMemory:
@@ -361,11 +364,7 @@ def _search(
     low = min(low_hint, high)
     while low > 0 and model.completes(low, steps):
         high, low = low, low // 2
-    return max(floor, _bisect(lambda extra: model.completes(extra, steps), low, high, resolution))
-
-
-def _runs_completes(model: _Model, run: Sequence[Sequence[int]], extra: int) -> bool:
-    return model.completes(extra, run)
+    return max(floor, _bisect(partial(model.completes, steps=steps), low, high, resolution))
 
 
 def _worst_run(
@@ -379,18 +378,18 @@ def _worst_run(
     """
     from memacct.sim._core import SimOutOfMemory
 
-    alloc, _ = model.fresh(need)
+    alloc = model.fresh(need)
     for run in runs:
         try:
             for trace in run:
                 _replay(alloc, trace)
-            alloc.empty_cache()  # type: ignore[attr-defined]
+            alloc.empty_cache()
             continue
         except SimOutOfMemory:
             pass
         low, high = need, max(2 * need, need + resolution)
         while not model.completes(high, run):
             low, high = high, 2 * high
-        need = _bisect(partial(_runs_completes, model, run), low, high, resolution)
-        alloc, _ = model.fresh(need)
+        need = _bisect(partial(model.completes, steps=run), low, high, resolution)
+        alloc = model.fresh(need)
     return need

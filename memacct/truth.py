@@ -25,10 +25,10 @@ measured on the simulated allocators (``memacct bench``):
 ``auto`` therefore estimates what the allocator really needs: by replaying the
 profiled work and serving-step shapes through the backend's allocator model
 where it can (:mod:`memacct.replay`: on a caching allocator every ordered pair
-of a grid of step shapes, since what a step strands depends on the segments the
-step before it cut), else from a bound on the readings, with the reserved peak
-as the floor for a pool that fragments. The part of the
-estimate the chosen source does not cover is a *fragmentation allowance*,
+of a grid of step shapes and random step sequences too, since what a step
+strands depends on the segments the steps before it cut), else from a bound
+on the readings, with the reserved peak as the floor for a pool that
+fragments. The part of the estimate the chosen source does not cover is a *fragmentation allowance*,
 which the planner keeps free. No constant in it was fitted on benchmark
 scenarios.
 """
@@ -141,10 +141,21 @@ def replay_floor(
     20 MiB below: a replay that knows this need not bisect below it
     (:func:`memacct.replay.replay_need`'s ``floor``; the decision is unchanged).
     """
-    if quirks.growth_rounding != "multiple" or role == "decode":
+    if not _reserved_is_floor(quirks, role):
         return 0
-    shared = SHARED_SEGMENT_BYTES if inactive_split_increase > 0 else 0
-    return max(0, reserved_peak_increase - shared)
+    return max(0, reserved_peak_increase - _shared_segment(quirks, inactive_split_increase))
+
+
+def _shared_segment(quirks: BackendQuirks, inactive_split_increase: int) -> int:
+    """One shared segment on a caching allocator whose profile stranded pieces, else 0."""
+    stranded = quirks.growth_rounding == "multiple" and inactive_split_increase > 0
+    return SHARED_SEGMENT_BYTES if stranded else 0
+
+
+def _reserved_is_floor(quirks: BackendQuirks, role: str) -> bool:
+    """Whether a replay's need is floored at the reserved peak: a caching allocator, and an
+    instance that may run the profiled step's shape again (not a decode instance)."""
+    return quirks.growth_rounding == "multiple" and role != "decode"
 
 
 def resolve_truth_source(
@@ -212,15 +223,16 @@ def resolve_truth_source(
                 "the replayed ones"
             )
             need += quirks.growth_granularity_bytes
-        if quirks.growth_rounding == "multiple" and isp > 0:
+        shared = _shared_segment(quirks, isp)
+        if shared:
             # The replay samples the scheduler's shapes; a sequence outside the sample
             # can leave one more shared segment partly used when a step peaks.
             steps.append(
-                f"one shared segment ({_gib(SHARED_SEGMENT_BYTES)}) for step sequences "
-                "outside the replay's sample"
+                f"one shared segment ({_gib(shared)}) for step sequences outside the "
+                "replay's sample"
             )
-            need += SHARED_SEGMENT_BYTES
-        if quirks.growth_rounding == "multiple" and rpi > need and peaks.serving_role != "decode":
+            need += shared
+        if rpi > need and _reserved_is_floor(quirks, peaks.serving_role):
             # What the allocator took for the largest step from an empty cache stays the
             # floor: after many steps of varied sizes the free segments strand more than any
             # pair, and a sample of random sequences does not always find the worst order

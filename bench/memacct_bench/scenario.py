@@ -216,8 +216,9 @@ class Scenario(BaseModel):
                     f"serving[{i}] can have more sequences ({step.num_seqs}) than tokens "
                     f"({step.num_tokens}): every sequence contributes at least one token"
                 )
-        if self.serving_role == "decode" and any(t != n for t, n in self.steps()):
-            t, n = next((t, n) for t, n in self.steps() if t != n)
+        prefill = next(((t, n) for t, n in self.steps() if t != n), None)
+        if self.serving_role == "decode" and prefill is not None:
+            t, n = prefill
             raise ValueError(
                 f"serving_role 'decode' but a serving step has {t} tokens for {n} sequences: "
                 "a decode instance runs one token per sequence; use serving_role 'mixed'"
