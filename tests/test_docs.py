@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ def test_examples_run(
 ) -> None:
     """The blocks of one file run in order in one namespace, in a scratch directory."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MEMACCT_BACKEND", "sim")
+    # As printed: no MEMACCT_BACKEND or other memacct setting from the caller's environment.
+    for name in [n for n in os.environ if n.startswith("MEMACCT_")]:
+        monkeypatch.delenv(name)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for number, block in enumerate(python_blocks(path), start=1):
         code = compile(block, f"{path.name} (python block {number})", "exec")
