@@ -356,6 +356,23 @@ class ScenarioOutcome(BaseModel):
     duration_s: float = Field(ge=0.0)
 
 
+def hold_to_budget(scenario: Scenario, dev: SimDevice) -> str | None:
+    """Hold the engine to the memory its utilization grants: ``"utilization budget"`` if not.
+
+    The free memory beyond ``total x gpu_memory_utilization`` is taken after the engine's
+    start and profile, before its KV cache, on the engine's device and the oracle's alike:
+    an allocator that sizes its pool at its first request (MindSpore's free x 15/16) then
+    sees the same device in both.
+    """
+    if not scenario.outside_budget_bytes:
+        return None
+    try:
+        dev.other_process_malloc(scenario.outside_budget_bytes)
+    except SimOutOfMemory:
+        return "utilization budget"
+    return None
+
+
 class _Setup:
     """What every replay of one scenario shares: the model, its traces and the steps."""
 
@@ -394,9 +411,6 @@ class _Setup:
         dev = make_device(sc.device, sc.allocator)
         if sc.other_process_bytes:
             dev.other_process_malloc(sc.other_process_bytes)
-        if sc.outside_budget_bytes:
-            # The oracle may use only what the utilization grants the engine.
-            dev.other_process_malloc(sc.outside_budget_bytes)
         if sc.context_bytes:
             dev.external_malloc(sc.context_bytes)
         alloc = dev.allocator
@@ -406,6 +420,11 @@ class _Setup:
         alloc.empty_cache()
         replay(alloc, self.profile_trace)
         alloc.empty_cache()
+        if hold_to_budget(sc, dev) is not None:
+            raise SimOutOfMemory(
+                f"{sc.name}: the engine holds more than gpu_memory_utilization="
+                f"{sc.gpu_memory_utilization} grants it before its KV cache"
+            )
         return dev
 
     def serve(self, dev: SimDevice, num_blocks: int) -> str | None:
@@ -425,7 +444,11 @@ class _Setup:
 
     def completes(self, num_blocks: int) -> bool:
         """Whether the whole scenario completes with ``num_blocks`` of KV cache."""
-        return self.serve(self.boot(), num_blocks) is None
+        try:
+            dev = self.boot()
+        except SimOutOfMemory:
+            return False
+        return self.serve(dev, num_blocks) is None
 
     def max_blocks(self) -> int:
         """More blocks than could ever be allocated.
@@ -434,7 +457,10 @@ class _Setup:
         allocator already caches (inside the weights' segments), so one block
         more than both together never fits.
         """
-        dev = self.boot()
+        try:
+            dev = self.boot()
+        except SimOutOfMemory:
+            return 1
         alloc = dev.allocator
         return (dev.free_bytes + alloc.reserved - alloc.allocated) // self.block_bytes + 1
 
@@ -577,12 +603,7 @@ def _attempt(scenario: Scenario, setup: _Setup, source: TruthSource | str) -> _A
                         time.perf_counter() - t0)
     # Serve on the device the engine profiled, as the engine would, holding the engine to
     # the memory its utilization grants (what the oracle is measured on).
-    failure: str | None = None
-    if scenario.outside_budget_bytes:
-        try:
-            start.device.other_process_malloc(scenario.outside_budget_bytes)
-        except SimOutOfMemory:
-            failure = "utilization budget"
+    failure = hold_to_budget(scenario, start.device)
     if failure is None:
         failure = setup.serve(start.device, num_blocks)
     return _Attempt(TruthSource.parse(source), start.result, num_blocks, failure, None,

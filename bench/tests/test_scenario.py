@@ -281,3 +281,13 @@ def test_memacct_bench_on_a_missing_directory_is_one_line_and_exit_2(
 ) -> None:
     assert main(["bench", "--scenarios", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_below_full_utilization_the_oracle_sees_the_pool_the_engine_sizes() -> None:
+    # MindSpore sizes its pool at its first request (free x 15/16): the oracle's replays must
+    # start from the device the engine started on, then hold both to the utilization.
+    scenario = small_qwen("mindspore", device="ascend-910b-64gb", gpu_memory_utilization=0.8)
+    engine = start_engine(scenario, "reserved").device.allocator
+    oracle = _Setup(scenario).boot().allocator
+    assert engine.budget_bytes is not None
+    assert oracle.budget_bytes == engine.budget_bytes
