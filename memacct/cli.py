@@ -557,27 +557,11 @@ def _refuse_simulation_options() -> None:
 def _derived_max_model_len(config: dict[str, Any]) -> tuple[int, str] | None:
     """The longest sequence the config supports, as vLLM derives it, and the key it came from.
 
-    ``max_position_embeddings`` (or its aliases), times the RoPE scaling factor for
-    the scaling types that stretch the positions (``yarn`` from its
-    ``original_max_position_embeddings``); ``None`` when the config names no length.
+    One owner: :attr:`memacct.planner.config.ModelConfig.position_limit`.
     """
-    text = config.get("text_config")
-    cfg = {**config, **text} if isinstance(text, dict) else config
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            break
-    else:
-        return None
-    scaling = cfg.get("rope_scaling")
-    if isinstance(scaling, dict):
-        kind = scaling.get("rope_type", scaling.get("type"))
-        factor = scaling.get("factor")
-        if kind not in ("su", "longrope", "llama3") and isinstance(factor, (int, float)):
-            if kind == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
-                value = scaling["original_max_position_embeddings"]
-            return int(value * factor), f"{key} x rope_scaling.factor {factor:g}"
-    return value, key
+    from memacct.planner.config import ModelConfig
+
+    return ModelConfig(config, "config.json").position_limit
 
 
 def _check_max_model_len(max_model_len: int, config: dict[str, Any]) -> None:

@@ -97,38 +97,12 @@ _FROM_ESTIMATE = (
 def position_limit(config: Mapping[str, Any]) -> int | None:
     """The longest ``max_model_len`` vLLM accepts for a config (its derived max_model_len).
 
-    ``max_position_embeddings`` (or the first of vLLM's other length keys),
-    scaled by ``rope_scaling.factor`` except for the rope types that already
-    state the extended length (``llama3``, ``longrope``, ``su``, ``mrope``,
-    ``default``) and Gemma 3; ``yarn`` scales ``original_max_position_embeddings``.
+    One owner: :attr:`memacct.planner.config.ModelConfig.position_limit`.
     """
-    from memacct.planner.config import _Config
+    from memacct.planner.config import ModelConfig
 
-    cfg = _Config(config, "config.json")
-    limit: int | None = None
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                "max_sequence_length", "max_seq_length", "seq_len"):  # fmt: skip
-        value = cfg.first_int((key,))
-        if value is not None and value > 0:
-            limit = value if limit is None else min(limit, value)
-    if limit is None:
-        return None
-    scaling = cfg.get("rope_scaling")
-    # vLLM applies no rope factor to Gemma 3: its max_position_embeddings already states the
-    # extended length (docs/engines.md, "Longest max_model_len").
-    if isinstance(scaling, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
-        kind = str(scaling.get("rope_type") or scaling.get("type") or "")
-        factor = scaling.get("factor")
-        if kind not in ("llama3", "longrope", "su", "mrope", "default", "") and isinstance(
-            factor, (int, float)
-        ):
-            if kind == "yarn":
-                original = scaling.get("original_max_position_embeddings")
-                base = original if isinstance(original, int) else limit
-                limit = max(limit, int(base * factor))
-            else:
-                limit = int(limit * factor)
-    return limit
+    found = ModelConfig(config, "config.json").position_limit
+    return None if found is None else found[0]
 
 
 def _engine_kv_plan(

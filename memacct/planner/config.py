@@ -1,11 +1,14 @@
 """Reading a model's ``config.json``: the file, its keys, and checked access to their values.
 
 :func:`read_config_file` reads a Hugging Face ``config.json`` (or the model
-directory holding one) through :mod:`memacct.io`. :class:`_Config` gives the
-planner checked access to its values: keys under their common aliases, nested
-``text_config``/``language_config`` sections, the model type's defaults that
-transformers fills in, and plausibility bounds, so a broken or hostile config
-becomes a :class:`~memacct.errors.ConfigError` naming the key.
+directory holding one) through :mod:`memacct.io`. :class:`ModelConfig` is the
+one reading of a model: checked access to its values (keys under their common
+aliases, nested ``text_config`` sections, the model type's defaults that
+transformers fills in, plausibility bounds, so a broken or hostile config
+becomes a :class:`~memacct.errors.ConfigError` naming the key) and every fact
+derived from them in one place: the architecture, the position limit as vLLM
+derives it (:attr:`ModelConfig.position_limit`), the checkpoint dtype, the
+quantization method and the per-layer list (:meth:`ModelConfig.layers`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
 
-__all__ = ["config_int", "read_config_file"]
+__all__ = ["ModelConfig", "config_int", "read_config_file"]
 
 _CONFIG_OBJECT = "a JSON object (a model's config.json)"
 
@@ -87,6 +90,16 @@ _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
 _KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _DTYPE_KEYS = ("torch_dtype", "dtype")
+# vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).
+_LENGTH_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)
+# Keys of a per-layer-type rope_parameters dict (transformers 5, vLLM's ALLOWED_LAYER_TYPES).
+_ROPE_LAYER_TYPES = frozenset({
+    "full_attention", "sliding_attention", "chunked_attention", "linear_attention",
+    "mamba", "conv", "attention",
+})
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -153,8 +166,13 @@ def check_config_int(source: str, key: str, value: Any, *, high: int, low: int =
     return int(value)
 
 
-class _Config:
-    """Typed look-ups in a config dict, with the key and the fix in every error."""
+class ModelConfig:
+    """The one reading of a model's ``config.json`` (typed look-ups plus derived facts).
+
+    Every look-up names the key and the fix in its error. Derived facts:
+    :attr:`architecture`, :attr:`position_limit`, :attr:`dtype`,
+    :attr:`quantization` and :meth:`layers` (each layer's kind and geometry).
+    """
 
     def __init__(self, root: Mapping[str, Any], source: str) -> None:
         self.source = source
@@ -228,8 +246,84 @@ class _Config:
             )
         return value
 
+    @property
+    def architecture(self) -> str | None:
+        """``architectures[0]`` of the config (the class the engine loads), if written."""
+        names = self.root.get("architectures")
+        if isinstance(names, list) and names and isinstance(names[0], str):
+            return names[0]
+        return None
 
-def _model_dtype(cfg: _Config) -> tuple[str | None, int | None]:
+    @property
+    def dtype(self) -> str | None:
+        """The checkpoint's dtype (``torch_dtype``/``dtype``), normalised; ``None`` unwritten."""
+        return _model_dtype(self)[0]
+
+    @property
+    def quantization(self) -> str | None:
+        """The checkpoint's ``quantization_config.quant_method`` (lower case), if any."""
+        quant = self.get("quantization_config")
+        method = quant.get("quant_method") if isinstance(quant, Mapping) else None
+        return method.lower() if isinstance(method, str) else None
+
+    @property
+    def position_limit(self) -> tuple[int, str] | None:
+        """The longest ``max_model_len`` vLLM accepts, and where it came from; the one owner.
+
+        vLLM 0.33 ``vllm/config/model.py`` ``_get_and_verify_max_len`` on the text
+        config: the smallest of its length keys (``model_max_length`` wins when
+        set), times the RoPE factor of every type but ``su``/``longrope``/``llama3``
+        (``mrope`` is read as ``default``, whose factor, when written, also
+        counts); ``yarn`` scales ``original_max_position_embeddings`` (the
+        top-level one first, as transformers' ``standardize_rope_params`` does);
+        Gemma 3's length already states the scaled length. ``None``: no length key.
+        """
+        limit: int | None = None
+        where = ""
+        for key in _LENGTH_KEYS:
+            value = self.first_int((key,))
+            if value is not None and value > 0 and (limit is None or value < limit):
+                limit, where = value, key
+        explicit = self.first_int(("model_max_length",))
+        if explicit is not None and explicit > 0:
+            limit, where = explicit, "model_max_length"
+        if limit is None:
+            return None
+        rope = self.get("rope_parameters") or self.get("rope_scaling")
+        if not isinstance(rope, Mapping) or "gemma3" in (self.model_type or ""):
+            return limit, where
+        params = list(rope.values()) if set(rope) <= _ROPE_LAYER_TYPES else [rope]
+        factor: float = 1.0
+        for rp in params:
+            if not isinstance(rp, Mapping):
+                continue
+            kind = str(rp.get("rope_type") or rp.get("type") or "default")
+            if kind in ("su", "longrope", "llama3"):
+                continue
+            value = rp.get("factor", factor)
+            factor = value if isinstance(value, (int, float)) and value > 0 else factor
+            if kind == "yarn":
+                original = self.first_int(("original_max_position_embeddings",))
+                inner = rp.get("original_max_position_embeddings")
+                original = original or (inner if isinstance(inner, int) else None)
+                if original and original != limit:
+                    limit, where = original, "original_max_position_embeddings"
+        if factor != 1.0:
+            return int(limit * factor), f"{where} x rope_scaling.factor {factor:g}"
+        return limit, where
+
+    def layers(self, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto") -> Any:
+        """Each layer's kind and geometry on one rank (``KVCacheSpec.layers``)."""
+        from memacct.planner.spec import KVCacheSpec
+
+        spec = KVCacheSpec.from_hf_config(
+            dict(self.root), kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size,
+        )
+        return spec.layers
+
+
+def _model_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:
     found = cfg.find(_DTYPE_KEYS)
     if found is None:
         return None, None
@@ -246,7 +340,7 @@ def _model_dtype(cfg: _Config) -> tuple[str | None, int | None]:
     return name, _KV_DTYPES[name]
 
 
-def _checkpoint_kv_dtype(cfg: _Config) -> str | None:
+def _checkpoint_kv_dtype(cfg: ModelConfig) -> str | None:
     """The KV dtype a ModelOpt checkpoint declares, as vLLM resolves ``auto`` from it."""
     quant = cfg.get("quantization_config")
     if not isinstance(quant, Mapping):
@@ -283,10 +377,8 @@ def _checkpoint_kv_dtype(cfg: _Config) -> str | None:
     return None
 
 
-
-
 def config_int(
-    config: Mapping[str, Any] | _Config,
+    config: Mapping[str, Any] | ModelConfig,
     key: str,
     default: int,
     *,
@@ -306,4 +398,8 @@ def config_int(
     value = config.get(key)
     if value is None:
         return default
-    return _Config({}, source).check_int(key, value, high=high, low=0) or default
+    return ModelConfig({}, source).check_int(key, value, high=high, low=0) or default
+
+
+# The name eight modules imported before ModelConfig was public.
+_Config = ModelConfig

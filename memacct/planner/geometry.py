@@ -1,10 +1,11 @@
 """The KV-cache geometry of a model, read from its ``config.json``.
 
 What :class:`~memacct.planner.spec.KVCacheSpec` holds, worked out from a
-checked config (:class:`~memacct.planner.config._Config`): the KV-cache dtype
-(``auto`` resolved as vLLM resolves it), the attention kind (MHA/GQA/MQA or
-MLA), KV heads per tensor-parallel rank, the pipeline stage that needs the
-most cache, and the per-layer list (:mod:`memacct.planner.layers`).
+checked config (:class:`~memacct.planner.config.ModelConfig`): the rule that
+reads its architecture (:mod:`memacct.planner.arch_rules`), the KV-cache
+dtype (``auto`` resolved as vLLM resolves it), the attention kind (MHA/GQA/MQA
+or MLA), KV heads per tensor-parallel rank, the per-layer list
+(:mod:`memacct.planner.layouts`) and the pipeline stage that needs the most cache.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.planner.arch_rules import Rule, resolve_rule, unread_geometry_fields
 from memacct.planner.config import (
     _DTYPE_ALIASES,
     _HEAD_KEYS,
@@ -26,17 +28,12 @@ from memacct.planner.config import (
     _MAX_LAYERS,
     _MAX_POSITIONS,
     _MAX_VOCAB,
+    ModelConfig,
     _checkpoint_kv_dtype,
-    _Config,
     _model_dtype,
 )
-from memacct.planner.layers import (
-    LayerGroup,
-    LayerSpec,
-    layer_kinds,
-    layer_specs,
-    state_bytes,
-)
+from memacct.planner.layers import LayerSpec
+from memacct.planner.layouts import Geometry, build_layers, ssm_dtype_bytes
 
 __all__ = [
     "FP8_DS_MLA",
@@ -99,7 +96,7 @@ def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> tuple[in
     return tuple(parts)
 
 
-def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None) -> str:
+def _resolve_kv_dtype(cfg: ModelConfig, kv_cache_dtype: str, model_dtype: str | None) -> str:
     if kv_cache_dtype.strip().lower() != "auto":
         return kv_dtype_bytes(kv_cache_dtype)[0]
     declared = _checkpoint_kv_dtype(cfg)
@@ -127,7 +124,7 @@ def _resolve_kv_dtype(cfg: _Config, kv_cache_dtype: str, model_dtype: str | None
     return model_dtype
 
 
-def _kv_heads(cfg: _Config, num_heads: int) -> int:
+def _kv_heads(cfg: ModelConfig, num_heads: int) -> int:
     found = cfg.find(_KV_HEAD_KEYS)
     # ChatGLM names a group count that only applies when multi-query attention is on.
     if (
@@ -136,6 +133,10 @@ def _kv_heads(cfg: _Config, num_heads: int) -> int:
         and cfg.get("multi_query_attention") is False
     ):
         found = None
+    attn_config = cfg.get("attn_config")
+    if found is None and isinstance(attn_config, dict) and attn_config.get("kv_n_heads"):
+        # DBRX and MPT keep their KV heads in attn_config (vllm/model_executor/models/dbrx.py).
+        found = ("attn_config.kv_n_heads", attn_config["kv_n_heads"])
     if found is None:
         return 1 if cfg.get("multi_query") is True else num_heads
     kv = cfg.check_int(*found, high=_MAX_HEADS)
@@ -147,7 +148,7 @@ def _kv_heads(cfg: _Config, num_heads: int) -> int:
     return kv
 
 
-def _head_dim(cfg: _Config, hidden: int, num_heads: int) -> int:
+def _head_dim(cfg: ModelConfig, hidden: int, num_heads: int) -> int:
     head_dim = cfg.integer(("head_dim",), _MAX_DIM)
     if head_dim is not None:
         return head_dim
@@ -159,7 +160,7 @@ def _head_dim(cfg: _Config, hidden: int, num_heads: int) -> int:
     return hidden // num_heads
 
 
-def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int:
+def _kv_heads_per_rank(cfg: ModelConfig, total: int, num_heads: int, tp: int) -> int:
     if num_heads % tp:
         raise InvalidInputError(
             f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads of "
@@ -182,32 +183,53 @@ def _kv_heads_per_rank(cfg: _Config, total: int, num_heads: int, tp: int) -> int
     return 1
 
 
-def _group_stage(layers: Sequence[LayerSpec], per_layer: int) -> tuple[LayerGroup, ...]:
-    counts: dict[int | None, int] = {}
-    for layer in layers:
-        if layer.bytes_per_token:
-            window = layer.window if layer.kind == "sliding" else None
-            counts[window] = counts.get(window, 0) + 1
-    order = sorted(counts, key=lambda w: -1 if w is None else w)
-    return tuple(
-        LayerGroup(num_layers=counts[w], bytes_per_token_per_layer=per_layer, sliding_window=w)
-        for w in order
-    )
+def _attention_geometry(
+    cfg: ModelConfig, rule: Rule, tp: int, num_heads: int, hidden: int
+) -> dict[str, tuple[int, int, int]]:
+    """``(kv heads per rank, head size, V head size)`` per attention kind."""
+    head = _head_dim(cfg, hidden, num_heads)
+    total = _kv_heads(cfg, num_heads)
+    if rule.layout != "mimo_v2_flash":
+        return {"full": (_kv_heads_per_rank(cfg, total, num_heads, tp), head, head)}
+    # MiMo-V2-Flash (vllm/model_executor/models/mimo_v2_flash.py): its own K, V and window
+    # geometry, max(1, kv_heads // tp) per rank.
+    swa_kv = cfg.required(("swa_num_key_value_heads",), _MAX_HEADS)
+    swa_head = cfg.required(("swa_head_dim",), _MAX_DIM)
+    return {
+        "full": (max(1, total // tp), head, cfg.integer(("v_head_dim",), _MAX_DIM) or head),
+        "sliding": (max(1, swa_kv // tp), swa_head,
+                    cfg.integer(("swa_v_head_dim",), _MAX_DIM) or swa_head),
+    }
+
+
+def _stage_of(layers: Sequence[LayerSpec], stages: Sequence[int]) -> int:
+    """The stage that needs the most cache: most KV bytes per token, then most full layers."""
+    starts = [sum(stages[:i]) for i in range(len(stages))]
+
+    def key(stage: int) -> tuple[int, int, int]:
+        members = [x for x in layers if starts[stage] <= x.layer < starts[stage] + stages[stage]]
+        kv = [x for x in members if x.bytes_per_token]
+        full = sum(x.kind in ("full", "mla") for x in kv)
+        return sum(x.bytes_per_token for x in kv), full, stages[stage]
+
+    return max(range(len(stages)), key=key)
 
 
 def spec_fields(
-    cfg: _Config,
+    cfg: ModelConfig,
     kv_cache_dtype: str,
     tp: int,
     pp: int,
     *,
     model_name: str | None,
     default_name: str | None,
+    assume_full_attention: bool = False,
 ) -> dict[str, Any]:
     """The fields of a :class:`~memacct.planner.spec.KVCacheSpec` read from ``cfg``.
 
     ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
     """
+    rule = resolve_rule(cfg, assume_full_attention=assume_full_attention)
     num_layers = cfg.required(_LAYER_KEYS, _MAX_LAYERS)
     num_heads = cfg.required(_HEAD_KEYS, _MAX_HEADS)
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
@@ -217,6 +239,8 @@ def spec_fields(
 
     lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
     rope_dim: int | None = None
+    latent: int | None = None
+    row_bytes: int | None = None
     if lora_rank is not None:
         rope_dim = cfg.required(("qk_rope_head_dim",), _MAX_DIM)
         if num_heads % tp:
@@ -225,13 +249,12 @@ def spec_fields(
                 f"of {cfg.source}: use a tensor_parallel_size that divides {num_heads}"
             )
         attention: Literal["mha", "mla"] = "mla"
-        head_dim = lora_rank + rope_dim
-        total_kv_heads = kv_heads = 1
         # One latent serves both keys and values, and every TP rank keeps all of it.
-        per_layer = head_dim * kv_bytes
+        latent = lora_rank + rope_dim
+        geometry = {"full": (1, latent, 0)}
         if kv_dtype == FP8_DS_MLA:
             # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
-            per_layer = FP8_DS_MLA_BYTES
+            row_bytes = FP8_DS_MLA_BYTES
     else:
         attention = "mha"
         if kv_dtype == FP8_DS_MLA:
@@ -239,10 +262,12 @@ def spec_fields(
                 f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
                 f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
             )
-        head_dim = _head_dim(cfg, hidden, num_heads)
-        total_kv_heads = _kv_heads(cfg, num_heads)
-        kv_heads = _kv_heads_per_rank(cfg, total_kv_heads, num_heads, tp)
-        per_layer = 2 * kv_heads * head_dim * kv_bytes
+        geometry = _attention_geometry(cfg, rule, tp, num_heads, hidden)
+    for field in unread_geometry_fields(cfg, rule, attention == "mla"):
+        cfg.notes.append(
+            f"warning: {cfg.source} sets {field}, which changes a layer's geometry and which "
+            f"memacct's rule for this architecture does not read: the plan may be wrong"
+        )
 
     mtp_layers = cfg.integer(("num_nextn_predict_layers",), _MAX_LAYERS, low=0)
     if mtp_layers:
@@ -250,31 +275,23 @@ def spec_fields(
             f"the {mtp_layers} multi-token-prediction layer(s) are not counted: they hold "
             f"cache only when the engine runs them for speculative decoding"
         )
-
-    kinds = layer_kinds(cfg, num_layers)
-    if attention == "mla":
-        kinds = [("mla", None) if kind == "full" else (kind, size) for kind, size in kinds]
-    state_sizes, state_dtype_bytes = state_bytes(cfg, kinds, hidden, tp, dtype_bytes)
-    layers = layer_specs(cfg, kinds, per_layer, state_sizes)
+    model_bytes = dtype_bytes or 2
+    ssm_bytes = ssm_dtype_bytes(cfg, model_bytes)
+    geo = Geometry(tp=tp, hidden=hidden, kv_bytes=kv_bytes, model_bytes=model_bytes,
+                   ssm_bytes=ssm_bytes, attention=geometry, latent=latent,
+                   latent_row_bytes=row_bytes)
+    layers = build_layers(cfg, rule.layout, num_layers, geo)
     stages = pipeline_partition(num_layers, pp)
-    starts = [sum(stages[:i]) for i in range(pp)]
-
-    def stage_layers(stage: int) -> list[LayerSpec]:
-        return [x for x in layers[starts[stage] : starts[stage] + stages[stage]] if x.has_cache]
-
-    def stage_key(stage: int) -> tuple[int, int, int]:
-        kv = [x for x in stage_layers(stage) if x.bytes_per_token]
-        return len(kv), sum(x.kind in ("full", "mla") for x in kv), stages[stage]
-
-    # Every KV layer costs the same per token, so the stage with the most of them needs the most
-    # cache; among equals, the one with more full-attention layers needs more for long requests.
-    stage = max(range(pp), key=stage_key)
-    groups = _group_stage(stage_layers(stage), per_layer)
-    if not groups:
+    stage = _stage_of(layers, stages)
+    start = sum(stages[:stage])
+    mine = [x for x in layers if start <= x.layer < start + stages[stage] and x.bytes_per_token]
+    if not mine:
         raise ConfigError(
             f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "
             f"use fewer pipeline stages"
         )
+    kv_heads, head_dim, _ = geometry["full"]
+    has_state = any(x.state_bytes is not None for x in layers)
 
     num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), _MAX_HEADS)
     experts_per_token = cfg.integer(
@@ -313,7 +330,7 @@ def spec_fields(
         num_layers=stages[stage],
         hidden_size=hidden,
         num_attention_heads=num_heads,
-        total_num_kv_heads=total_kv_heads,
+        total_num_kv_heads=1 if attention == "mla" else _kv_heads(cfg, num_heads),
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         kv_lora_rank=lora_rank,
@@ -330,15 +347,19 @@ def spec_fields(
         num_shared_experts=cfg.integer(
             ("n_shared_experts", "num_shared_experts"), _MAX_HEADS, low=0
         ),
-        layer_groups=groups,
-        bytes_per_token=sum(g.bytes_per_token for g in groups),
+        bytes_per_token=sum(x.bytes_per_token for x in mine),
         layers=tuple(layers),
-        state_dtype_bytes=state_dtype_bytes,
+        state_dtype_bytes=ssm_bytes if has_state else None,
+        mamba_ssm_dtype=(
+            declared if has_state and isinstance(declared := cfg.get("mamba_ssm_dtype"), str)
+            else None
+        ),
+        position_limit=None if (limit := cfg.position_limit) is None else limit[0],
         notes=tuple(dict.fromkeys(cfg.notes)),
     )
 
 
-def _default_model_name(cfg: _Config, default_name: str | None) -> str:
+def _default_model_name(cfg: ModelConfig, default_name: str | None) -> str:
     for candidate in (cfg.root.get("_name_or_path"), default_name):
         if isinstance(candidate, str) and candidate:
             return candidate

@@ -16,11 +16,14 @@ cache one token needs on one rank, for:
   fewer KV heads than ranks) and pipeline parallelism (layers split across
   stages as vLLM splits them; the stage with the most cache decides).
 
-It also lists every layer of the model as a :class:`LayerSpec`
+It lists every cache module of the model as a layer spec class
 (:mod:`memacct.planner.layers`): full, sliding, chunked local (Llama 4), MLA,
-Mamba2 / gated-delta-net state with its bytes per request (Granite-4.0-H,
-Qwen3-Next, Nemotron-H), cache-less and KV-sharing layers (Gemma-3n). The
-engines' KV-cache managers (:mod:`memacct.engines`) plan from that list.
+Mamba-1 / Mamba-2 / gated-delta-net / short-conv state with its bytes per
+request (Jamba, Falcon-H1, Granite-4.0-H, Qwen3-Next, Nemotron-H, LFM2),
+cache-less and KV-sharing layers (Gemma-3n), each with its own geometry. The
+list is the one record: :attr:`KVCacheSpec.layer_groups` summarises it, and
+the engines' KV-cache managers (:mod:`memacct.engines`) plan from it. An
+architecture without a rule is refused (:mod:`memacct.planner.arch_rules`).
 
 Example::
 
@@ -37,19 +40,24 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, InstanceOf, PlainSerializer, model_validator
 
 from memacct.checks import FROZEN, check_int
 from memacct.errors import InvalidInputError
-from memacct.planner.config import _MAX_PARALLEL, _Config, _raise_missing_config, read_config_file
+from memacct.planner.config import (
+    _MAX_PARALLEL,
+    ModelConfig,
+    _raise_missing_config,
+    read_config_file,
+)
 from memacct.planner.geometry import (
     kv_dtype_bytes,
     pipeline_partition,
     spec_fields,
 )
-from memacct.planner.layers import LayerGroup, LayerSpec
+from memacct.planner.layers import LayerGroup, LayerSpec, layer_from_json, layer_to_json
 
 __all__ = [
     "KVCacheSpec",
@@ -57,6 +65,12 @@ __all__ = [
     "LayerSpec",
     "kv_dtype_bytes",
     "pipeline_partition",
+]
+
+
+# A layer spec in a KVCacheSpec: kept as the object, written to JSON with its class name.
+_Layer = Annotated[
+    InstanceOf[LayerSpec], BeforeValidator(layer_from_json), PlainSerializer(layer_to_json)
 ]
 
 
@@ -98,16 +112,19 @@ class KVCacheSpec(BaseModel):
         experts_per_token: experts each token is routed to, else ``None``.
         moe_intermediate_size: one expert's MLP hidden size, else ``None``.
         num_shared_experts: always-active experts (DeepSeek), else ``None``.
-        layer_groups: this rank's attention layers grouped by per-token cost
-            and window (layers without a KV cache of their own are left out).
         bytes_per_token: KV-cache bytes one token needs on this rank, all
             its layers together.
-        layers: every layer of the model (all stages), one :class:`LayerSpec`
-            each, sized for one rank; empty for a spec built by hand, which
-            the engines then read from ``layer_groups``.
+        layers: every cache module of the model (all stages), one layer spec
+            each (:mod:`memacct.planner.layers`), sized for one rank, in
+            layer order (``LayerSpec.layer`` is its decoder layer).
+        position_limit: the longest ``max_model_len`` vLLM accepts
+            (:attr:`~memacct.planner.config.ModelConfig.position_limit`), or
+            ``None`` when the config names no length.
         state_dtype_bytes: bytes per element of Mamba/linear-attention state
             (``mamba_ssm_dtype`` when the config gives it, else the model
             dtype), for hybrids only.
+        mamba_ssm_dtype: the config's ``mamba_ssm_dtype`` as written, for hybrids only
+            (SGLang reads this key alone, ``docs/engines.md``).
         notes: assumptions made while reading the config, one sentence each.
     """
 
@@ -140,27 +157,19 @@ class KVCacheSpec(BaseModel):
     experts_per_token: int | None = Field(default=None, gt=0)
     moe_intermediate_size: int | None = Field(default=None, gt=0)
     num_shared_experts: int | None = Field(default=None, ge=0)
-    layer_groups: tuple[LayerGroup, ...] = Field(min_length=1)
     bytes_per_token: int = Field(gt=0)
-    layers: tuple[LayerSpec, ...] = ()
+    layers: tuple[_Layer, ...] = Field(min_length=1)
+    position_limit: int | None = Field(default=None, gt=0)
     state_dtype_bytes: int | None = Field(default=None, gt=0)
+    mamba_ssm_dtype: str | None = None
     notes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCacheSpec:
-        layers = sum(g.num_layers for g in self.layer_groups)
-        if layers > self.num_layers:
-            raise ValueError(f"layer_groups hold {layers} layers, num_layers is {self.num_layers}")
-        if self.layers and len(self.layers) != self.total_num_layers:
+        indices = [x.layer for x in self.layers]
+        if indices != sorted(indices) or set(indices) != set(range(self.total_num_layers)):
             raise ValueError(
-                f"layers lists {len(self.layers)} layers, total_num_layers is "
-                f"{self.total_num_layers}"
-            )
-        per_token = sum(g.bytes_per_token for g in self.layer_groups)
-        if per_token != self.bytes_per_token:
-            raise ValueError(
-                f"bytes_per_token ({self.bytes_per_token}) must equal the sum over "
-                f"layer_groups ({per_token})"
+                f"layers must cover layers 0..{self.total_num_layers - 1} in order"
             )
         if len(self.pipeline_layers) != self.pipeline_parallel_size:
             raise ValueError("pipeline_layers must have one entry per pipeline stage")
@@ -170,7 +179,37 @@ class KVCacheSpec(BaseModel):
             raise ValueError("pipeline_stage must be below pipeline_parallel_size")
         if self.pipeline_layers[self.pipeline_stage] != self.num_layers:
             raise ValueError("num_layers must equal pipeline_layers[pipeline_stage]")
+        per_token = sum(x.bytes_per_token for x in self.stage_layers())
+        if per_token != self.bytes_per_token:
+            raise ValueError(
+                f"bytes_per_token ({self.bytes_per_token}) must equal the sum over this "
+                f"stage's layers ({per_token})"
+            )
         return self
+
+    def stage_layers(self, stage: int | None = None) -> tuple[LayerSpec, ...]:
+        """The cache modules of pipeline ``stage`` (default: :attr:`pipeline_stage`)."""
+        stage = self.pipeline_stage if stage is None else stage
+        start = sum(self.pipeline_layers[:stage])
+        end = start + self.pipeline_layers[stage]
+        return tuple(x for x in self.layers if start <= x.layer < end)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """This rank's KV layers grouped by per-token cost and window (a summary of ``layers``).
+
+        Layers without a KV cache of their own (states, no cache, shared KV) are left out.
+        """
+        counts: dict[tuple[int | None, int], int] = {}
+        for layer in self.stage_layers():
+            if layer.bytes_per_token:
+                key = (layer.window, layer.bytes_per_token)
+                counts[key] = counts.get(key, 0) + 1
+        order = sorted(counts, key=lambda k: (-1 if k[0] is None else k[0], -k[1]))
+        return tuple(
+            LayerGroup(num_layers=counts[k], bytes_per_token_per_layer=k[1], sliding_window=k[0])
+            for k in order
+        )
 
     @property
     def has_sliding_window(self) -> bool:
@@ -261,6 +300,7 @@ class KVCacheSpec(BaseModel):
         pipeline_parallel_size: int = 1,
         *,
         model_name: str | None = None,
+        assume_full_attention: bool = False,
     ) -> KVCacheSpec:
         """Read a Hugging Face ``config.json`` (contract).
 
@@ -278,11 +318,15 @@ class KVCacheSpec(BaseModel):
             pipeline_parallel_size: stages the layers are split across.
             model_name: name for messages; defaults to ``_name_or_path``, the
                 directory's name, the architecture or the model type.
+            assume_full_attention: plan an architecture memacct has no rule for
+                as full attention on every layer (the plan's notes say so);
+                without it such an architecture is refused.
 
         Raises:
             ConfigError: the config is missing, unreadable, or has a missing,
                 mistyped, non-positive or implausible value; the message names
-                the key and what to change.
+                the key and what to change. Or its architecture has no rule
+                (the message names it and lists the supported ones).
             InvalidInputError: a bad ``kv_cache_dtype`` or parallel size, or
                 one that does not divide the model's heads.
         """
@@ -309,7 +353,8 @@ class KVCacheSpec(BaseModel):
             )
         return cls(
             **spec_fields(
-                _Config(config, source), kv_choice, tp, pp,
+                ModelConfig(config, source), kv_choice, tp, pp,
                 model_name=model_name, default_name=default_name,
+                assume_full_attention=assume_full_attention,
             )
         )

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 
 from memacct.engines.base import KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
-from memacct.planner.spec import KVCacheSpec, LayerSpec, pipeline_partition
+from memacct.planner.layers import LayerSpec
+from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
 __all__ = ["VLLM_VERSION", "VllmKVManager", "in_flight_tokens", "kv_tensor_pages", "layer_pages"]
@@ -49,36 +50,45 @@ _GDN_CHECKPOINT_ALIGNMENT = 64
 
 @dataclass(frozen=True)
 class Page:
-    """One layer's cache as vLLM specs it: a page of ``block_size`` tokens."""
+    """One cache module's page as vLLM specs it: ``block_size`` tokens of ``spec``.
 
-    layer: int
-    kind: str
-    per_token: int  # attention bytes per token (0 for a state)
+    The layer spec (:mod:`memacct.planner.layers`) answers its own bytes and
+    blocks per request; a page only adds the block size and padding the
+    manager settles on.
+    """
+
+    spec: LayerSpec
     block_size: int
     page_bytes: int
-    window: int | None = None
-    chunk: int | None = None
-    state_blocks: int = 0  # blocks one request keeps (state layers only)
+    prefix_caching: bool = True
+
+    @property
+    def layer(self) -> int:
+        """The decoder layer the module belongs to (for the pipeline split)."""
+        return self.spec.layer
+
+    @property
+    def kind(self) -> str:
+        """The spec's kind: full, sliding, chunked, mla, cross or mamba."""
+        return self.spec.kind
+
+    @property
+    def window(self) -> int | None:
+        return self.spec.window
+
+    @property
+    def chunk(self) -> int | None:
+        return self.spec.chunk
 
     @property
     def key(self) -> tuple[object, ...]:
-        """Layers with equal keys have equal specs and share a bucket."""
-        return (self.kind, self.per_token, self.block_size, self.page_bytes, self.window,
-                self.chunk, self.state_blocks)
+        """Modules with equal keys have equal specs and share a bucket."""
+        return (*self.spec.key(), self.block_size, self.page_bytes)
 
     def blocks_per_request(self, max_model_len: int, in_flight: int) -> int:
-        """Blocks one request of ``max_model_len`` takes for a layer of this spec."""
-        if self.kind == "mamba":
-            return self.state_blocks
-        if self.kind == "sliding":
-            assert self.window is not None
-            held = min(self.window - 1 + in_flight, max_model_len)
-            return -(-held // self.block_size) + 1
-        if self.kind == "chunked":
-            assert self.chunk is not None
-            held = min(self.chunk + in_flight, max_model_len)
-            return -(-held // self.block_size)
-        return -(-max_model_len // self.block_size)
+        """Blocks one request of ``max_model_len`` takes for a module of this spec."""
+        return self.spec.blocks_per_request(max_model_len, in_flight, self.block_size,
+                                            self.prefix_caching)
 
 
 def in_flight_tokens(settings: KVSettings, pipeline_parallel_size: int) -> int:
@@ -91,25 +101,12 @@ def in_flight_tokens(settings: KVSettings, pipeline_parallel_size: int) -> int:
     return batches * settings.max_num_batched_tokens
 
 
-def _layers(spec: KVCacheSpec) -> tuple[LayerSpec, ...]:
-    if spec.layers:
-        return spec.layers
-    # A spec built by hand: its one stage, from the groups.
-    layers: list[LayerSpec] = []
-    for group in spec.layer_groups:
-        kind = "sliding" if group.sliding_window is not None else (
-            "mla" if spec.attention == "mla" else "full")
-        layers += [LayerSpec(kind=kind, bytes_per_token=group.bytes_per_token_per_layer,
-                             window=group.sliding_window)] * group.num_layers
-    return tuple(layers)
-
-
 def _hybrid_block_size(
     layers: Sequence[LayerSpec], settings: KVSettings
 ) -> tuple[int, int | None]:
     """The block size a Mamba hybrid runs with, and the padded state page (else None)."""
-    states = [x for x in layers if x.has_cache and x.kind == "mamba"]
-    attention = [x for x in layers if x.has_cache and x.kind != "mamba"]
+    states = [x for x in layers if x.state_bytes is not None]
+    attention = [x for x in layers if x.bytes_per_token > 0]
     if not states or not attention:
         return settings.block_size, None
     state_page = max(x.state_bytes or 0 for x in states)
@@ -124,23 +121,14 @@ def _hybrid_block_size(
 
 
 def layer_pages(spec: KVCacheSpec, settings: KVSettings) -> list[Page]:
-    """Each cache-holding layer's page, after the hybrid block raise."""
-    layers = _layers(spec)
-    block, state_page = _hybrid_block_size(layers, settings)
-    state_blocks = (3 if settings.enable_prefix_caching else 1)
-    pages: list[Page] = []
-    for index, layer in enumerate(layers):
-        if not layer.has_cache:
-            continue
-        if layer.kind == "mamba":
-            page = state_page or (layer.state_bytes or 0)
-            blocks = state_blocks if layer.state_kind in ("mamba2", "gdn") else (
-                2 if settings.enable_prefix_caching else 1)
-            pages.append(Page(index, "mamba", 0, block, page, state_blocks=blocks))
-            continue
-        pages.append(Page(index, layer.kind, layer.bytes_per_token, block,
-                          block * layer.bytes_per_token, layer.window, layer.chunk))
-    return pages
+    """Each cache-holding module's page, after the hybrid block raise."""
+    block, state_page = _hybrid_block_size(spec.layers, settings)
+    prefix = settings.enable_prefix_caching
+    return [
+        Page(layer, block, (state_page or layer.page_bytes(block))
+             if layer.state_bytes is not None else layer.page_bytes(block), prefix)
+        for layer in spec.layers if layer.has_cache
+    ]
 
 
 def unify_page_sizes(pages: Sequence[Page]) -> list[Page]:
@@ -164,13 +152,10 @@ def _uniform_type(pages: Sequence[Page]) -> bool:
     if len({p.block_size for p in pages}) > 1:
         return False
     first = pages[0]
-    if first.kind in ("full", "mla"):
-        return all(p.kind == first.kind for p in pages)
-    if first.kind == "sliding":
-        return all(p.kind == "sliding" and p.window == first.window for p in pages)
-    if first.kind == "chunked":
-        return all(p.kind == "chunked" and p.chunk == first.chunk for p in pages)
-    return all(p.key == first.key for p in pages)
+    if first.kind == "mamba":
+        return all(p.key == first.key for p in pages)
+    return all((p.kind, p.window, p.chunk) == (first.kind, first.window, first.chunk)
+               for p in pages)
 
 
 def group_layers(pages: Sequence[Page]) -> list[list[Page]]:
@@ -282,8 +267,7 @@ class VllmKVManager:
             )
         groups = group_layers(pages)
         pp = spec.pipeline_parallel_size
-        total = len(_layers(spec))
-        parts = pipeline_partition(total, pp) if spec.layers else (total,)
+        parts = spec.pipeline_layers
         starts = [sum(parts[:i]) for i in range(len(parts))]
         stages = [range(s, s + n) for s, n in zip(starts, parts, strict=True)]
         stage_bpb = _stage_bytes_per_block(groups, stages)
@@ -293,7 +277,7 @@ class VllmKVManager:
                 f"size its pool: use fewer pipeline stages"
             )
         in_flight = in_flight_tokens(settings, pp)
-        derived = settings.derived_max_model_len or spec.max_position_embeddings
+        derived = settings.derived_max_model_len or spec.position_limit
         max_len = settings.max_model_len
         notes: list[str] = []
         if max_len == -1:

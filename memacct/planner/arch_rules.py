@@ -1,0 +1,286 @@
+"""Which rule reads an architecture: vLLM 0.33's model registry mapped to memacct's layouts.
+
+A config's ``architectures[0]`` names the class vLLM loads; vLLM's registry
+(``vllm/model_executor/models/registry.py``, shipped here as
+``vllm_registry.json``) maps it to a model module. :data:`RULES` maps whole
+module families to one layout (:mod:`memacct.planner.layouts`), with its
+status and source; :data:`REFUSED` says why the others are not planned.
+Multimodal modules are read through their text part's ``model_type``.
+Nothing is guessed: an architecture without a rule is refused
+(:func:`resolve_rule`), unless the caller asks for full attention.
+``docs/architectures.md`` is generated from these tables
+(``tools/architectures_doc.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+from memacct.errors import ConfigError
+from memacct.planner.config import ModelConfig
+
+__all__ = [
+    "REFUSED",
+    "RULES",
+    "Rule",
+    "registry",
+    "resolve_rule",
+    "status_of",
+    "unread_geometry_fields",
+]
+
+Status = Literal["exact", "partial"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One family's layout, with where it is read from.
+
+    Attributes:
+        layout: the layout function's name in :data:`memacct.planner.layouts.LAYOUTS`.
+        status: ``exact`` (layers and geometry as vLLM's model file builds
+            them) or ``partial`` (planned, with what is not modelled in ``note``).
+        source: the vLLM model file and transformers config class it follows.
+        reads: geometry fields beyond the common ones this layout reads.
+        note: what a ``partial`` rule leaves out.
+    """
+
+    layout: str
+    status: Status
+    source: str
+    reads: frozenset[str] = frozenset()
+    note: str = ""
+
+
+_MODELS = "vllm/model_executor/models"
+_MAMBA = "vllm/model_executor/layers/mamba/mamba_utils.py"
+
+
+def _decoder(module: str) -> Rule:
+    return Rule("decoder", "exact", f"{_MODELS}/{module}.py; transformers' config class")
+
+
+# Decoders whose layers vLLM builds as standard attention, MLA where the config has
+# kv_lora_rank, sliding windows from sliding_window / layer_types / the pattern keys,
+# KV sharing from num_kv_shared_layers (rules in memacct/planner/layouts.py).
+_DECODER_MODULES = (
+    "afmoe", "apertus", "arcee", "arctic", "baichuan", "bailing_moe", "chameleon", "chatglm",
+    "commandr", "dbrx", "deepseek_v2", "dots1", "ernie45", "ernie45_moe", "exaone", "exaone4",
+    "fairseq2_llama", "falcon", "flex_olmo", "gemma", "gemma2", "gemma3", "gemma3n", "glm",
+    "glm4", "glm4_moe", "gpt_oss", "gpt2", "gpt_bigcode", "gpt_j", "gpt_neox", "granite",
+    "granitemoe", "granitemoeshared", "gritlm", "grok1", "internlm2", "internlm2_ve", "jais",
+    "jais2", "llama", "mimo", "minicpm", "minicpm3", "minimax_m2", "mistral_large_3",
+    "mixtral", "mpt", "nemotron", "olmo", "olmo2", "olmoe", "opt", "orion", "persimmon",
+    "phi", "phi3", "phimoe", "qwen", "qwen2", "qwen2_moe", "qwen2_rm", "qwen3", "qwen3_moe",
+    "seed_oss", "solar", "stablelm", "starcoder2", "telechat2", "teleflm",
+)  # fmt: skip
+
+RULES: dict[str, Rule] = {
+    **{m: _decoder(m) for m in _DECODER_MODULES},
+    "llama4": Rule("llama4", "exact", f"{_MODELS}/llama4.py; transformers Llama4TextConfig",
+                   frozenset({"no_rope_layers", "no_rope_layer_interval",
+                              "attention_chunk_size"})),
+    "qwen3_next": Rule("decoder", "exact",
+                       f"{_MODELS}/qwen3_next.py, {_MAMBA}; transformers Qwen3NextConfig",
+                       frozenset({"full_attention_interval", "linear_num_key_heads"})),
+    "granitemoehybrid": Rule("decoder", "exact",
+                             f"{_MODELS}/granitemoehybrid.py, {_MAMBA}; transformers "
+                             f"GraniteMoeHybridConfig", frozenset({"mamba_n_heads"})),
+    "nemotron_h": Rule("nemotron_h", "exact",
+                       f"{_MODELS}/nemotron_h.py, {_MAMBA}; transformers NemotronHConfig",
+                       frozenset({"hybrid_override_pattern", "mamba_num_heads"})),
+    "jamba": Rule("jamba", "exact",
+                  f"{_MODELS}/jamba.py, {_MAMBA} (mamba1_state_shape); transformers "
+                  f"JambaConfig.layers_block_type", frozenset({"attn_layer_period"})),
+    "bamba": Rule("bamba", "exact", f"{_MODELS}/bamba.py, {_MAMBA}; transformers BambaConfig",
+                  frozenset({"attn_layer_indices", "mamba_n_heads"})),
+    "falcon_h1": Rule("falcon_h1", "exact",
+                      f"{_MODELS}/falcon_h1.py (attention and Mamba2 in every layer), "
+                      f"{_MAMBA}; transformers FalconH1Config",
+                      frozenset({"mamba_d_ssm", "mamba_n_heads"})),
+    "mimo_v2_flash": Rule("mimo_v2_flash", "exact",
+                          f"{_MODELS}/mimo_v2_flash.py (hybrid_layer_pattern, swa_* geometry)",
+                          frozenset({"hybrid_layer_pattern", "swa_head_dim", "v_head_dim",
+                                     "swa_v_head_dim", "swa_num_key_value_heads"})),
+    "lfm2": Rule("lfm2", "exact", f"{_MODELS}/lfm2.py, {_MAMBA} (short_conv_state_shape); "
+                 f"transformers Lfm2Config", frozenset({"conv_L_cache"})),
+    "lfm2_moe": Rule("lfm2", "exact", f"{_MODELS}/lfm2_moe.py, {_MAMBA}; transformers "
+                     f"Lfm2MoeConfig", frozenset({"conv_L_cache"})),
+    "mamba": Rule("mamba", "partial", f"{_MODELS}/mamba.py, {_MAMBA}; transformers MambaConfig",
+                  note="attention-free: the state is sized, vLLM's block size for a model "
+                       "without attention layers is not checked against a golden table"),
+    "mamba2": Rule("mamba2", "partial",
+                   f"{_MODELS}/mamba2.py, {_MAMBA}; transformers Mamba2Config",
+                   frozenset({"mamba_n_heads"}),
+                   note="attention-free: the state is sized, vLLM's block size for a model "
+                        "without attention layers is not checked against a golden table"),
+}
+
+_ENCODER_ONLY = "an encoder-only pooling model: it keeps no KV cache"
+_DRAFT = "a speculative-decoding draft: plan the target model (drafts are not modelled)"
+REFUSED: dict[str, str] = {
+    **dict.fromkeys(("bert", "bert_with_rope", "modernbert", "roberta", "clip", "siglip",
+                     "terratorch", "jina_vl"), _ENCODER_ONLY),
+    **dict.fromkeys(("mimo_mtp", "llama_eagle", "llama4_eagle", "minicpm_eagle",
+                     "llama_eagle3", "mistral_large_3_eagle", "deepseek_eagle", "deepseek_mtp",
+                     "ernie_mtp", "longcat_flash_mtp", "glm4_moe_mtp", "medusa",
+                     "openpangu_mtp", "qwen3_next_mtp"), _DRAFT),
+    "transformers": "runs through vLLM's Transformers backend: no model file to read",
+    "zamba2": "Mamba2 layers with shared attention blocks: no rule yet",
+    "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
+    "plamo3": "no rule yet",
+    "kimi_linear": "Kimi delta attention (KDA) with MLA: no rule yet",
+    "minimax_text_01": "lightning (linear) attention layers: no rule yet",
+    "minimax_vl_01": "MiniMax-Text-01's lightning attention in its text part: no rule yet",
+    "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
+    "longcat_flash": "two attention blocks per layer: no rule yet",
+    "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
+    "step3_text": "Step-3's attention: no rule yet",
+    "step3_vl": "Step-3's attention: no rule yet",
+    "openpangu": "three different architectures share this file: no rule yet",
+    "hunyuan_v1": "cross-layer attention (use_cla) shares KV across layers: no rule yet",
+    "hunyuan_vision": "HunYuan's text part: no rule yet",
+    "whisper": "encoder-decoder with cross attention: no rule yet",
+    "voxtral_streaming": "streaming audio model: no rule yet",
+    "qwen2_5_omni_thinker": "the thinker's text config (thinker_config) is not read yet",
+    "qwen3_omni_moe_thinker": "the thinker's text config (thinker_config) is not read yet",
+    "hyperclovax_vision": "its language model config (language_config) is not read yet",
+}
+for _name in ("internvl", "h2ovl", "nvlm_d", "skyworkr1v", "nemotron_vl", "ovis", "ovis2_5",
+              "bagel", "deepseek_ocr", "isaac", "rvl", "bee", "kimi_audio", "midashenglm",
+              "glmasr", "audioflamingo3", "nano_nemotron_vl", "dots_ocr", "paddleocr_vl"):
+    REFUSED[_name] = "its language model config (llm_config or its own layout) is not read yet"
+
+# Multimodal modules whose text part is a text_config (or the top level) of a model type
+# with a rule of its own: planned through that rule, the encoder's start-up left out.
+_MULTIMODAL = frozenset({
+    "aria", "aya_vision", "blip2", "cohere2_vision", "deepseek_vl2", "ernie45_vl", "fuyu",
+    "gemma3_mm", "gemma3n_mm", "glm4v", "glm4_1v", "granite_speech", "interns1", "idefics3",
+    "smolvlm", "keye", "keye_vl1_5", "kimi_vl", "lightonocr", "mllama4", "llava", "llava_next",
+    "llava_next_video", "llava_onevision", "minicpmo", "minicpmv", "mistral3", "molmo",
+    "opencua", "paligemma", "phi3v", "phi4mm", "pixtral", "qwen_vl", "qwen2_vl", "qwen2_5_vl",
+    "qwen2_audio", "qwen3_vl", "qwen3_vl_moe", "tarsier", "ultravox", "voxtral",
+})  # fmt: skip
+_MULTIMODAL_NOTE = "KV structure from the text part; the encoder's start-up is not modelled"
+
+# Text model types that name no vLLM module of the same name.
+_TEXT_TYPES = {
+    "mistral": "llama", "cohere": "commandr", "cohere2": "commandr", "gemma3_text": "gemma3",
+    "gemma3n_text": "gemma3n", "llama4_text": "llama4", "deepseek_v3": "deepseek_v2",
+    "deepseek_v32": "deepseek_v2", "kimi_k2": "deepseek_v2", "qwen2_vl_text": "qwen2",
+    "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
+    "RefinedWeb": "falcon", "RefinedWebModel": "falcon", "falcon_mamba": "mamba",
+    "aria_text": "llama", "internlm3": "llama", "granite_speech": "granite", "starcoder": "gpt2",
+    "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "ernie4_5": "ernie45",
+    "ernie4_5_moe": "ernie45_moe", "phi4mm": "phi3", "phi3_v": "phi3",
+}  # fmt: skip
+
+
+@cache
+def registry() -> dict[str, dict[str, str]]:
+    """vLLM's registry tables: ``{table: {architecture: module}}`` (``vllm_registry.json``)."""
+    text = resources.files("memacct.planner").joinpath("vllm_registry.json").read_text("utf-8")
+    tables: dict[str, dict[str, str]] = json.loads(text)["tables"]
+    return tables
+
+
+def _module_of(architecture: str) -> str | None:
+    for table in registry().values():
+        if architecture in table:
+            return table[architecture]
+    return None
+
+
+def status_of(module: str) -> tuple[str, str, str]:
+    """``(status, rule or reason, source)`` of a vLLM module, for the generated doc."""
+    if module in REFUSED:
+        return "refused", REFUSED[module], ""
+    if module in _MULTIMODAL:
+        return "partial", _MULTIMODAL_NOTE, f"{_MODELS}/{module}.py (text part: its model type)"
+    rule = RULES.get(module)
+    if rule is None:
+        return "refused", "no rule", ""
+    return rule.status, rule.note or rule.layout, rule.source
+
+
+def _text_module(model_type: str | None) -> str | None:
+    if model_type is None:
+        return None
+    module = _TEXT_TYPES.get(model_type, model_type)
+    return module if module in RULES or module in REFUSED else None
+
+
+def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Rule:
+    """The rule that reads ``cfg``, or a refusal naming the architecture.
+
+    A config that names neither an architecture nor a model type is read as a
+    standard decoder, with a note. ``assume_full_attention`` plans an
+    architecture without a rule as full attention on every layer, with a note.
+
+    Raises:
+        ConfigError: no rule reads the architecture; the message names it, lists
+            the supported modules and the override.
+    """
+    arch = cfg.architecture
+    module = _module_of(arch) if arch else None
+    if module is None and arch is None:
+        module = _text_module(cfg.model_type)
+        if module is None and cfg.model_type is None:
+            cfg.notes.append(
+                f"{cfg.source} names no architecture or model_type: read as a standard decoder"
+            )
+            return RULES["llama"]
+    multimodal = module in _MULTIMODAL
+    if multimodal:
+        module = _text_module(cfg.model_type)
+    rule = RULES.get(module or "")
+    reason = REFUSED.get(module or "", "no rule")
+    if arch is not None and _module_of(arch) is None:
+        reason = "not in vLLM 0.33's model registry"
+    if rule is None:
+        name = arch or cfg.model_type
+        if assume_full_attention:
+            cfg.notes.append(
+                f"{name} has no memacct rule ({reason}): planned as full attention on every "
+                f"layer because assume_full_attention was given; the figures are a guess"
+            )
+            return Rule("full", "partial", "assume_full_attention")
+        supported = ", ".join(sorted({*RULES, *_MULTIMODAL}))
+        raise ConfigError(
+            f"{cfg.source}: architecture {name!r} (vLLM module {module or 'unknown'!s}) is "
+            f"refused: {reason}. memacct reads these vLLM model modules: {supported} (see "
+            f"docs/architectures.md). To plan it anyway as full attention on every layer, pass "
+            f"assume_full_attention=True (memacct plan --assume-full-attention)"
+        )
+    if multimodal:
+        cfg.notes.append(f"{arch}: {_MULTIMODAL_NOTE}")
+    return rule
+
+
+# Fields that change a layer's geometry; a config carrying one its rule does not read is
+# warned about by name (a rule reads the common ones and its own ``reads``).
+_GEOMETRY_FIELDS = frozenset({
+    "global_head_dim", "num_global_key_value_heads", "v_head_dim", "swa_head_dim",
+    "swa_num_key_value_heads", "swa_v_head_dim", "hybrid_layer_pattern", "use_cla",
+    "cla_share_factor", "attention_k_eq_v", "attn_type_list", "full_attn_idxs",
+    "hybrid_override_pattern", "attn_layer_period", "attn_layer_indices", "layers_block_type",
+    "linear_num_key_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_ssm", "conv_L_cache",
+    "no_rope_layers", "attention_chunk_size", "block_configs", "kv_channels",
+    "sliding_window_layers", "swa_layers", "global_attn_layers", "cross_attention_layers",
+    "num_kv_layers", "total_ut_steps", "kv_lora_rank_per_layer", "full_attention_interval",
+})  # fmt: skip
+_MLA_FIELDS = frozenset({"v_head_dim"})
+
+
+def unread_geometry_fields(cfg: ModelConfig, rule: Rule, mla: bool) -> list[str]:
+    """Geometry-changing fields written in ``cfg`` that ``rule`` does not read."""
+    read = rule.reads | (_MLA_FIELDS if mla else frozenset())
+    return sorted(
+        key for key in cfg.written_keys()
+        if key in _GEOMETRY_FIELDS and key not in read
+        and cfg.get(key) not in (None, False, [], 0)
+    )

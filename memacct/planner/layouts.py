@@ -1,0 +1,345 @@
+"""Layouts: each layer's cache modules, as a family's vLLM model file builds them.
+
+A layout turns a checked config (:class:`~memacct.planner.config.ModelConfig`)
+into one list of module kinds per decoder layer; :func:`build_layers` gives
+each module its geometry (:mod:`memacct.planner.layers`) for one rank. Which
+family uses which layout is :mod:`memacct.planner.arch_rules`; the sources
+of every rule are in ``docs/architectures.md`` and ``docs/engines.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.planner.config import (
+    _DTYPE_ALIASES,
+    _KV_DTYPES,
+    _MAX_DIM,
+    _MAX_HEADS,
+    _MAX_LAYERS,
+    _MAX_POSITIONS,
+    ModelConfig,
+)
+from memacct.planner.layers import (
+    ChunkedLocalAttention,
+    FullAttention,
+    GatedDeltaNetState,
+    LayerSpec,
+    Mamba1State,
+    Mamba2State,
+    MLAAttention,
+    NoCache,
+    ShortConvState,
+    SlidingWindow,
+)
+
+__all__ = ["LAYOUTS", "Geometry", "build_layers"]
+
+Kind = tuple[str, int | None]  # (kind, window or chunk) of one module
+Layout = Callable[[ModelConfig, int], list[list[Kind]]]
+
+_FULL: Kind = ("full", None)
+_NONE: Kind = ("none", None)
+
+
+def _each(kinds: Sequence[Kind]) -> list[list[Kind]]:
+    return [[kind] for kind in kinds]
+
+
+def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Standard decoders: ``layer_types``, or Mistral/Gemma/Qwen2's window keys."""
+    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    # Cohere2 attends to [pos - window, pos]: window + 1 tokens.
+    span = None if window is None else window + (1 if cfg.model_type == "cohere2" else 0)
+    layer_types = cfg.get("layer_types")
+    if layer_types is None and cfg.model_type == "qwen3_next":
+        interval = cfg.integer(("full_attention_interval",), _MAX_LAYERS) or 4
+        layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
+                       for i in range(n)]  # fmt: skip
+    if layer_types is not None:
+        return _each(_typed(cfg, n, layer_types, span))
+    if span is None:
+        return _each([_FULL] * n)
+    if cfg.get("use_sliding_window") is False:
+        cfg.notes.append(f"sliding_window {window} ignored: use_sliding_window is false")
+        return _each([_FULL] * n)
+    pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), _MAX_LAYERS)
+    if pattern is not None:
+        # Every pattern-th layer (1-based) attends globally; the rest slide.
+        return _each([_FULL if (i + 1) % pattern == 0 else ("sliding", span) for i in range(n)])
+    window_layers = cfg.integer(("max_window_layers",), _MAX_LAYERS, low=0)
+    if window_layers is not None and cfg.get("use_sliding_window") is True:
+        # Qwen2's rule: the first max_window_layers layers attend globally.
+        return _each([("sliding", span) if i >= window_layers else _FULL for i in range(n)])
+    return _each([("sliding", span)] * n)
+
+
+# layer_types entries, per model type where a name means a state (transformers' config classes).
+_STATE_TYPES: dict[tuple[str, str], str] = {
+    ("qwen3_next", "linear_attention"): "gdn",
+    ("granitemoehybrid", "mamba"): "mamba2",
+    ("granitemoehybrid", "linear_attention"): "mamba2",
+    ("nemotron_h", "mamba"): "mamba2",
+    ("lfm2", "conv"): "short_conv",
+    ("lfm2_moe", "conv"): "short_conv",
+}
+
+
+def _typed(cfg: ModelConfig, n: int, layer_types: object, span: int | None) -> list[Kind]:
+    if not isinstance(layer_types, list) or len(layer_types) != n:
+        count = len(layer_types) if isinstance(layer_types, list) else type(layer_types)
+        raise ConfigError(
+            f"{cfg.source}: layer_types must list one type per layer ({n}), got {count}: "
+            f"fix layer_types or num_hidden_layers"
+        )
+    chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
+    kinds: list[Kind] = []
+    for i, kind in enumerate(layer_types):
+        state = _STATE_TYPES.get((cfg.model_type or "", str(kind)))
+        if state is not None:
+            kinds.append((state, None))
+        elif kind == "sliding_attention":
+            if span is None:
+                raise ConfigError(
+                    f"{cfg.source}: layer_types[{i}] is 'sliding_attention' but "
+                    f"sliding_window is not set: add sliding_window"
+                )
+            kinds.append(("sliding", span))
+        elif kind in ("full_attention", "attention"):
+            kinds.append(_FULL)
+        elif kind == "chunked_attention":
+            kinds.append(("chunked", chunk) if chunk is not None else _FULL)
+        else:
+            raise ConfigError(
+                f"{cfg.source}: layer_types[{i}] = {kind!r} is a kind of layer memacct does not "
+                f"size for {cfg.model_type}: it reads 'full_attention', 'sliding_attention', "
+                f"'chunked_attention' and the state layers of Qwen3-Next, Granite-4.0-H, "
+                f"Nemotron-H and LFM2 (docs/architectures.md)"
+            )
+    return kinds
+
+
+def _llama4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Llama 4: layers without RoPE attend globally, the others to their chunk."""
+    chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
+    nope = cfg.get("no_rope_layers")
+    if not nope:
+        interval = cfg.integer(("no_rope_layer_interval",), _MAX_LAYERS) or 4
+        nope = [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(nope, list) or len(nope) != n:
+        raise ConfigError(
+            f"{cfg.source}: no_rope_layers must list one flag per layer ({n}): "
+            f"fix no_rope_layers"
+        )
+    if chunk is None:
+        return _each([_FULL] * n)
+    return _each([_FULL if flag == 0 else ("chunked", chunk) for flag in nope])
+
+
+def _pattern(cfg: ModelConfig, key: str, n: int, table: dict[str, Kind]) -> list[list[Kind]]:
+    pattern = cfg.get(key)
+    if not isinstance(pattern, (str, list)) or len(pattern) != n:
+        raise ConfigError(
+            f"{cfg.source}: {key} must have one entry per layer ({n}): fix {key}"
+        )
+    return _each([table.get(str(c), _NONE) for c in pattern])
+
+
+def _nemotron_h(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Nemotron-H: ``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP or MoE (no cache)."""
+    return _pattern(cfg, "hybrid_override_pattern", n, {"M": ("mamba2", None), "*": _FULL})
+
+
+def _jamba(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Jamba: transformers' ``layers_block_type``: attention where ``i % period == offset``."""
+    period = cfg.integer(("attn_layer_period",), _MAX_LAYERS) or 8
+    offset = cfg.integer(("attn_layer_offset",), _MAX_LAYERS, low=0) or 0
+    return _each([_FULL if i % period == offset else ("mamba1", None) for i in range(n)])
+
+
+def _bamba(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Bamba: attention on ``attn_layer_indices``, Mamba2 elsewhere."""
+    indices = cfg.get("attn_layer_indices") or []
+    if not isinstance(indices, list):
+        raise ConfigError(f"{cfg.source}: attn_layer_indices must be a list of layer indices")
+    return _each([_FULL if i in indices else ("mamba2", None) for i in range(n)])
+
+
+def _falcon_h1(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Falcon-H1: every layer runs attention and a Mamba2 mixer side by side."""
+    return [[_FULL, ("mamba2", None)] for _ in range(n)]
+
+
+def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """MiMo-V2-Flash: ``hybrid_layer_pattern[i] == 1`` slides with the ``swa_*`` geometry."""
+    window = cfg.required(("sliding_window_size", "sliding_window"), _MAX_POSITIONS)
+    return _pattern(cfg, "hybrid_layer_pattern", n, {"1": ("sliding", window), "0": _FULL})
+
+
+LAYOUTS: dict[str, Layout] = {
+    "decoder": _decoder,
+    "full": lambda cfg, n: _each([_FULL] * n),
+    "llama4": _llama4,
+    "nemotron_h": _nemotron_h,
+    "jamba": _jamba,
+    "bamba": _bamba,
+    "falcon_h1": _falcon_h1,
+    "mimo_v2_flash": _mimo_v2_flash,
+    "lfm2": _decoder,
+    "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
+    "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
+}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What every module of one rank shares: parallelism, dtypes, the attention geometry.
+
+    ``attention`` maps ``full``/``sliding``/``chunked`` to ``(kv heads per rank,
+    head size, V head size)``; ``latent`` is MLA's latent row (elements), else ``None``.
+    """
+
+    tp: int
+    hidden: int
+    kv_bytes: int
+    model_bytes: int
+    ssm_bytes: int
+    attention: dict[str, tuple[int, int, int]]
+    latent: int | None = None
+    latent_row_bytes: int | None = None
+
+
+def ssm_dtype_bytes(cfg: ModelConfig, model_bytes: int) -> int:
+    """The recurrent state's bytes: ``mamba_ssm_dtype`` when written, else the model dtype."""
+    name = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
+    if isinstance(name, str):
+        key = _DTYPE_ALIASES.get(name.lower().removeprefix("torch."), name.lower())
+        return _KV_DTYPES.get(key, model_bytes)
+    return model_bytes
+
+
+def _check_divides(cfg: ModelConfig, tp: int, values: dict[str, int]) -> None:
+    for name, value in values.items():
+        if value % tp:
+            raise InvalidInputError(
+                f"tensor_parallel_size {tp} does not divide the {value} {name} of "
+                f"{cfg.source}: use a tensor_parallel_size that divides {value}"
+            )
+
+
+def _conv_ssm(conv: int, ssm: int, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    return ((conv, geo.model_bytes), (ssm, geo.ssm_bytes))
+
+
+def _gdn(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    nk = cfg.required(("linear_num_key_heads",), _MAX_HEADS)
+    nv = cfg.required(("linear_num_value_heads",), _MAX_HEADS)
+    dk = cfg.required(("linear_key_head_dim",), _MAX_DIM)
+    dv = cfg.required(("linear_value_head_dim",), _MAX_DIM)
+    kernel = cfg.required(("linear_conv_kernel_dim",), _MAX_DIM)
+    conv_dim = dk * nk * 2 + dv * nv
+    _check_divides(cfg, geo.tp, {"linear_num_value_heads": nv, "linear conv dim": conv_dim})
+    return _conv_ssm(conv_dim // geo.tp * (kernel - 1), nv // geo.tp * dv * dk, geo)
+
+
+def _mamba2(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    heads = cfg.required(("mamba_n_heads", "mamba_num_heads", "num_heads"), _MAX_HEADS)
+    head_dim = cfg.required(("mamba_d_head", "mamba_head_dim", "head_dim"), _MAX_DIM)
+    state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), _MAX_DIM)
+    groups = cfg.required(("mamba_n_groups", "n_groups"), _MAX_HEADS)
+    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
+    expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
+    inner = cfg.integer(("mamba_d_ssm",), _MAX_DIM)
+    if inner is None:
+        # Nemotron-H's mixer is heads x head_dim wide; Granite's and Bamba's mamba_expand x hidden.
+        use_expand = expand is not None and cfg.model_type != "nemotron_h"
+        inner = expand * geo.hidden if use_expand and expand is not None else heads * head_dim
+    # Groups that do not divide the TP size are replicated up to it.
+    groups += 0 if groups % geo.tp == 0 else geo.tp - groups
+    conv_dim = inner + 2 * groups * state
+    _check_divides(cfg, geo.tp, {"mamba heads": heads, "mamba conv dim": conv_dim})
+    return _conv_ssm(conv_dim // geo.tp * (kernel - 1), heads // geo.tp * head_dim * state, geo)
+
+
+def _mamba1(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    state = cfg.required(("mamba_d_state", "state_size"), _MAX_DIM)
+    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
+    expand = cfg.integer(("mamba_expand",), _MAX_DIM)
+    # Jamba's mixer is mamba_expand x hidden wide; Mamba's intermediate_size.
+    inner = expand * geo.hidden if expand else cfg.required(("intermediate_size",), _MAX_DIM)
+    _check_divides(cfg, geo.tp, {"mamba intermediate size": inner})
+    return _conv_ssm(inner // geo.tp * (kernel - 1), inner // geo.tp * state, geo)
+
+
+def _short_conv(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    kernel = cfg.required(("conv_L_cache",), _MAX_DIM)
+    _check_divides(cfg, geo.tp, {"hidden size": geo.hidden})
+    return ((geo.hidden // geo.tp * (kernel - 1), geo.model_bytes),)
+
+
+_STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
+    tuple[int, int], ...]]]] = {
+    "gdn": (GatedDeltaNetState, _gdn),
+    "mamba2": (Mamba2State, _mamba2),
+    "mamba1": (Mamba1State, _mamba1),
+    "short_conv": (ShortConvState, _short_conv),
+}
+
+
+def _attention(i: int, kind: str, size: int | None, geo: Geometry, target: int | None
+               ) -> LayerSpec:
+    if geo.latent is not None and kind == "full":
+        return MLAAttention(layer=i, latent_size=geo.latent, dtype_bytes=geo.kv_bytes,
+                            row_bytes=geo.latent_row_bytes, shares_kv_with=target)
+    heads, head, head_v = geo.attention.get(kind, geo.attention["full"])
+    if geo.latent is not None:  # a latent layer that slides: one latent row per token
+        heads, head, head_v = 1, geo.latent, 0
+    common = dict(layer=i, kv_heads=heads, head_size=head, head_size_v=head_v,
+                  dtype_bytes=geo.kv_bytes, shares_kv_with=target)
+    if kind == "sliding" and size is not None:
+        return SlidingWindow(sliding_window=size, **common)  # type: ignore[arg-type]
+    if kind == "chunked" and size is not None:
+        return ChunkedLocalAttention(attention_chunk_size=size, **common)  # type: ignore[arg-type]
+    return FullAttention(**common)  # type: ignore[arg-type]
+
+
+def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
+                 ) -> list[LayerSpec]:
+    """Every cache module of the model, in layer order, sized for one rank.
+
+    The last ``num_kv_shared_layers`` layers read the KV cache of the last
+    earlier layer of the same kind (Gemma-3n) and keep none of their own.
+    """
+    slots = LAYOUTS[layout](cfg, num_layers)
+    shared = cfg.integer(("num_kv_shared_layers",), _MAX_LAYERS, low=0) or 0
+    if shared >= num_layers:
+        raise ConfigError(
+            f"{cfg.source}: num_kv_shared_layers = {shared} leaves no layer of the "
+            f"{num_layers} with a KV cache of its own: fix num_kv_shared_layers"
+        )
+    first_shared = num_layers - shared
+    states: dict[str, tuple[tuple[int, int], ...]] = {}
+    layers: list[LayerSpec] = []
+    for i, kinds in enumerate(slots):
+        for kind, size in kinds:
+            if kind in _STATES:
+                cls, shape = _STATES[kind]
+                if kind not in states:
+                    states[kind] = shape(cfg, geo)
+                layers.append(cls(layer=i, shapes=states[kind]))  # type: ignore[call-arg]
+            elif kind == "none":
+                layers.append(NoCache(layer=i))
+            else:
+                target: int | None = None
+                if i >= first_shared:
+                    same = [j for j in range(first_shared) if (kind, size) in slots[j]]
+                    target = same[-1] if same else first_shared - 1
+                layers.append(_attention(i, kind, size, geo, target))
+    if shared:
+        cfg.notes.append(
+            f"the last {shared} layers share the KV cache of earlier layers "
+            f"(num_kv_shared_layers) and keep none of their own"
+        )
+    return layers
