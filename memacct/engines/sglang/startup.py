@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memacct.engines.sglang.options import SGLANG_VERSION, check_kv_cache_dtype
 from memacct.engines.vllm.startup import BatchDefaults, StartupEstimate, StartupSettings
 from memacct.errors import InvalidInputError
 from memacct.planner.weights import WeightEstimate, estimate_weights
@@ -32,6 +33,7 @@ __all__ = [
     "CONTEXT_BYTES",
     "DEFAULT_MEM_FRACTION_STATIC",
     "STARTUP",
+    "VLM_CACHE_BYTES",
     "SglangStartup",
     "default_batch",
     "default_mem_fraction_static",
@@ -46,6 +48,11 @@ CONTEXT_BYTES = (round(0.5 * GiB), round(1.05 * GiB))
 """Memory SGLang's process holds before it measures ``pre_model_load_memory`` (CUDA
 context; plus NCCL and custom all-reduce buffers under TP): estimates, not yet checked
 against a log."""
+
+VLM_CACHE_BYTES = 100 * MiB
+"""``SGLANG_VLM_CACHE_SIZE_MB``'s default (``environ.py``), which ``mm_runtime_reservation_gb``
+(``kv_cache_configurator.py``) takes out of a multimodal model's KV budget (the feature
+transport's pool only with ``--mm-feature-transport cuda_ipc/cuda_vmm``, not modelled)."""
 
 MiB_F = float(MiB)
 
@@ -144,7 +151,17 @@ class SglangStartup(BatchDefaults):
     """SGLang's start-up model."""
 
     name = "sglang"
-    version = "0.5.23"
+    version = SGLANG_VERSION
+
+    def settings(self, **common: Any) -> SglangSettings:
+        """SGLang's settings: its one budget knob, ``mem_fraction_static``, is the common
+        ``gpu_memory_utilization`` (``None``: SGLang's own fraction for the GPU)."""
+        fraction = common.pop("gpu_memory_utilization", None)
+        return SglangSettings(mem_fraction_static=fraction, **common)
+
+    def sampler_peak(self, *_args: Any, **_kwargs: Any) -> int:
+        """0: SGLang does not profile a sampler run (its activations live outside the pool)."""
+        return 0
 
     def estimate(
         self,
@@ -158,9 +175,11 @@ class SglangStartup(BatchDefaults):
         """The KV pool SGLang allocates on one rank.
 
         Raises:
-            InvalidInputError: ``mem_fraction_static`` out of (0, 1).
+            InvalidInputError: ``mem_fraction_static`` out of (0, 1), or a KV dtype SGLang
+                has no name for (``fp8``).
         """
         s = settings or SglangSettings()
+        check_kv_cache_dtype(s.kv_cache_dtype)
         tp = s.tensor_parallel_size
         gpu_mem = total_memory / MiB_F
         chunk_default, _max_bs = default_batch(gpu_mem, tp)
@@ -191,6 +210,14 @@ class SglangStartup(BatchDefaults):
         # loading is the total less the context: total x fraction - weights - context x fraction.
         static = int(total_memory * fraction)
         held = round(context * fraction)
+        if isinstance(config.get("vision_config"), Mapping):
+            # mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB of the KV budget is kept for
+            # the multimodal embedding cache allocated after the pool is sized.
+            held += VLM_CACHE_BYTES
+            notes.append(
+                f"multimodal: {VLM_CACHE_BYTES // MiB} MiB of the KV budget kept for the "
+                "embedding cache (SGLANG_VLM_CACHE_SIZE_MB)"
+            )
         _tokens, seqs = self.defaults(total_memory, device_name)
         notes.append(f"mem_fraction_static {fraction:.3f}: activations and graphs use the rest")
         return StartupEstimate(
