@@ -16,6 +16,7 @@ __all__ = [
     "InsufficientMemoryError",
     "InvalidInputError",
     "MemacctError",
+    "ModelSourceError",
     "ProfilingError",
     "ProfilingOutOfMemoryError",
 ]
@@ -31,6 +32,11 @@ class InvalidInputError(MemacctError, ValueError):
 
 class ConfigError(InvalidInputError):
     """A model ``config.json``, a profile or a plan file cannot be used."""
+
+
+class ModelSourceError(ConfigError):
+    """A model named by a Hub id, a cache entry or a file cannot be found or read:
+    the message names the cause (gated, missing, private, offline) and the fix."""
 
 
 class BackendError(MemacctError):

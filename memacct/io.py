@@ -42,6 +42,7 @@ __all__ = [
     "read_json_object",
     "read_prefix",
     "read_text",
+    "user_cache_dir",
 ]
 
 MAX_FILE_BYTES = 16 * MiB
@@ -49,6 +50,24 @@ MAX_FILE_BYTES = 16 * MiB
 
 MAX_JSON_DEPTH = 64
 """Deepest JSON nesting accepted (a model config nests 3-4 levels)."""
+
+
+def user_cache_dir(*parts: str) -> Path | None:
+    """memacct's cache directory (``parts`` below it), or ``None`` when caching is off.
+
+    ``MEMACCT_CACHE_DIR`` if set (an empty value or ``off`` turns caching off), else
+    ``$XDG_CACHE_HOME/memacct``, else ``~/.cache/memacct``. Nothing is created here: a
+    writer makes the directory it needs (``atomic_write_bytes(..., make_parents=True)``).
+    """
+    override = os.environ.get("MEMACCT_CACHE_DIR")
+    if override is not None:
+        if override.strip() in ("", "off", "0"):
+            return None
+        base = Path(override).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "memacct"
+    return base.joinpath(*parts)
 
 
 def _describe(path: Path) -> str:
@@ -209,13 +228,16 @@ def read_json_object(
     return loads_json_object(read_text(path, what), str(path), expected)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, what: str = "file", *, make_parents: bool = False
+) -> Path:
     """Replace ``path`` with ``data`` atomically; returns the path.
 
     The data goes to a temporary file created exclusively beside the target
     (an unpredictable name; an existing file or link there is never
     followed), is ``fsync``-ed, then renamed over the target. On any failure
     the temporary file is removed and the old target is left as it was.
+    ``make_parents``: create the target's directory first (a cache's).
 
     Raises:
         ConfigError: the directory is missing or not writable, the disk is
@@ -226,6 +248,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "f
     if target.is_dir():
         raise ConfigError(f"cannot write {what} to {_describe(target)}: it is a directory")
     try:
+        if make_parents:
+            directory.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise ConfigError(
@@ -254,6 +278,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "f
     return target
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
+def atomic_write_text(
+    path: str | os.PathLike[str], text: str, what: str = "file", *, make_parents: bool = False
+) -> Path:
     """:func:`atomic_write_bytes` for UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"), what)
+    return atomic_write_bytes(path, text.encode("utf-8"), what, make_parents=make_parents)

@@ -1,16 +1,22 @@
-"""Weights of one rank from a checkpoint's safetensors headers (no tensor is read).
+"""Weights of one rank from a checkpoint's tensor table (no tensor is read).
 
-Only the 8-byte length and the JSON header of each file are read, through
-:mod:`memacct.io`, or ``model.safetensors.index.json`` plus the headers.
+The table comes from safetensors headers (only the 8-byte length and the JSON
+header of each file are read, through :mod:`memacct.io`, or
+``model.safetensors.index.json`` plus the headers), from the same headers
+fetched from the Hugging Face Hub by range requests (:mod:`memacct.planner.hub`),
+or from a GGUF file's tensor table (:mod:`memacct.planner.gguf_file`). All of it
+is untrusted input: a header length past the format's cap, a shard name outside
+the checkpoint, or a malformed tensor entry is refused with one line.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, NamedTuple
 
 from memacct.checks import check_int
 from memacct.errors import ConfigError
@@ -27,32 +33,202 @@ from memacct.planner.weight_rules import (
     dtype_bytes,
 )
 
-__all__ = ["safetensors_weights"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "TensorInfo",
+    "TensorTable",
+    "checkpoint_table",
+    "header_length",
+    "header_tensors",
+    "safetensors_weights",
+    "shard_names",
+    "table_weights",
+]
 
-_MAX_HEADER = 100 * 2**20  # safetensors caps its JSON header at 100 MB
+MAX_HEADER_BYTES = 100_000_000
+"""The safetensors format's cap on its JSON header (``MAX_HEADER_SIZE`` in safetensors'
+``safetensors/src/tensor.rs``: 100 MB); a longer declared header is not a safetensors file."""
+
+_MAX_RANK = 8
+_MAX_DIM = 1 << 40
+_MAX_TENSORS = 1 << 20
 
 
-def _header(path: Path) -> dict[str, Any]:
-    (length,) = struct.unpack("<Q", read_prefix(path, "safetensors file", 0, 8))
-    if length <= 0 or length > _MAX_HEADER:
+class TensorInfo(NamedTuple):
+    """One tensor of a checkpoint: its dtype as the file names it, its shape and, for
+    formats whose blocks the dtype alone does not size (GGUF), its bytes in the file."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorTable:
+    """A checkpoint's tensors by name (every file together), with the config they belong to.
+
+    Attributes:
+        config: the model's ``config.json`` (or the config read from a GGUF file).
+        tensors: tensor name -> :class:`TensorInfo`.
+        origin: where the table came from, for the estimate's ``source`` (``checkpoint``).
+    """
+
+    config: Mapping[str, Any]
+    tensors: Mapping[str, TensorInfo] = field(default_factory=dict)
+    origin: str = "checkpoint"
+
+
+def header_length(prefix: bytes, source: str) -> int:
+    """The JSON header's length from the first 8 bytes of a safetensors file, checked.
+
+    Raises:
+        ConfigError: fewer than 8 bytes, a zero length, or one past :data:`MAX_HEADER_BYTES`
+            (refused before any of the header is read).
+    """
+    if len(prefix) < 8:
+        raise ConfigError(f"{source} is shorter than 8 bytes: not a safetensors file")
+    (length,) = struct.unpack("<Q", prefix[:8])
+    if length <= 0 or length > MAX_HEADER_BYTES:
         raise ConfigError(
-            f"safetensors file {str(path)!r} declares a {length}-byte header: "
-            "not a safetensors file"
+            f"{source} declares a {length}-byte header, beyond the safetensors format's cap of "
+            f"{MAX_HEADER_BYTES} bytes: not a safetensors file (check the file or the repository)"
         )
+    return int(length)
+
+
+def header_tensors(header: Mapping[str, Any], source: str) -> dict[str, TensorInfo]:
+    """The tensors of one parsed safetensors header, each entry checked.
+
+    Raises:
+        ConfigError: an entry is not ``{"dtype": str, "shape": [int, ...]}`` with plausible sizes.
+    """
+    if len(header) > _MAX_TENSORS:
+        raise ConfigError(f"{source} lists {len(header)} tensors: not a real checkpoint")
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = entry.get("dtype") if isinstance(entry, Mapping) else None
+        shape = entry.get("shape") if isinstance(entry, Mapping) else None
+        ok = (
+            isinstance(dtype, str)
+            and len(dtype) <= 16
+            and isinstance(shape, list)
+            and len(shape) <= _MAX_RANK
+            and all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= _MAX_DIM
+                for d in shape
+            )
+        )
+        if not ok:
+            raise ConfigError(
+                f"{source}: tensor {name[:80]!r} is not a safetensors entry "
+                '({"dtype": ..., "shape": [...]}): the header is damaged or not safetensors'
+            )
+        assert isinstance(dtype, str) and isinstance(shape, list)
+        tensors[name] = TensorInfo(dtype, tuple(shape))
+    return tensors
+
+
+def shard_names(index: Mapping[str, Any], source: str) -> list[str]:
+    """The shard files a ``model.safetensors.index.json`` names, each inside the checkpoint.
+
+    Raises:
+        ConfigError: no ``weight_map``, or a shard name that is absolute, climbs out of the
+            checkpoint (``..``), or is not a ``.safetensors`` file name.
+    """
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, Mapping) or not weight_map:
+        raise ConfigError(f"{source} has no weight_map: the checkpoint index is damaged")
+    names = sorted({str(v) for v in weight_map.values()})
+    for name in names:
+        parts = PurePosixPath(name).parts
+        bad = (
+            not name
+            or name.startswith(("/", "\\"))
+            or "\\" in name
+            or ":" in name
+            or ".." in parts
+            or not name.endswith(".safetensors")
+        )
+        if bad:
+            raise ConfigError(
+                f"{source} names the shard {name[:120]!r}, outside the checkpoint or not a "
+                "safetensors file: the index is damaged or hostile; refusing it"
+            )
+    return names
+
+
+def _header(path: Path) -> dict[str, TensorInfo]:
+    source = f"safetensors file {str(path)!r}"
+    length = header_length(read_prefix(path, "safetensors file", 0, 8), source)
     text = read_prefix(path, "safetensors file", 8, length).decode("utf-8", errors="replace")
-    return loads_json_object(text, f"safetensors header of {path.name}")
+    return header_tensors(loads_json_object(text, f"safetensors header of {path.name}"), source)
 
 
 def _checkpoint_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         data = read_json_object(index, "model.safetensors.index.json")
-        weight_map = data.get("weight_map")
-        if not isinstance(weight_map, Mapping) or not weight_map:
-            raise ConfigError(f"{index} has no weight_map: the checkpoint index is damaged")
-        names = sorted({str(v) for v in weight_map.values()})
-        return [directory / n for n in names]
+        return [directory / n for n in shard_names(data, str(index))]
     return sorted(directory.glob("*.safetensors"))
+
+
+def checkpoint_table(directory: str | os.PathLike[str]) -> TensorTable:
+    """The tensor table of a checkpoint directory's safetensors headers (no tensor is read).
+
+    Raises:
+        ConfigError: no ``config.json`` or no safetensors file, or a damaged header.
+    """
+    root = Path(directory)
+    config = read_json_object(root / "config.json", "config.json")
+    files = _checkpoint_files(root)
+    if not files:
+        raise ConfigError(
+            f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
+            "safetensors format, or the config.json alone for an estimate from the architecture"
+        )
+    return TensorTable(config, merge_tensors(_header(path) for path in files))
+
+
+def merge_tensors(parts: Iterable[Mapping[str, TensorInfo]]) -> dict[str, TensorInfo]:
+    """Every file's tensors in one table."""
+    merged: dict[str, TensorInfo] = {}
+    for part in parts:
+        merged.update(part)
+    return merged
+
+
+def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> WeightEstimate:
+    """Weights of one rank from a checkpoint's tensor table."""
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
+    config = table.config
+    kv = _num_kv_heads(config)
+    dt = dtype_bytes(config)
+    tied = bool(_text(config).get("tie_word_embeddings", True))
+    by_role: dict[str, int] = {}
+    for name, info in table.tensors.items():
+        shape = info.shape
+        role = _role(name)
+        if role == "lm_head" and tied:
+            continue
+        shard = _shard_elems(name, shape, tp, kv)
+        if info.nbytes is not None:
+            elems = 1
+            for d in shape:
+                elems *= d
+            by_role[role] = by_role.get(role, 0) + (info.nbytes * shard // elems if elems else 0)
+            continue
+        size = _DTYPE_BYTES.get(info.dtype.lower(), 2)
+        # The engine casts unquantized float tensors to the serving dtype.
+        if size == 4 and info.dtype.upper() == "F32" and not name.endswith("scale"):
+            size = dt
+        by_role[role] = by_role.get(role, 0) + shard * size
+    by_role["buffers"] = by_role.get("buffers", 0) + _rotary_bytes(config)
+    quant = parse_quantization(config)
+    return WeightEstimate(
+        sum(by_role.values()), by_role, table.origin, quant.label if quant else None, tp
+    )
 
 
 def safetensors_weights(
@@ -63,38 +239,5 @@ def safetensors_weights(
     Raises:
         ConfigError: no ``config.json`` or no safetensors file, or a damaged header.
     """
-    tp = check_int("tensor_parallel_size", tensor_parallel_size)
-    root = Path(directory)
-    config = read_json_object(root / "config.json", "config.json")
-    files = _checkpoint_files(root)
-    if not files:
-        raise ConfigError(
-            f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
-            "safetensors format, or the config.json alone for an estimate from the architecture"
-        )
-    kv = _num_kv_heads(config)
-    dt = dtype_bytes(config)
-    tied = bool(_text(config).get("tie_word_embeddings", True))
-    by_role: dict[str, int] = {}
-    for path in files:
-        for name, entry in _header(path).items():
-            if name == "__metadata__" or not isinstance(entry, Mapping):
-                continue
-            shape = tuple(int(d) for d in entry.get("shape", ()))
-            size = _DTYPE_BYTES.get(str(entry.get("dtype", "")).lower(), 2)
-            # The engine casts unquantized float tensors to the serving dtype.
-            if (
-                size == 4
-                and str(entry.get("dtype", "")).upper() == "F32"
-                and not name.endswith("scale")
-            ):
-                size = dt
-            role = _role(name)
-            if role == "lm_head" and tied:
-                continue
-            by_role[role] = by_role.get(role, 0) + _shard_elems(name, shape, tp, kv) * size
-    by_role["buffers"] = by_role.get("buffers", 0) + _rotary_bytes(config)
-    quant = parse_quantization(config)
-    return WeightEstimate(
-        sum(by_role.values()), by_role, "checkpoint", quant.label if quant else None, tp
-    )
+    check_int("tensor_parallel_size", tensor_parallel_size)
+    return table_weights(checkpoint_table(directory), tensor_parallel_size=tensor_parallel_size)

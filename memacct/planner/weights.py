@@ -38,7 +38,12 @@ from typing import Any, Literal
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
-from memacct.planner.checkpoint import _checkpoint_files, safetensors_weights
+from memacct.planner.checkpoint import (
+    TensorTable,
+    _checkpoint_files,
+    safetensors_weights,
+    table_weights,
+)
 from memacct.planner.config import _Config
 from memacct.planner.meta import meta_weights
 from memacct.planner.quant import parse_quantization
@@ -273,7 +278,7 @@ def mxfp4_padding(device_class: str) -> tuple[int, int]:
 
 
 def estimate_weights(
-    model: Mapping[str, Any] | str | os.PathLike[str],
+    model: Mapping[str, Any] | str | os.PathLike[str] | TensorTable,
     *,
     tensor_parallel_size: int = 1,
     source: Source = "auto",
@@ -282,7 +287,9 @@ def estimate_weights(
     """Weights of one rank, from the best source available (see the module docstring).
 
     Args:
-        model: a ``config.json`` dict, or a checkpoint directory.
+        model: a ``config.json`` dict, a checkpoint directory, or a checkpoint's tensor
+            table (:class:`~memacct.planner.checkpoint.TensorTable`: safetensors headers
+            read from the Hub, a GGUF file's tensors).
         tensor_parallel_size: ranks the model is split across.
         source: ``auto`` (checkpoint, else formulas), or one source by name.
             ``transformers`` is used only when asked: it is slower to import
@@ -293,6 +300,10 @@ def estimate_weights(
         ConfigError: the source cannot be read, or lacks a size it needs.
         UnknownQuantizationError: the checkpoint's quantization method is unknown.
     """
+    if isinstance(model, TensorTable) and source in ("auto", "checkpoint"):
+        return table_weights(model, tensor_parallel_size=tensor_parallel_size)
+    if isinstance(model, TensorTable):
+        model = model.config
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if path.is_dir() and source in ("auto", "checkpoint") and _checkpoint_files(path):
