@@ -194,7 +194,9 @@ class BaseBackend:
         """Whether the backend can run here and why not; cheap, no device work.
 
         The registry calls it in a worker thread under a time limit
-        (``MEMACCT_PLUGIN_TIMEOUT``). Default: available.
+        (``memacct.registry.TIME_LIMIT_S``) whenever backends are listed: tell it
+        without importing the framework (:mod:`memacct.plugin`), and check the
+        framework in the constructor. Default: available.
         """
         return Availability(True, f"{cls.__name__} declares no availability check")
 

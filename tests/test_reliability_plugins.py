@@ -7,8 +7,13 @@ so ``importlib.metadata`` finds them exactly as it finds pip-installed ones.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,3 +198,158 @@ def test_core_sim_comes_through_the_entry_point_group_like_any_plugin(
 def test_registering_something_not_callable_is_invalid_input() -> None:
     with pytest.raises(memacct.InvalidInputError, match="factory for backend 'x' must be callable"):
         memacct.register_backend("x", 42)  # type: ignore[arg-type]
+
+
+# -- plugins that hang (issue 23 row 4): at most the time limit, once, and only when asked ---
+
+HANGING = """
+import threading
+from memacct import Availability, TorchLikeBackend
+from memacct.sim import SimDevice
+
+def hang():
+    open({marker!r}, "a").close()
+    threading.Event().wait()  # forever: the probe's daemon thread never returns
+
+{at_import}
+
+class Backend(TorchLikeBackend):
+    name = "{name}"
+    priority = 10**9
+
+    def __init__(self, **options):
+        super().__init__(SimDevice(total_bytes=8 * 2**30).api)
+
+    @classmethod
+    def availability(cls):
+        {in_availability}
+        return Availability(True, "late")
+"""
+VENDORS = "cuda,npu,mindspore,nvml"  # off in these tests: only sim and the hanging ones listed
+LIMIT = 0.25
+
+
+def hanging(
+    make_plugin: PluginMaker, tmp_path: Path, name: str, where: str = "import"
+) -> tuple[Path, Path]:
+    """A plugin ``name`` that hangs at import or in availability(); (its site dir, its marker)."""
+    marker = tmp_path / f"{name}.touched"
+    source = HANGING.format(
+        marker=str(marker), name=name,
+        at_import="hang()" if where == "import" else "",
+        in_availability="hang()" if where == "availability" else "pass",
+    )  # fmt: skip
+    # A module of its own: another test's import of it may still hang, holding its import lock.
+    module = f"{name}_{where}_{tmp_path.name.replace('-', '_')}"
+    root = make_plugin(f"{name}-dist", module, source, {name: f"{module}:Backend"})
+    return root, marker
+
+
+@pytest.fixture
+def small_limit(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(registry, "TIME_LIMIT_S", LIMIT)
+    monkeypatch.setenv("MEMACCT_DISABLED_BACKENDS", VENDORS)
+    return LIMIT
+
+
+def test_default_time_limit_is_at_most_ten_seconds() -> None:
+    # Before: MEMACCT_PLUGIN_TIMEOUT's default, 20 s, paid by every call that listed backends.
+    assert 0 < registry.TIME_LIMIT_S <= 10
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("import", f"did not finish importing within {LIMIT:g} s"),
+        ("availability", f"availability() did not answer within {LIMIT:g} s"),
+    ],
+)
+def test_hanging_plugin_is_listed_unavailable_within_the_time_limit(
+    where: str, reason: str, make_plugin: PluginMaker, tmp_path: Path, small_limit: float
+) -> None:
+    hanging(make_plugin, tmp_path, "sleepy", where)
+    start = time.monotonic()
+    listed = infos()
+    assert time.monotonic() - start < small_limit + 0.5
+    assert not listed["sleepy"].available and reason in listed["sleepy"].reason
+    assert "MEMACCT_DISABLED_BACKENDS=sleepy" in listed["sleepy"].reason
+    assert listed["sim"].available
+    with pytest.raises(BackendUnavailableError, match=f"within {small_limit:g} s"):
+        memacct.get_backend("sleepy")
+    with pytest.raises(BackendUnavailableError, match="no real device backend"):
+        memacct.get_backend()
+
+
+def test_hanging_plugins_cost_the_time_limit_once_however_many(
+    make_plugin: PluginMaker, tmp_path: Path, small_limit: float
+) -> None:
+    # Before: every listing and every get_backend waited the whole limit again (about 22 s
+    # each with the default), so `memacct snapshot` paid it twice.
+    for i, where in enumerate(["import", "import", "availability"]):
+        hanging(make_plugin, tmp_path, f"hang{i}", where)
+    start = time.monotonic()
+    first = infos()
+    again = infos()
+    with pytest.raises(BackendUnavailableError, match="within"):
+        memacct.get_backend("hang1")
+    with pytest.raises(BackendUnavailableError, match="no real device backend"):
+        memacct.get_backend()
+    elapsed = time.monotonic() - start
+    assert all(not first[f"hang{i}"].available for i in range(3))
+    assert [again[f"hang{i}"] for i in range(3)] == [first[f"hang{i}"] for i in range(3)]
+    assert elapsed < 2 * small_limit, f"{elapsed:.2f} s: the hanging plugins were waited for twice"
+
+
+def test_naming_another_backend_never_loads_a_hanging_plugin(
+    make_plugin: PluginMaker, tmp_path: Path, small_limit: float
+) -> None:
+    _, at_import = hanging(make_plugin, tmp_path, "hang0", "import")
+    _, in_availability = hanging(make_plugin, tmp_path, "hang1", "availability")
+    start = time.monotonic()
+    assert memacct.get_backend("sim").name == "sim"
+    assert "hang0" in registry.backend_names()  # listed by name, from metadata only
+    assert time.monotonic() - start < small_limit
+    assert not at_import.exists() and not in_availability.exists()
+
+
+def test_offline_plan_never_loads_a_hanging_plugin(
+    make_plugin: PluginMaker, tmp_path: Path, small_limit: float
+) -> None:
+    from memacct.cli import main
+
+    _, marker = hanging(make_plugin, tmp_path, "hang0", "import")
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", "h100", "--json"]) == 0
+    assert not marker.exists()
+
+
+def test_backends_and_snapshot_commands_finish_despite_a_hanging_plugin(
+    make_plugin: PluginMaker, tmp_path: Path
+) -> None:
+    # One process for both commands; it must end cleanly (no crash at shutdown) while the
+    # plugin's import hangs on in its daemon thread.
+    root, _ = hanging(make_plugin, tmp_path, "sleepy", "import")
+    code = (
+        "import sys\n"
+        "from memacct import registry\n"
+        f"registry.TIME_LIMIT_S = {LIMIT}\n"
+        "from memacct.cli import main\n"
+        "listed = main(['backends', '--json'])\n"
+        "print('---')\n"
+        "snapshot = main(['snapshot'])\n"
+        "print('---', listed, snapshot)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    env["MEMACCT_DISABLED_BACKENDS"] = VENDORS
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    listing, _, codes = proc.stdout.partition("\n---\n")
+    assert codes.strip() == "--- 0 2"
+    sleepy = {i["name"]: i for i in json.loads(listing)}["sleepy"]
+    assert f"did not finish importing within {LIMIT:g} s" in sleepy["reason"]
+    assert "Fatal Python error" not in proc.stderr and "Traceback" not in proc.stderr
+    error = proc.stderr.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("memacct: error: ") and "sleepy" in error[0]

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,7 +216,6 @@ def infos() -> dict[str, memacct.BackendInfo]:
 def test_third_party_claiming_a_first_party_name_is_refused(
     name: str, make_plugin: PluginMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEMACCT_PLUGIN_TIMEOUT", "60")
     make_plugin("evil-dist", "evil_backend", IMPOSTOR.format(name=name, reported=name),
                 {name: "evil_backend:Backend"})  # fmt: skip
     listed = infos()
@@ -277,68 +275,8 @@ def test_install_hints_match_the_entry_points_of_the_first_party_distributions()
     assert declared == registry.FIRST_PARTY
 
 
-# -- row 5: a plugin that hangs costs at most the time limit ----------------------------
-
-SLEEPY = IMPOSTOR.format(name="sleepy", reported="sleepy")
-SLEEPS_AT_IMPORT = "import time\ntime.sleep(60)\n" + SLEEPY
-SLEEPS_IN_AVAILABILITY = SLEEPY.replace(
-    'return Availability(True, "impostor present")',
-    'import time; time.sleep(60)\n        return Availability(True, "late")',
-)
-
-
-@pytest.mark.parametrize(
-    ("source", "reason"),
-    [
-        (SLEEPS_AT_IMPORT, "did not finish importing within 1.5 s"),
-        (SLEEPS_IN_AVAILABILITY, "availability() did not answer within 1.5 s"),
-    ],
-    ids=["import", "availability"],
-)
-def test_hanging_plugin_is_listed_unavailable_within_the_time_limit(
-    source: str, reason: str, make_plugin: PluginMaker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MEMACCT_PLUGIN_TIMEOUT", "1.5")
-    # A module name of its own: the other case's import may still be asleep in its thread.
-    module = f"sleepy_{len(reason)}"
-    make_plugin("sleepy-dist", module, source, {"sleepy": f"{module}:Backend"})
-    start = time.monotonic()
-    listed = infos()
-    assert time.monotonic() - start < 6
-    assert not listed["sleepy"].available and reason in listed["sleepy"].reason
-    assert listed["sim"].available
-    start = time.monotonic()
-    with pytest.raises(BackendUnavailableError, match="within 1.5 s"):
-        memacct.get_backend("sleepy")
-    with pytest.raises(BackendUnavailableError, match="no real device backend"):
-        memacct.get_backend()
-    assert time.monotonic() - start < 10
-
-
-def test_backends_and_snapshot_commands_finish_despite_a_hanging_plugin(
-    make_plugin: PluginMaker,
-) -> None:
-    root = make_plugin("sleepy-dist", "sleepy_cli", SLEEPS_AT_IMPORT,
-                       {"sleepy": "sleepy_cli:Backend"})  # fmt: skip
-    # One second is also shorter than MindSpore's import here: the command must still end
-    # cleanly while that import runs on in its worker thread (no crash at shutdown).
-    env = {"PYTHONPATH": str(root), "MEMACCT_PLUGIN_TIMEOUT": "1"}
-    listing = run_cli("backends", "--json", env=env, timeout=30)
-    assert listing.returncode == 0, listing.stderr
-    sleepy = {i["name"]: i for i in json.loads(listing.stdout)}["sleepy"]
-    assert "did not finish importing within 1 s" in sleepy["reason"]
-    assert "Fatal Python error" not in listing.stderr and "Traceback" not in listing.stderr
-    snap = run_cli("snapshot", env=env, timeout=30)
-    assert snap.returncode == 2
-    assert "sleepy" in one_line_error(snap.stderr)
-
-
-def test_plugin_time_limit_that_is_not_a_number_is_named(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("MEMACCT_PLUGIN_TIMEOUT", "soon")
-    with pytest.raises(InvalidInputError, match="MEMACCT_PLUGIN_TIMEOUT='soon'"):
-        memacct.available_backends()
+# -- row 5: a plugin that hangs costs at most the time limit: tests/test_reliability_plugins.py
+# (with a time limit of a quarter second, and "once however many", issue 23 row 4).
 
 
 # -- row 6: a plot path that cannot be written ------------------------------------------

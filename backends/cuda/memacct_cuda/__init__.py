@@ -13,8 +13,10 @@ this plugin adds what is particular to CUDA, as data and small overrides:
   out without swapping, ``MemAvailable``, not what the driver calls free (see
   :meth:`CudaBackend.mem_get_info`).
 
-torch is imported when the backend is built or asked for its availability,
-never when the plugin is listed.
+``availability()`` imports no torch: it reads the installed torch's metadata
+(a ``+cpu`` wheel cannot serve) and looks for the GPUs' device files
+(:mod:`memacct.plugin`). torch is imported when the backend is built, and the
+constructor refuses with torch's own diagnosis when ``torch.cuda`` sees no GPU.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from typing import TYPE_CHECKING, Any
 from memacct import (
     Availability,
     BackendQuirks,
+    BackendUnavailableError,
     InvalidInputError,
     TorchLikeBackend,
     TruthSource,
     torch_allocator_model,
     with_allocator_settings,
 )
+from memacct.plugin import installed, missing_device
 
 if TYPE_CHECKING:
     from memacct_nvml import Nvml
@@ -50,6 +54,7 @@ __all__ = [
     "cuda_availability",
     "import_failure_reason",
     "read_mem_available",
+    "torch_cuda_availability",
 ]
 
 logger = logging.getLogger("memacct")
@@ -101,6 +106,34 @@ def cpu_only_build_reason(version_of: Callable[[str], str] | None = None) -> str
     return cpu_only_reason(version) if version.endswith("+cpu") else None
 
 
+def torch_cuda_availability(
+    version_of: Callable[[str], str] = importlib.metadata.version,
+) -> Availability:
+    """What can be told without importing torch: is it installed, a GPU build, a GPU here?
+
+    Args:
+        version_of: how to read an installed distribution's version.
+    """
+    if not installed("torch"):
+        return Availability(False, f"torch is not installed ({TORCH_HINT})")
+    cpu_only = cpu_only_build_reason(version_of)
+    if cpu_only is not None:
+        return Availability(False, cpu_only)
+    try:
+        version = version_of("torch")
+    except importlib.metadata.PackageNotFoundError:  # importable without metadata
+        version = "(unknown version)"
+    no_gpu = missing_device("AMD GPU" if "+rocm" in version else "NVIDIA GPU")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if no_gpu is None and visible is not None and visible.strip() in ("", "-1"):
+        no_gpu = f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process"
+    if no_gpu is not None:
+        return Availability(False, f"torch {version} is installed but {no_gpu}")
+    return Availability(
+        True, f"torch {version} is installed and a GPU is present (torch.cuda is asked on start)"
+    )
+
+
 def cuda_availability(torch: Any) -> Availability:
     """Whether ``torch`` can use a GPU here, and if not, the specific reason.
 
@@ -146,6 +179,18 @@ def read_mem_available(path: str = MEMINFO) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _import_torch_cuda() -> Any:
+    """``torch.cuda`` once torch imports and sees a GPU; else :class:`BackendUnavailableError`."""
+    try:
+        torch = importlib.import_module("torch")
+    except Exception as exc:
+        raise BackendUnavailableError(import_failure_reason(exc)) from exc
+    avail = cuda_availability(torch)
+    if not avail.available:
+        raise BackendUnavailableError(avail.reason)
+    return torch.cuda
 
 
 def _is_integrated(module: Any) -> bool:
@@ -203,7 +248,7 @@ class CudaBackend(TorchLikeBackend):
         meminfo_path: str = MEMINFO,
     ) -> None:
         if module is None:
-            module = importlib.import_module("torch").cuda
+            module = _import_torch_cuda()
         super().__init__(module)
         self.out_of_memory_errors = _torch_out_of_memory_errors()
         if unified_memory is None:
@@ -222,19 +267,13 @@ class CudaBackend(TorchLikeBackend):
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when torch has CUDA and sees a GPU; otherwise the specific reason.
+        """Whether torch is a GPU build and the machine has a GPU, told without importing torch.
 
-        A CPU-only wheel is told by its version (PyTorch's ``+cpu`` local tag) without
-        importing torch, which takes seconds: ``memacct backends`` stays quick there.
+        A CPU-only wheel is told by its version (PyTorch's ``+cpu`` local tag), a GPU by
+        its device file: ``memacct backends`` stays quick. Building the backend imports
+        torch and asks :func:`cuda_availability`.
         """
-        cpu_only = cpu_only_build_reason()
-        if cpu_only is not None:
-            return Availability(False, cpu_only)
-        try:
-            torch = importlib.import_module("torch")
-        except Exception as exc:
-            return Availability(False, import_failure_reason(exc))
-        return cuda_availability(torch)
+        return torch_cuda_availability()
 
     def mem_get_info(self, device: int) -> tuple[int, int]:
         """``(free, total)`` bytes of the GPU.

@@ -29,12 +29,13 @@ from memacct_cuda import (
     cuda_availability,
     import_failure_reason,
     read_mem_available,
+    torch_cuda_availability,
 )
 from memacct_nvml import Nvml
 from memacct_nvml.fake import FakeGpu, FakePynvml
 
 import memacct
-from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
+from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource, plugin
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
 from memacct.testing import Allocator, BackendConformance, torch_allocator
@@ -257,8 +258,80 @@ def test_profile_records_the_allocator_settings(
     assert session.result.allocator_settings == {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"}
 
 
-def test_default_module_is_torch_cuda() -> None:
-    assert CudaBackend().module is torch.cuda
+@pytest.mark.skipif(not CPU_ONLY_TORCH, reason="this machine's torch is built with CUDA or ROCm")
+def test_built_on_a_cpu_only_torch_refuses_with_the_reason() -> None:
+    with pytest.raises(BackendUnavailableError, match="CPU-only build"):
+        CudaBackend()
+
+
+def test_built_without_a_module_imports_torch_and_takes_torch_cuda(
+    monkeypatch: pytest.MonkeyPatch, dev: SimDevice
+) -> None:
+    fake = fake_torch()
+    fake.cuda = dev.api
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert CudaBackend().module is dev.api
+
+
+def test_built_on_a_gpu_build_without_driver_refuses_with_torchs_diagnosis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = fake_torch(available=False, warning="CUDA initialization: Found no NVIDIA driver.")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    with pytest.raises(BackendUnavailableError, match="Found no NVIDIA driver"):
+        CudaBackend()
+
+
+def devices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> None:
+    """A /dev holding ``names``: what the drivers would have created."""
+    for name in names:
+        (tmp_path / name).touch()
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+
+
+def test_gpu_build_with_a_gpu_device_file_is_available_without_importing_torch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    devices(monkeypatch, tmp_path, "nvidia0", "nvidiactl")
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing it would fail
+    monkeypatch.setattr("memacct_cuda.installed", lambda name: True)
+    avail = torch_cuda_availability(lambda name: "2.13.0+cu128")
+    assert (avail.available, avail.reason) == (
+        True,
+        "torch 2.13.0+cu128 is installed and a GPU is present (torch.cuda is asked on start)",
+    )
+
+
+def test_gpu_build_without_a_gpu_device_file_names_the_files_and_the_cause(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    devices(monkeypatch, tmp_path, "nvidiactl", "kfd")
+    avail = torch_cuda_availability(lambda name: "2.13.0")
+    assert not avail.available
+    assert avail.reason.startswith(
+        f"torch 2.13.0 is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
+        f"... in {tmp_path}): no NVIDIA driver is loaded"
+    )
+
+
+def test_rocm_build_looks_for_the_rocm_device_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    devices(monkeypatch, tmp_path, "nvidia0")
+    assert "no AMD GPU (no kfd" in torch_cuda_availability(lambda name: "2.5.1+rocm6.2").reason
+    devices(monkeypatch, tmp_path, "kfd")
+    assert torch_cuda_availability(lambda name: "2.5.1+rocm6.2").available
+
+
+def test_cuda_visible_devices_that_hides_every_gpu_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    devices(monkeypatch, tmp_path, "nvidia0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert torch_cuda_availability(lambda name: "2.13.0").reason == (
+        "torch 2.13.0 is installed but CUDA_VISIBLE_DEVICES='' hides every GPU from this process"
+    )
 
 
 # -- per-process attribution ----------------------------------------------------------------

@@ -18,8 +18,11 @@ What MindSpore cannot tell, and where memacct reads it instead:
   one device, index 0: the one the process runs on (``mindspore.set_device``);
 * there is no per-process figure: snapshots report ``other_processes=None``.
 
-mindspore is imported when the backend is built or asked for its
-availability, never when the plugin is listed.
+``availability()`` imports no mindspore: it asks whether mindspore is
+installed and looks for an Ascend NPU's or NVIDIA GPU's device files
+(:mod:`memacct.plugin`). mindspore is imported when the backend is built, and
+the constructor refuses when its device target is not Ascend or GPU
+(:func:`probe_mindspore`).
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from memacct import (
     Availability,
     BackendError,
     BackendQuirks,
+    BackendUnavailableError,
     BaseBackend,
     GiB,
     InvalidInputError,
     MiB,
     TruthSource,
 )
+from memacct.plugin import installed, missing_device, version
 
 __version__ = "0.1.0"
 
@@ -51,6 +56,7 @@ __all__ = [
     "default_pool_budget",
     "map_memory_stats",
     "mindspore_availability",
+    "mindspore_install_availability",
     "probe_mindspore",
 ]
 
@@ -179,6 +185,29 @@ def probe_mindspore(
     return mindspore_availability(ms)
 
 
+def mindspore_install_availability(
+    find_spec: Callable[[str], bool] = installed,
+) -> Availability:
+    """What can be told without importing mindspore: is it installed, an NPU or GPU here?
+
+    Args:
+        find_spec: whether a top-level module is installed, without importing it.
+    """
+    if not find_spec("mindspore"):
+        return Availability(False, f"mindspore is not installed ({MINDSPORE_HINT})")
+    release = version("mindspore") or "(unknown version)"
+    no_device = missing_device("Ascend NPU", "NVIDIA GPU")
+    if no_device is not None:
+        return Availability(
+            False,
+            f"mindspore {release} is installed but {no_device}; memacct-mindspore needs "
+            "MindSpore on Ascend or GPU",
+        )
+    return Availability(
+        True, f"mindspore {release} is installed and a device is present (checked on start)"
+    )
+
+
 class MindSporeBackend(BaseBackend):
     """MindSpore's memory pool on Ascend or GPU (registered as ``mindspore``).
 
@@ -220,7 +249,12 @@ class MindSporeBackend(BaseBackend):
                 f"(e.g. 60 * 2**30 for set_memory(max_size='60GB')), got {max_device_memory!r}"
             )
         self.max_device_memory = max_device_memory
-        self.ms = mindspore if mindspore is not None else importlib.import_module("mindspore")
+        if mindspore is None:
+            avail = probe_mindspore()
+            if not avail.available:
+                raise BackendUnavailableError(avail.reason)
+            mindspore = importlib.import_module("mindspore")
+        self.ms = mindspore
         self._memory_info = memory_info
         self._nvml = nvml
         self._nvml_handle: Any = None
@@ -234,8 +268,11 @@ class MindSporeBackend(BaseBackend):
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when MindSpore runs on an Ascend or GPU device; otherwise why not."""
-        return probe_mindspore()
+        """Whether mindspore is installed beside an Ascend NPU or GPU, told without importing it.
+
+        Building the backend imports mindspore and asks :func:`probe_mindspore`.
+        """
+        return mindspore_install_availability()
 
     @property
     def device_target(self) -> str:

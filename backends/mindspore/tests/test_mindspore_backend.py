@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,11 +21,12 @@ from memacct_mindspore import (
     MindSporeBackend,
     map_memory_stats,
     mindspore_availability,
+    mindspore_install_availability,
     probe_mindspore,
 )
 
 import memacct
-from memacct import BackendError, InvalidInputError, TruthSource
+from memacct import BackendError, BackendUnavailableError, InvalidInputError, TruthSource, plugin
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
 from memacct.testing import Allocator, BackendConformance
@@ -171,13 +173,44 @@ class TestMindSporeConformanceOnHardware(BackendConformance):
 @pytest.mark.skipif(
     ms.get_context("device_target") != "CPU", reason="MindSpore here targets a device"
 )
-def test_availability_here_says_the_cpu_target_has_no_ascend_or_gpu() -> None:
+def test_building_here_says_the_cpu_target_has_no_ascend_or_gpu() -> None:
+    with pytest.raises(BackendUnavailableError) as caught:
+        MindSporeBackend()
+    assert str(caught.value).startswith(
+        f"mindspore {ms.__version__} runs on device target CPU: it finds no Ascend or GPU device"
+    )
+    assert str(caught.value).endswith("memacct-mindspore needs MindSpore on Ascend or GPU")
+
+
+def test_availability_without_a_device_file_names_both_kinds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
     avail = MindSporeBackend.availability()
     assert not avail.available
     assert avail.reason.startswith(
-        f"mindspore {ms.__version__} runs on device target CPU: it finds no Ascend or GPU device"
+        f"mindspore {ms.__version__} is installed but this machine has no Ascend NPU (no "
+        f"davinci0, davinci1, ... in {tmp_path})"
     )
+    assert "; no NVIDIA GPU (no nvidia0" in avail.reason
     assert avail.reason.endswith("memacct-mindspore needs MindSpore on Ascend or GPU")
+
+
+@pytest.mark.parametrize("device_file", ["davinci0", "nvidia3"])
+def test_availability_with_an_npu_or_gpu_is_told_without_importing_mindspore(
+    device_file: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / device_file).touch()
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+    avail = mindspore_install_availability(find_spec=lambda name: name == "mindspore")
+    assert avail.available and "is installed and a device is present" in avail.reason
+
+
+def test_availability_without_mindspore_gives_the_install_hint() -> None:
+    reason = mindspore_install_availability(find_spec=lambda name: False).reason
+    assert reason.startswith("mindspore is not installed (pip install 'memacct-mindspore[")
 
 
 def test_missing_mindspore_gives_the_install_hint() -> None:
@@ -365,5 +398,7 @@ def test_synchronize_skips_the_cpu_target() -> None:
     assert fake.runtime.synchronized == 0
 
 
-def test_default_package_is_mindspore() -> None:
+def test_default_package_is_mindspore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ms, "get_context", lambda key: "Ascend" if key == "device_target" else 0)
+    monkeypatch.setattr(ms.hal, "device_count", lambda target: 1)
     assert MindSporeBackend().ms is ms

@@ -8,9 +8,11 @@ core's torch-like adapter; this plugin declares what is particular to Ascend:
   non-allocator memory before emptying the cache;
 * the allocator settings to record: ``PYTORCH_NPU_ALLOC_CONF``.
 
-``torch_npu`` is imported when the backend is built or asked for its
-availability, never when the plugin is listed. Its import is guarded: without
-CANN's libraries it fails, and the failure becomes the availability reason.
+``availability()`` imports neither torch nor ``torch_npu``: it asks whether
+both are installed and looks for the NPUs' device files (:mod:`memacct.plugin`).
+``torch_npu`` is imported when the backend is built; its import is guarded:
+without CANN's libraries it fails, and the constructor refuses with that reason
+(:func:`npu_availability`).
 """
 
 from __future__ import annotations
@@ -25,15 +27,23 @@ from typing import Any
 from memacct import (
     Availability,
     BackendQuirks,
+    BackendUnavailableError,
     TorchLikeBackend,
     TruthSource,
     torch_allocator_model,
     with_allocator_settings,
 )
+from memacct.plugin import installed, missing_device, version
 
 __version__ = "0.1.0"
 
-__all__ = ["NPU_QUIRKS", "AscendBackend", "import_torch_npu", "npu_availability"]
+__all__ = [
+    "NPU_QUIRKS",
+    "AscendBackend",
+    "import_torch_npu",
+    "npu_availability",
+    "npu_install_availability",
+]
 
 NPU_QUIRKS = BackendQuirks(
     empty_cache_releases_runtime_memory=True,
@@ -42,6 +52,10 @@ NPU_QUIRKS = BackendQuirks(
 """What is particular to Ascend's caching allocator, as memacct declares it."""
 
 TORCH_NPU_HINT = "pip install torch-npu; it needs Huawei's CANN toolkit"
+TORCH_MISSING = (
+    "torch is not installed (pip install 'memacct-npu[torch-npu]'; torch_npu needs "
+    "Huawei's CANN toolkit)"
+)
 CANN_HINT = (
     "source CANN's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh) so that its "
     "libraries (libhccl.so, libascendcl.so, ...) are found"
@@ -49,9 +63,37 @@ CANN_HINT = (
 
 
 def import_torch_npu() -> Any:
-    """Import ``torch_npu`` and return ``torch.npu``, the memory module it adds to torch."""
-    importlib.import_module("torch_npu")
+    """Import ``torch_npu`` and return ``torch.npu``, the memory module it adds to torch.
+
+    Raises:
+        BackendUnavailableError: torch_npu does not import, or sees no NPU
+            (:func:`npu_availability` says why).
+    """
+    avail = npu_availability()
+    if not avail.available:
+        raise BackendUnavailableError(avail.reason)
     return importlib.import_module("torch").npu
+
+
+def npu_install_availability(
+    find_spec: Callable[[str], bool] = installed,
+) -> Availability:
+    """What can be told without importing torch_npu: are torch and torch_npu installed, an NPU here?
+
+    Args:
+        find_spec: whether a top-level module is installed, without importing it.
+    """
+    if not find_spec("torch"):
+        return Availability(False, TORCH_MISSING)
+    if not find_spec("torch_npu"):
+        return Availability(False, f"torch_npu is not installed ({TORCH_NPU_HINT})")
+    release = version("torch-npu") or "(unknown version)"
+    no_npu = missing_device("Ascend NPU")
+    if no_npu is not None:
+        return Availability(False, f"torch_npu {release} is installed but {no_npu}")
+    return Availability(
+        True, f"torch_npu {release} is installed and an NPU is present (checked again on start)"
+    )
 
 
 def npu_availability(
@@ -65,11 +107,7 @@ def npu_availability(
         import_module: how to import one.
     """
     if find_spec("torch") is None:
-        return Availability(
-            False,
-            "torch is not installed (pip install 'memacct-npu[torch-npu]'; torch_npu needs "
-            "Huawei's CANN toolkit)",
-        )
+        return Availability(False, TORCH_MISSING)
     if find_spec("torch_npu") is None:
         return Availability(False, f"torch_npu is not installed ({TORCH_NPU_HINT})")
     try:
@@ -131,5 +169,8 @@ class AscendBackend(TorchLikeBackend):
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when torch_npu imports and sees an NPU; otherwise the specific reason."""
-        return npu_availability()
+        """Whether torch_npu is installed and the machine has an NPU, told without importing it.
+
+        Building the backend imports torch_npu and asks :func:`npu_availability`.
+        """
+        return npu_install_availability()

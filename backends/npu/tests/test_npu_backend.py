@@ -8,14 +8,16 @@ allocator preset where the simulator has it.
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from memacct_npu import NPU_QUIRKS, AscendBackend, npu_availability
+from memacct_npu import NPU_QUIRKS, AscendBackend, npu_availability, npu_install_availability
 
 import memacct
-from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
+from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource, plugin
 from memacct.backend import allocator_settings
 from memacct.sim import ALLOCATOR_PRESETS, SimDevice
 from memacct.testing import Allocator, BackendConformance, torch_allocator
@@ -147,6 +149,31 @@ def test_torch_npu_without_visible_npu_names_the_visibility_variable(
 def test_torch_npu_with_npus_is_available() -> None:
     avail = npu_availability(installed("torch", "torch_npu"), importer(**fake_torch_npu()))
     assert (avail.available, avail.reason) == (True, "torch_npu 2.5.1: 8 NPU(s) visible")
+
+
+def test_installed_torch_npu_without_an_npu_device_file_is_told_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setitem(sys.modules, "torch_npu", None)  # importing it would fail
+    avail = npu_install_availability(find_spec=lambda name: True)
+    assert not avail.available
+    assert "is installed but this machine has no Ascend NPU (no davinci0" in avail.reason
+    (tmp_path / "davinci0").touch()
+    assert npu_install_availability(find_spec=lambda name: True).available
+
+
+def test_install_check_names_torch_before_torch_npu() -> None:
+    assert npu_install_availability(find_spec=lambda name: False).reason.startswith(
+        "torch is not installed (pip install 'memacct-npu[torch-npu]'"
+    )
+
+
+@pytest.mark.skipif(not TORCH_NPU_MISSING, reason="torch_npu is installed on this machine")
+def test_building_without_torch_npu_refuses_with_the_reason() -> None:
+    with pytest.raises(BackendUnavailableError, match="torch_npu is not installed"):
+        AscendBackend()
 
 
 # -- declared quirks ------------------------------------------------------------------------

@@ -15,6 +15,11 @@ Example (on a machine with an NVIDIA driver)::
     import memacct
     backend = memacct.get_backend("nvml")
     print(memacct.snapshot(backend, device=0))   # other_processes filled in
+
+``availability()`` loads neither pynvml nor the driver's library: it asks
+whether nvidia-ml-py is installed and looks for the GPUs' device files
+(:mod:`memacct.plugin`). NVML is started when the backend is built, and the
+constructor refuses with NVML's own error (:func:`nvml_availability`).
 """
 
 from __future__ import annotations
@@ -22,11 +27,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from memacct import Availability, BackendQuirks, BaseBackend, InvalidInputError, TruthSource
+from memacct import (
+    Availability,
+    BackendQuirks,
+    BackendUnavailableError,
+    BaseBackend,
+    InvalidInputError,
+    TruthSource,
+)
+from memacct.plugin import installed, missing_device
 from memacct_nvml.session import (
+    PIP_HINT,
     MemoryInfo,
     Nvml,
     NvmlError,
@@ -46,6 +60,7 @@ __all__ = [
     "default_session",
     "import_pynvml",
     "nvml_availability",
+    "nvml_install_availability",
 ]
 
 logger = logging.getLogger("memacct")
@@ -76,6 +91,22 @@ def nvml_availability(session: Nvml) -> Availability:
     if count == 0:
         return Availability(False, f"NVML works (driver {driver}) but sees no NVIDIA GPU")
     return Availability(True, f"NVML with driver {driver} sees {count} GPU(s)")
+
+
+def nvml_install_availability(find_spec: Callable[[str], bool] = installed) -> Availability:
+    """What can be told without loading NVML: is nvidia-ml-py installed, a GPU here?
+
+    Args:
+        find_spec: whether a top-level module is installed, without importing it.
+    """
+    if not find_spec("pynvml"):
+        return Availability(False, f"nvidia-ml-py is not installed ({PIP_HINT})")
+    no_gpu = missing_device("NVIDIA GPU")
+    if no_gpu is not None:
+        return Availability(False, f"nvidia-ml-py is installed but {no_gpu}")
+    return Availability(
+        True, "nvidia-ml-py is installed and a GPU is present (NVML is asked on start)"
+    )
 
 
 def cuda_device_handle(
@@ -138,7 +169,12 @@ class NvmlBackend(BaseBackend):
     priority = 0
 
     def __init__(self, nvml: Nvml | None = None) -> None:
-        self.nvml = nvml if nvml is not None else default_session()
+        if nvml is None:
+            nvml = default_session()
+            avail = nvml_availability(nvml)
+            if not avail.available:
+                raise BackendUnavailableError(avail.reason)
+        self.nvml = nvml
         self.attribution_error: str | None = None
 
     def __repr__(self) -> str:
@@ -146,8 +182,11 @@ class NvmlBackend(BaseBackend):
 
     @classmethod
     def availability(cls) -> Availability:
-        """Available when NVML starts and sees at least one GPU; otherwise the cause."""
-        return nvml_availability(default_session())
+        """Whether nvidia-ml-py is installed and the machine has a GPU, told without NVML.
+
+        Building the backend starts NVML and asks :func:`nvml_availability`.
+        """
+        return nvml_install_availability()
 
     def device_count(self) -> int:
         return self.nvml.device_count()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -19,11 +20,19 @@ from memacct_nvml import (
     cuda_device_handle,
     cuda_visible_targets,
     nvml_availability,
+    nvml_install_availability,
 )
 from memacct_nvml.fake import FakeGpu, FakePynvml
 
 import memacct
-from memacct import BackendError, InvalidInputError, MemacctError, ProfilingError
+from memacct import (
+    BackendError,
+    BackendUnavailableError,
+    InvalidInputError,
+    MemacctError,
+    ProfilingError,
+    plugin,
+)
 from memacct.testing import BackendConformance
 from memacct.units import GiB, MiB
 
@@ -97,18 +106,49 @@ class TestNvmlConformanceOnHardware(BackendConformance):
 
 
 @pytest.mark.skipif(nvml_loads_here(), reason="this machine has a working NVIDIA driver")
-def test_availability_here_names_the_missing_nvml_library() -> None:
+def test_building_here_names_the_missing_nvml_library() -> None:
+    with pytest.raises(BackendUnavailableError) as caught:
+        NvmlBackend()
+    assert "NVML library (libnvidia-ml.so.1) was not found" in str(caught.value)
+    assert "no NVIDIA driver is installed" in str(caught.value)
+
+
+def gpu_device_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> None:
+    for name in names:
+        (tmp_path / name).touch()
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+
+
+def test_availability_without_a_gpu_device_file_says_so_without_loading_nvml(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    gpu_device_file(monkeypatch, tmp_path, "nvidiactl")
+    monkeypatch.setattr(pynvml, "nvmlInit", raiser(AssertionError))  # NVML must not start
     avail = NvmlBackend.availability()
-    assert not avail.available
-    assert "NVML library (libnvidia-ml.so.1) was not found" in avail.reason
-    assert "no NVIDIA driver is installed" in avail.reason
+    assert (avail.available, avail.reason) == (
+        False,
+        f"nvidia-ml-py is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
+        f"... in {tmp_path}): no NVIDIA driver is loaded, or this container was started "
+        "without its GPUs (docker run --gpus all)",
+    )
 
 
-def test_available_backends_lists_nvml_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_binding_is_told_without_importing_it() -> None:
+    assert nvml_install_availability(find_spec=lambda name: False).reason == (
+        "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    )
+
+
+def test_gpu_device_file_lists_nvml_and_building_it_gives_nvmls_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    gpu_device_file(monkeypatch, tmp_path, "nvidia0")
     monkeypatch.setattr(pynvml, "nvmlInit", raiser(pynvml.NVMLError_DriverNotLoaded))
     info = {b.name: b for b in memacct.available_backends()}["nvml"]
-    assert (info.available, info.distribution, info.priority) == (False, "memacct-nvml", 0)
-    assert "the NVIDIA kernel driver is not loaded" in info.reason
+    assert (info.available, info.distribution, info.priority) == (True, "memacct-nvml", 0)
+    with pytest.raises(BackendUnavailableError, match="the NVIDIA kernel driver is not loaded"):
+        memacct.get_backend("nvml")
 
 
 def test_availability_with_a_gpu_names_driver_and_count(fake: FakePynvml) -> None:

@@ -1,0 +1,119 @@
+"""Helpers for backend authors: say whether a backend can run here without importing its framework.
+
+A backend's ``availability()`` runs whenever backends are listed (``memacct
+backends``, ``get_backend()`` with no name), so it must be cheap: importing
+torch or MindSpore takes seconds. Everything it needs can be told without
+that import: whether a package is installed (:func:`installed`, from
+``importlib.util.find_spec``), which version and build (:func:`version`,
+from the distribution's metadata: PyTorch tags a CPU-only wheel ``+cpu``),
+and whether the machine has the device at all (:func:`missing_device`, from
+the device files the driver creates). The framework is imported when the
+backend is built; the backend's constructor checks it then and raises
+:class:`~memacct.errors.BackendUnavailableError` with the specific reason.
+
+Example, a backend for a framework ``acme`` on Ascend NPUs::
+
+    @classmethod
+    def availability(cls) -> Availability:
+        if not installed("acme"):
+            return Availability(False, "acme is not installed (pip install acme)")
+        reason = missing_device("Ascend NPU")
+        return Availability(reason is None, reason or "acme installed, an NPU present")
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+from typing import NamedTuple
+
+__all__ = ["DEVICE_FILES", "DeviceKind", "device_files", "installed", "missing_device", "version"]
+
+DEVICE_DIR = "/dev"
+"""Where the drivers create their device files (tests point it elsewhere)."""
+
+
+
+class DeviceKind(NamedTuple):
+    """The device files of one kind of device, and why a machine may have none."""
+
+    pattern: str  # a regular expression the file names in /dev match in full
+    shown: str  # the same, as a user reads it
+    cause: str
+
+
+DEVICE_FILES: dict[str, DeviceKind] = {
+    "NVIDIA GPU": DeviceKind(
+        r"nvidia\d+",
+        "nvidia0, nvidia1, ...",
+        "no NVIDIA driver is loaded, or this container was started without its GPUs "
+        "(docker run --gpus all)",
+    ),
+    "Ascend NPU": DeviceKind(
+        r"davinci\d+",
+        "davinci0, davinci1, ...",
+        "the Ascend driver is not installed, or this container was started without "
+        "/dev/davinci* (npu-smi info lists the NPUs)",
+    ),
+    "AMD GPU": DeviceKind("kfd", "kfd", "the ROCm driver (amdgpu) is not loaded"),
+}
+"""Each device kind: its device files in ``/dev`` and the usual cause when there are none.
+
+The NVIDIA driver creates ``/dev/nvidia0`` ... per GPU, Ascend's ``/dev/davinci0`` ...,
+ROCm one ``/dev/kfd``."""
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, asked of the import system without importing it.
+
+    A submodule (``torch.cuda``) would import its parent: only top-level names are asked.
+    """
+    if "." in module:
+        raise ValueError(f"installed() takes a top-level module name, got {module!r}")
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken entry in sys.path or sys.modules
+        return False
+
+
+def version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` from its metadata; ``None`` when not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def device_files(kind: str) -> list[str] | None:
+    """The device files of ``kind`` (a key of :data:`DEVICE_FILES`), sorted.
+
+    ``None`` where device files cannot tell (not Linux): the backend's constructor decides.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    pattern = re.compile(DEVICE_FILES[kind].pattern)
+    try:
+        names = os.listdir(DEVICE_DIR)
+    except OSError:
+        return None
+    return sorted(
+        os.path.join(DEVICE_DIR, name) for name in names if pattern.fullmatch(name)
+    )
+
+
+def missing_device(*kinds: str) -> str | None:
+    """Why the machine has no device of any of ``kinds``; ``None`` when it has one (or cannot tell).
+
+    The reason names the device files looked for and the usual cause of each.
+    """
+    found = [device_files(kind) for kind in kinds]
+    if any(files is None or files for files in found):
+        return None
+    looked = "; ".join(
+        f"no {kind} (no {DEVICE_FILES[kind].shown} in {DEVICE_DIR}): {DEVICE_FILES[kind].cause}"
+        for kind in kinds
+    )
+    return f"this machine has {looked}"
