@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from memacct.planner import (
         KVCachePlan,
         KVCacheSpec,
+        ModelConfig,
         agree,
         load_model_preset,
         load_profile,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 _PLANNER_NAMES = {
     "KVCachePlan",
     "KVCacheSpec",
+    "ModelConfig",
     "agree",
     "load_model_preset",
     "load_profile",
@@ -118,6 +120,7 @@ __all__ = [
     "MemoryDelta",
     "MemorySnapshot",
     "MiB",
+    "ModelConfig",
     "ProfileResult",
     "ProfiledSetup",
     "ProfilingError",

@@ -20,6 +20,7 @@ Importing the planner imports no framework: :func:`agree` imports torch when cal
 from __future__ import annotations
 
 from memacct.planner.agree import agree
+from memacct.planner.config import ModelConfig
 from memacct.planner.plan import (
     Agreement,
     KVCachePlan,
@@ -36,6 +37,7 @@ __all__ = [
     "KVCachePlan",
     "KVCacheSpec",
     "LayerGroup",
+    "ModelConfig",
     "Provenance",
     "agree",
     "kv_dtype_bytes",

@@ -68,7 +68,8 @@ def _decoder(module: str) -> Rule:
 # kv_lora_rank, sliding windows from sliding_window / layer_types / the pattern keys,
 # KV sharing from num_kv_shared_layers (rules in memacct/planner/layouts.py).
 _DECODER_MODULES = (
-    "afmoe", "apertus", "arcee", "arctic", "baichuan", "bailing_moe", "chameleon", "chatglm",
+    "afmoe", "apertus", "arcee", "arctic", "baichuan", "bailing_moe", "bloom", "chameleon",
+    "chatglm",
     "commandr", "dbrx", "deepseek_v2", "dots1", "ernie45", "ernie45_moe", "exaone", "exaone4",
     "fairseq2_llama", "falcon", "flex_olmo", "gemma", "gemma2", "gemma3", "gemma3n", "glm",
     "glm4", "glm4_moe", "gpt_oss", "gpt2", "gpt_bigcode", "gpt_j", "gpt_neox", "granite",
@@ -156,15 +157,20 @@ for _name in ("internvl", "h2ovl", "nvlm_d", "skyworkr1v", "nemotron_vl", "ovis"
     REFUSED[_name] = "its language model config (llm_config or its own layout) is not read yet"
 
 # Multimodal modules whose text part is a text_config (or the top level) of a model type
-# with a rule of its own: planned through that rule, the encoder's start-up left out.
-_MULTIMODAL = frozenset({
-    "aria", "aya_vision", "blip2", "cohere2_vision", "deepseek_vl2", "ernie45_vl", "fuyu",
-    "gemma3_mm", "gemma3n_mm", "glm4v", "glm4_1v", "granite_speech", "interns1", "idefics3",
-    "smolvlm", "keye", "keye_vl1_5", "kimi_vl", "lightonocr", "mllama4", "llava", "llava_next",
-    "llava_next_video", "llava_onevision", "minicpmo", "minicpmv", "mistral3", "molmo",
-    "opencua", "paligemma", "phi3v", "phi4mm", "pixtral", "qwen_vl", "qwen2_vl", "qwen2_5_vl",
-    "qwen2_audio", "qwen3_vl", "qwen3_vl_moe", "tarsier", "ultravox", "voxtral",
-})  # fmt: skip
+# with a rule of its own: planned through that rule, the encoder's start-up left out. The
+# value reads a flat config (text keys at the top level, the multimodal model_type).
+_MULTIMODAL: dict[str, str] = {
+    **dict.fromkeys((
+        "aria", "aya_vision", "blip2", "cohere2_vision", "deepseek_vl2", "ernie45_vl",
+        "gemma3_mm", "gemma3n_mm", "glm4v", "glm4_1v", "granite_speech", "interns1",
+        "idefics3", "smolvlm", "keye", "keye_vl1_5", "kimi_vl", "lightonocr", "mllama4",
+        "llava", "llava_next", "llava_next_video", "llava_onevision", "mistral3", "opencua",
+        "paligemma", "pixtral", "qwen2_audio", "qwen3_vl", "qwen3_vl_moe", "tarsier",
+        "ultravox", "voxtral", "fuyu",
+    ), "llama"),
+    "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "minicpmv": "qwen2", "minicpmo": "qwen2",
+    "phi3v": "phi3", "phi4mm": "phi3", "qwen_vl": "qwen", "molmo": "llama",
+}  # fmt: skip
 _MULTIMODAL_NOTE = "KV structure from the text part; the encoder's start-up is not modelled"
 
 # Text model types that name no vLLM module of the same name.
@@ -235,8 +241,10 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
             )
             return RULES["llama"]
     multimodal = module in _MULTIMODAL
-    if multimodal:
-        module = _text_module(cfg.model_type)
+    if multimodal and module is not None:
+        # The text part: text_config's model type, or the flat config's own decoder.
+        flat = not cfg.text
+        module = _text_module(cfg.model_type) or (_MULTIMODAL[module] if flat else None)
     rule = RULES.get(module or "")
     reason = REFUSED.get(module or "", "no rule")
     if arch is not None and _module_of(arch) is None:

@@ -172,7 +172,7 @@ def plan_kv_cache(
     settings = KVSettings(
         block_size=block,
         max_model_len=max_len,
-        derived_max_model_len=spec.max_position_embeddings,
+        derived_max_model_len=spec.position_limit,
         max_num_batched_tokens=batched or _DEFAULT_BATCHED_TOKENS,
         max_num_seqs=seqs or _DEFAULT_NUM_SEQS,
         async_scheduling=bool(async_scheduling),
@@ -526,12 +526,13 @@ def _resolve_max_model_len(value: object, spec: KVCacheSpec) -> int:
         return -1
     if value is not None:
         return check_int("max_model_len", value)
-    if spec.max_position_embeddings is None:
+    if spec.position_limit is None:
         raise InvalidInputError(
             f"the config of {spec.model_name} gives no max_position_embeddings: "
             f"pass max_model_len"
         )
-    return spec.max_position_embeddings
+    # vLLM's default max_model_len is the config's derived length (ModelConfig.position_limit).
+    return spec.position_limit
 
 
 def _device(result: ProfileResult) -> str:

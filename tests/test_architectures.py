@@ -1,0 +1,223 @@
+"""Structure as the engine reads it (issue 21): architecture rules, refusals, per-layer geometry.
+
+Development configs are public copies: Jamba-v0.1 (ai21labs/Jamba-v0.1 config.json),
+Falcon-H1-0.5B (tiiuae/Falcon-H1-0.5B-Instruct, as quoted in NVIDIA's Megatron-Bridge tests),
+MiMo-V2-Flash (XiaomiMiMo/MiMo-V2-Flash's MiMoV2FlashConfig defaults), trimmed to the keys read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memacct.engines import get_engine
+from memacct.engines.base import KVSettings
+from memacct.errors import ConfigError
+from memacct.planner import KVCacheSpec
+from memacct.planner.config import ModelConfig
+from memacct.planner.layers import FullAttention, Mamba1State, Mamba2State, SlidingWindow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+JAMBA: dict[str, Any] = {
+    "architectures": ["JambaForCausalLM"], "model_type": "jamba", "torch_dtype": "bfloat16",
+    "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "attn_layer_period": 8, "attn_layer_offset": 4,
+    "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "intermediate_size": 14336,
+    "num_experts": 16, "num_experts_per_tok": 2, "vocab_size": 65536,
+    "max_position_embeddings": 262144,
+}  # fmt: skip
+FALCON_H1: dict[str, Any] = {
+    "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1",
+    "torch_dtype": "bfloat16", "hidden_size": 1024, "num_hidden_layers": 36,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "mamba_d_conv": 4,
+    "mamba_d_head": 64, "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1,
+    "mamba_n_heads": 24, "mamba_d_ssm": 1536, "max_position_embeddings": 16384,
+    "intermediate_size": 2048, "vocab_size": 32784,
+}  # fmt: skip
+MIMO: dict[str, Any] = {
+    "architectures": ["MiMoV2FlashForCausalLM"], "model_type": "mimo_v2_flash",
+    "torch_dtype": "bfloat16", "hidden_size": 4096, "num_hidden_layers": 8,
+    "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128,
+    "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
+    "swa_v_head_dim": 128, "sliding_window_size": 128,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 0, 1, 1, 1], "max_position_embeddings": 262144,
+}  # fmt: skip
+
+
+def test_jamba_reads_transformers_layer_block_types_and_mamba1_state() -> None:
+    spec = KVCacheSpec.from_hf_config(JAMBA)
+    full = [x.layer for x in spec.layers if isinstance(x, FullAttention)]
+    assert full == [4, 12, 20, 28]  # i % attn_layer_period == attn_layer_offset
+    mamba = [x for x in spec.layers if isinstance(x, Mamba1State)]
+    assert len(mamba) == 28
+    inner = 2 * 4096
+    assert mamba[0].state_bytes == (inner * (4 - 1) + inner * 16) * 2
+    assert spec.bytes_per_token == 4 * 2 * 8 * 128 * 2
+    tp2 = KVCacheSpec.from_hf_config(JAMBA, tensor_parallel_size=2).layers[0]
+    assert tp2.state_bytes == (inner // 2 * 3 + inner // 2 * 16) * 2
+
+
+def test_jamba_is_planned_with_its_state_and_is_not_32_full_layers() -> None:
+    spec = KVCacheSpec.from_hf_config(JAMBA)
+    layout = get_engine("vllm").kv.plan(spec, 20 * 2**30, KVSettings(max_model_len=8192))
+    assert {g.kind for g in layout.groups} == {"full", "mamba"}
+    assert layout.block_size > 16  # raised so an attention page holds a Mamba state
+
+
+def test_jamba_does_not_need_transformers(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(JAMBA))
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from memacct.planner import KVCacheSpec\n"
+        f"spec = KVCacheSpec.from_hf_config({str(path)!r})\n"
+        "print(sum(x.state_bytes is not None for x in spec.layers))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    assert out.stdout.strip() == "28"
+
+
+def test_falcon_h1_keeps_attention_and_a_mamba2_state_in_every_layer() -> None:
+    spec = KVCacheSpec.from_hf_config(FALCON_H1)
+    assert len(spec.layers) == 2 * 36
+    assert [type(x) for x in spec.layers[:2]] == [FullAttention, Mamba2State]
+    conv = (1536 + 2 * 1 * 128) * (4 - 1)
+    ssm = 24 * 64 * 128
+    assert spec.layers[1].state_bytes == (conv + ssm) * 2
+    assert spec.bytes_per_token == 36 * 2 * 2 * 64 * 2
+    pp2 = KVCacheSpec.from_hf_config(FALCON_H1, pipeline_parallel_size=2)
+    assert len(pp2.stage_layers()) == 2 * 18
+
+
+def test_full_and_sliding_layers_keep_their_own_heads_and_v_head_size() -> None:
+    spec = KVCacheSpec.from_hf_config(MIMO, tensor_parallel_size=2)
+    full = spec.layers[0]
+    sliding = spec.layers[1]
+    assert isinstance(full, FullAttention) and not isinstance(full, SlidingWindow)
+    assert (full.kv_heads, full.head_size, full.head_size_v) == (2, 192, 128)
+    assert isinstance(sliding, SlidingWindow)
+    assert (sliding.kv_heads, sliding.head_size, sliding.head_size_v) == (4, 192, 128)
+    assert sliding.window == 128
+    assert spec.bytes_per_token == 2 * (2 * 320 * 2) + 6 * (4 * 320 * 2)
+    assert {(g.sliding_window, g.bytes_per_token_per_layer) for g in spec.layer_groups} == {
+        (None, 1280), (128, 2560)}
+
+
+def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
+    config = {**load("llama-3.1-8b"), "architectures": ["Zamba2ForCausalLM"],
+              "model_type": "zamba2"}
+    with pytest.raises(ConfigError, match=r"Zamba2ForCausalLM.*refused.*llama.*"
+                                          r"assume_full_attention"):
+        KVCacheSpec.from_hf_config(config)
+    unknown = {**config, "architectures": ["MadeUpForCausalLM"]}
+    with pytest.raises(ConfigError, match="MadeUpForCausalLM.*not in vLLM"):
+        KVCacheSpec.from_hf_config(unknown)
+
+
+def test_the_override_plans_full_attention_and_says_so() -> None:
+    config = {**load("llama-3.1-8b"), "architectures": ["Zamba2ForCausalLM"]}
+    spec = KVCacheSpec.from_hf_config(config, assume_full_attention=True)
+    assert {x.kind for x in spec.layers} == {"full"}
+    assert any("assume_full_attention" in note for note in spec.notes)
+
+
+def test_a_geometry_field_no_rule_reads_is_a_warning_naming_it() -> None:
+    config = {**load("llama-3.1-8b"), "global_head_dim": 256}
+    spec = KVCacheSpec.from_hf_config(config)
+    assert any("global_head_dim" in note and "warning" in note for note in spec.notes)
+    assert not any("warning" in n for n in KVCacheSpec.from_preset("llama-3.1-8b").notes)
+
+
+def test_every_preset_resolves_to_a_rule_without_warnings() -> None:
+    from memacct.planner import model_presets
+
+    for name in model_presets():
+        notes = KVCacheSpec.from_preset(name).notes
+        assert not [n for n in notes if n.startswith("warning")], (name, notes)
+
+
+@pytest.mark.parametrize(
+    ("config", "limit"),
+    [
+        ({"model_type": "gemma3_text", "max_position_embeddings": 131072,
+          "rope_scaling": {"rope_type": "linear", "factor": 8}}, 131072),
+        ({"model_type": "qwen2_vl", "max_position_embeddings": 131072,
+          "rope_scaling": {"type": "mrope", "factor": 2, "mrope_section": [16, 24, 24]}},
+         262144),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic",
+                                                            "factor": 2}}, 8192),
+        ({"max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+          "rope_scaling": {"rope_type": "yarn", "factor": 32}}, 131072),
+        ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "longrope",
+                                                              "factor": 32}}, 131072),
+        ({"max_position_embeddings": 8192, "seq_length": 4096}, 4096),
+        ({"max_position_embeddings": 8192, "model_max_length": 16384}, 16384),
+    ],
+)  # fmt: skip
+def test_position_limit_as_vllm_derives_it(config: dict[str, Any], limit: int) -> None:
+    found = ModelConfig(config, "config.json").position_limit
+    assert found is not None and found[0] == limit
+
+
+def test_the_three_position_limit_readers_agree() -> None:
+    from memacct.cli import _derived_max_model_len
+    from memacct.engines.offline import position_limit
+
+    for name in ("gemma-3-12b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "qwen3-8b"):
+        config = load(name)
+        derived = _derived_max_model_len(config)
+        assert derived is not None
+        assert derived[0] == position_limit(config) == KVCacheSpec.from_preset(name).position_limit
+
+
+def test_the_position_limit_has_one_definition() -> None:
+    pattern = re.compile(r"rope_type|rope_scaling\.get|\"longrope\"")
+    owners = [
+        str(path.relative_to(ROOT)) for path in (ROOT / "memacct").rglob("*.py")
+        if pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert owners == ["memacct/planner/config.py"]
+
+
+def load(name: str) -> dict[str, Any]:
+    from memacct.planner import load_model_preset
+
+    return load_model_preset(name)
+
+
+def test_docs_architectures_is_generated_from_the_rules() -> None:
+    tool = subprocess.run([sys.executable, "tools/architectures_doc.py", "--check"],
+                          check=False, cwd=ROOT, capture_output=True, text=True)
+    assert tool.returncode == 0, tool.stderr
+    text = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
+    for arch in ("JambaForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM",
+                 "Qwen2_5_VLForConditionalGeneration", "BertModel"):
+        assert f"| `{arch}` |" in text
+
+
+def test_every_registry_architecture_is_exact_partial_or_refused() -> None:
+    from memacct.planner.arch_rules import registry, status_of
+
+    statuses = {status_of(module)[0] for table in registry().values() for module in table.values()}
+    assert statuses == {"exact", "partial", "refused"}
+    assert len({a for table in registry().values() for a in table}) > 250
+
+
+def test_multimodal_configs_are_read_through_their_text_part() -> None:
+    flat = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+            "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "torch_dtype": "bfloat16"}
+    assert KVCacheSpec.from_hf_config(flat).bytes_per_token == 28 * 2 * 4 * 128 * 2
+    nested = {"architectures": ["LlavaForConditionalGeneration"],
+              "text_config": {"model_type": "zamba2", "hidden_size": 64,
+                              "num_hidden_layers": 2, "num_attention_heads": 4}}
+    with pytest.raises(ConfigError, match="LlavaForConditionalGeneration"):
+        KVCacheSpec.from_hf_config(nested)
