@@ -14,11 +14,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _harness import simulate_engine_start, workload
 
 import memacct
 from memacct.backend import BaseBackend, as_base_backend
-from memacct.engines.forward import TransformerWorkload, replay
-from memacct.engines.start import simulate_engine_start
+from memacct.engines.trace import replay
 from memacct.errors import BackendError, InsufficientMemoryError
 from memacct.models import ProfileResult
 from memacct.planner import KVCacheSpec, load_model_preset, plan_kv_cache
@@ -178,7 +178,7 @@ def test_a_memory_fraction_caps_the_plan(allocator: str, make: Any) -> None:
     spec = KVCacheSpec.from_hf_config(dict(QWEN))
     plan = plan_kv_cache(result, spec, 0.9)
     assert plan.notes and plan.allocator_limit == limit
-    work = TransformerWorkload(spec, QWEN)
+    work = workload(spec, QWEN)
     assert allocator_held(result) + sum(work.kv_cache_tensors(plan.num_blocks)) <= limit
     assert _allocates(dev.allocator, work.kv_cache_tensors(plan.num_blocks))
     uncapped = plan_kv_cache(result.model_copy(update={"allocator_limit": None}), spec, 0.9)

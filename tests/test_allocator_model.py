@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _harness import workload_from_config
 
 import memacct
 from memacct.backend import BackendQuirks, torch_allocator_model
-from memacct.engines.forward import TransformerWorkload, replay
+from memacct.engines.trace import replay
 from memacct.planner import load_model_preset
 from memacct.sim import SimDevice
 
@@ -74,7 +75,7 @@ def test_a_cuda_profile_given_the_works_traces_replays_them() -> None:
     cuda = _plugin("memacct_cuda")
     dev = SimDevice("h100-80gb")
     backend = cuda.CudaBackend(dev.api, attribution=False)
-    work = TransformerWorkload.from_config(
+    work = workload_from_config(
         load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32
     )
     baseline = memacct.snapshot(backend)

@@ -218,7 +218,8 @@ def test_llama_70b_tp2_at_full_length_on_exactly_its_blocks_is_refused_like_vllm
 
 
 def test_a_hybrid_plan_from_a_profile_keeps_the_fragmentation_allowance_free() -> None:
-    from memacct.engines.start import simulate_engine_start
+    from _harness import simulate_engine_start
+
     from memacct.planner import load_model_preset
 
     start = simulate_engine_start(load_model_preset("gemma-3-12b"), device="h100-80gb",

@@ -9,11 +9,13 @@ gives as many blocks as no spike at all. The profiled forward is a real model's
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import pytest
+from _harness import workload
 
 import memacct
-from memacct.engines.forward import TransformerWorkload, replay
+from memacct.engines.trace import replay
 from memacct.planner import load_model_preset
 from memacct.sim import SimDevice
 from memacct.sim.backend import SimBackend
@@ -29,10 +31,10 @@ SOURCES = ("allocated_peak", "reserved", "auto")
 
 
 @cache
-def _model() -> tuple[memacct.KVCacheSpec, TransformerWorkload]:
+def _model() -> tuple[memacct.KVCacheSpec, Any]:
     config = load_model_preset("qwen2.5-7b")
     spec = memacct.KVCacheSpec.from_hf_config(config)
-    return spec, TransformerWorkload(spec, config, max_num_batched_tokens=8192, max_num_seqs=256)
+    return spec, workload(spec, config, max_num_batched_tokens=8192, max_num_seqs=256)
 
 
 def _spike(dev: SimDevice, kept_bytes: int) -> None:

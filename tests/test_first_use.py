@@ -126,7 +126,8 @@ def test_memacct_alone_shows_the_help(capsys: pytest.CaptureFixture[str]) -> Non
 def test_one_kv_figure_everywhere_with_the_reserve_as_its_part(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from memacct.engines.start import simulate_engine_start
+    from _harness import simulate_engine_start
+
     from memacct.planner import load_model_preset, save_profile
 
     config = load_model_preset("qwen2.5-7b")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from _harness import simulate_engine_start
 
 from memacct import KVCacheSpec, load_model_preset, plan_kv_cache
-from memacct.engines.start import simulate_engine_start
 from memacct.plot import KV_BLOCKS, KV_CACHE_PARTS, breakdown
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _harness import simulate_engine_start
 
 import memacct
 from memacct import ConfigError
-from memacct.engines.start import simulate_engine_start
 from memacct.planner import load_model_preset, load_profile, plan_kv_cache
 from memacct.planner.guard import ProfileMismatchError
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _harness import simulate_engine_start
 
 import memacct
 from memacct import (
@@ -36,7 +37,6 @@ from memacct import (
     registry,
 )
 from memacct.cli import main
-from memacct.engines.start import simulate_engine_start
 from memacct.planner import load_model_preset, load_profile, save_profile
 from memacct.planner.config import read_config_file
 from memacct.sim import SimDevice

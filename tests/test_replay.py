@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import pytest
+from _harness import simulate_engine_start, workload_from_config
 
 import memacct
-from memacct.engines.forward import TransformerWorkload
-from memacct.engines.start import simulate_engine_start
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
 from memacct.replay import (
@@ -26,8 +26,8 @@ from memacct.replay import (
 
 
 @cache
-def small() -> TransformerWorkload:
-    return TransformerWorkload.from_config(
+def small() -> Any:
+    return workload_from_config(
         load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32
     )
 
@@ -50,7 +50,7 @@ def test_the_replay_needs_at_least_the_profiled_steps_allocated_peak() -> None:
         dev.malloc(n, persistent=True)
     before = dev.allocator.allocated
     dev.reset_peak_memory_stats()
-    from memacct.engines.forward import replay
+    from memacct.engines.trace import replay
 
     replay(dev, work.step_trace(1024, 32))
     peak = dev.memory_stats()["allocated_bytes.all.peak"] - before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memacct.devices import DEVICE_INFO, parse_memory_size, resolve_device
+from memacct.engines.offline import plan_offline, position_limit
 from memacct.engines.sglang.startup import (
     CONTEXT_BYTES,
     SglangSettings,
@@ -13,7 +14,6 @@ from memacct.engines.sglang.startup import (
     prefill_graph_sizes,
 )
 from memacct.engines.sglang.startup import STARTUP as SGLANG
-from memacct.engines.start import plan_offline, position_limit
 from memacct.engines.vllm.startup import STARTUP as VLLM
 from memacct.engines.vllm.startup import (
     StartupSettings,

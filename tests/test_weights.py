@@ -180,12 +180,12 @@ def test_meta_device_and_formulas_agree_on_every_preset() -> None:
 
 
 def test_the_simulated_engines_tensors_agree_with_the_weight_formulas() -> None:
-    from memacct.engines.forward import TransformerWorkload
+    from _harness import workload_from_config
 
     for name in ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen3-30b-a3b", "mixtral-8x7b"):
         for tp in (1, 2):
             config = load_model_preset(name)
-            work = TransformerWorkload.from_config(config, tensor_parallel_size=tp)
+            work = workload_from_config(config, tensor_parallel_size=tp)
             formula = formula_weights(config, tensor_parallel_size=tp)
             expected = formula.total_bytes - formula.by_role.get("buffers", 0)
             assert sum(work.parameter_tensors()) == pytest.approx(expected, rel=0.01), (name, tp)

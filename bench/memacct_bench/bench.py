@@ -47,6 +47,7 @@ from memacct.io import atomic_write_text
 from memacct.models import TruthSource
 from memacct.units import GiB
 from memacct_bench.generator import generate_scenarios
+from memacct_bench.notes import PlanNotes, captured_warnings
 from memacct_bench.scenario import Scenario, ScenarioOutcome, run_scenarios
 
 __all__ = [
@@ -222,9 +223,12 @@ def load_scenarios(directory: str | os.PathLike[str] | None = None) -> list[Scen
     return [Scenario.load(f) for f in files]
 
 
-def _run_one(args: tuple[Scenario, tuple[str, ...]]) -> list[BenchRow]:
+def _run_one(args: tuple[Scenario, tuple[str, ...]]) -> tuple[list[BenchRow], list[str]]:
     scenario, sources = args
-    return [BenchRow.from_outcome(scenario, o) for o in run_scenarios(scenario, sources)]
+    # The planner's warnings come back with the rows, so a run prints each kind once.
+    with captured_warnings() as warnings:
+        rows = [BenchRow.from_outcome(scenario, o) for o in run_scenarios(scenario, sources)]
+    return rows, list(warnings)
 
 
 def run_benchmark(
@@ -233,6 +237,7 @@ def run_benchmark(
     *,
     jobs: int = 1,
     on_rows: Callable[[list[BenchRow]], None] | None = None,
+    notes: PlanNotes | None = None,
 ) -> list[BenchRow]:
     """Run every truth source on every scenario; one row per (scenario, source), in input order.
 
@@ -241,22 +246,30 @@ def run_benchmark(
         truth_sources: the truth sources to compare.
         jobs: worker processes (scenarios are independent; each is deterministic).
         on_rows: called with each scenario's rows as it finishes (progress).
+        notes: collects the planner's warnings for the caller to print once per run;
+            ``None``: each kind is printed once on stderr when this call ends.
     """
     names = tuple(str(TruthSource.parse(p)) for p in truth_sources)
     work = [(s, names) for s in scenarios]
     out: list[BenchRow] = []
+    collected = PlanNotes() if notes is None else notes
     if jobs <= 1 or len(work) <= 1:
-        for item in work:
-            rows = _run_one(item)
+        results: Iterable[tuple[list[BenchRow], list[str]]] = map(_run_one, work)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        results = pool.map(_run_one, work, chunksize=4)
+    try:
+        for rows, warnings in results:
             out.extend(rows)
+            collected.add(warnings)
             if on_rows is not None:
                 on_rows(rows)
-        return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for rows in pool.map(_run_one, work, chunksize=4):
-            out.extend(rows)
-            if on_rows is not None:
-                on_rows(rows)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    if notes is None:
+        collected.emit()
     return out
 
 
@@ -577,16 +590,18 @@ def run_benchmark_cli(
             name = rows[0].scenario if rows else ""
             bar.update(task, advance=1, description=f"scenarios ({name})")
 
+    notes = PlanNotes()
     try:
         for title, intro, scenarios, every_row in sets:
             rows = run_benchmark(
                 scenarios, TRUTH_SOURCES, jobs=max(1, min(workers, len(scenarios))),
-                on_rows=report,
+                on_rows=report, notes=notes,
             )
             sections.append(BenchSection(title, intro, rows, every_row))
     finally:
         if bar is not None:
             bar.stop()
+        notes.emit()
     duration = time.perf_counter() - start
     if output is not None:
         path = Path(output)

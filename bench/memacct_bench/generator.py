@@ -40,12 +40,12 @@ from collections.abc import Callable
 from typing import Any
 
 from memacct.devices import DEVICE_PRESETS
-from memacct.engines.forward import TransformerWorkload
 from memacct.errors import MemacctError
 from memacct.planner.presets import load_model_preset
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import GiB, MiB
 from memacct_bench.scenario import Scenario
+from memacct_bench.workload import TransformerWorkload
 
 __all__ = ["DEVELOPMENT_SEEDS", "FAMILIES", "MIXES", "generate_scenario", "generate_scenarios"]
 

@@ -17,7 +17,7 @@ preset name or a ``config.json`` object. A serving step may also give
 are drawn per step from ``seed`` (mixed lengths).
 
 :func:`run_scenario` starts the engine on the simulated device and profiles
-it with memacct exactly as an engine would (:func:`memacct.engines.start.simulate_engine_start`),
+it with memacct exactly as an engine would (:func:`memacct_bench.start.simulate_engine_start`),
 plans the KV cache with :func:`memacct.plan_kv_cache`, allocates it one tensor
 per layer, and replays every serving step. The oracle is the largest KV cache,
 in whole blocks, with which the same start, cache allocation and serving
@@ -48,22 +48,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from memacct.checks import FROZEN
-from memacct.engines.forward import TransformerWorkload, replay
-from memacct.engines.start import (
-    DEFAULT_CONTEXT_BYTES,
-    EngineStart,
-    make_device,
-    simulate_engine_start,
-)
 from memacct.errors import ConfigError, InsufficientMemoryError
 from memacct.io import read_json_object
 from memacct.models import ProfileResult, TruthSource, validation_problems
 from memacct.planner.plan import KVCachePlan, plan_kv_cache
 from memacct.planner.presets import load_model_preset, model_presets
 from memacct.planner.spec import KVCacheSpec
-from memacct.sim._core import SimOutOfMemory
-from memacct.sim.allocator import ALLOCATOR_PRESETS
-from memacct.sim.device import DEVICE_PRESETS, SimDevice
+from memacct.sim import ALLOCATOR_PRESETS, DEVICE_PRESETS, SimDevice, SimOutOfMemory
+from memacct_bench.start import (
+    DEFAULT_CONTEXT_BYTES,
+    EngineStart,
+    make_device,
+    simulate_engine_start,
+)
+from memacct_bench.workload import TransformerWorkload, replay
 
 __all__ = [
     "EXHAUSTIVE_BLOCKS",

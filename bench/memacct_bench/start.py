@@ -13,11 +13,9 @@ the start-up of one rank of an engine such as vLLM, in the engine's order:
 5. ``memacct.memory_profiling(...)`` around one dummy forward pass of
    ``max_num_batched_tokens`` tokens with sampling for ``max_num_seqs`` rows.
 
-It is the first half of :func:`memacct.sim.run_scenario` (the benchmark).
-
-:func:`plan_offline` (the same start-up estimated without any device, what
-``memacct plan --model X --device Y`` runs) lives in :mod:`memacct.engines.offline`
-and is re-exported here.
+It is the first half of :func:`memacct_bench.scenario.run_scenario` (the benchmark). The
+same start-up estimated without any device (what ``memacct plan --model X --device Y``
+runs) is :func:`memacct.engines.offline.plan_offline`, in the core.
 
 Example::
 
@@ -37,26 +35,21 @@ from typing import Any
 
 from memacct.checks import check_int
 from memacct.devices import check_device
-from memacct.engines.forward import TransformerWorkload, replay
-from memacct.engines.offline import OfflinePlan, plan_offline, position_limit
 from memacct.errors import InsufficientMemoryError, ProfilingOutOfMemoryError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
 from memacct.profiling import memory_profiling
 from memacct.replay import check_serving_role
-from memacct.sim.allocator import SimOutOfMemory
+from memacct.sim import SimDevice, SimOutOfMemory
 from memacct.sim.backend import SimBackend
-from memacct.sim.device import SimDevice
 from memacct.units import MiB, format_gib
+from memacct_bench.workload import TransformerWorkload, replay
 
 __all__ = [
     "DEFAULT_CONTEXT_BYTES",
     "EngineStart",
-    "OfflinePlan",
     "make_device",
-    "plan_offline",
-    "position_limit",
     "simulate_engine_start",
 ]
 
@@ -201,6 +194,8 @@ def simulate_engine_start(
     profiled = {
         "architecture": spec.model_type, "model_name": spec.model_name, "dtype": spec.dtype,
         "tensor_parallel_size": tensor_parallel_size, "tensor_parallel_rank": 0,
+        # One rank holding every layer: no pipeline (issue 23 row 3: the guard compares it).
+        "pipeline_parallel_size": 1, "pipeline_parallel_rank": 0,
         "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
         "serving_role": check_serving_role(serving_role),
     }  # fmt: skip

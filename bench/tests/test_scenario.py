@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from memacct_bench import scenario as scenario_module
+from memacct_bench import simulate_engine_start
 from memacct_bench.bench import load_scenarios, render_markdown, run_benchmark, summarize
 from memacct_bench.scenario import (
     Scenario,
@@ -21,7 +22,6 @@ from memacct_bench.scenario import (
 )
 
 from memacct.cli import main
-from memacct.engines.start import simulate_engine_start
 from memacct.errors import ConfigError
 from memacct.models import TruthSource
 from memacct.planner import load_model_preset

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from memacct_bench.workload import TransformerWorkload, replay
 
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
-from memacct.engines.forward import TransformerWorkload, replay
 from memacct.errors import InvalidInputError
 from memacct.planner import KVCacheSpec, load_model_preset
 from memacct.sim import SimDevice

@@ -11,8 +11,9 @@ One subpackage per engine, each behind the same interface
   defaults per device class, how it rounds the budget).
 
 Shared by every engine: :mod:`memacct.engines.forward` (the allocation trace
-of a dummy forward pass) and :mod:`memacct.engines.start` (an engine start
-replayed on the simulated device, for offline plans).
+of a dummy forward pass, whose peaks the offline start-up estimates take) and
+:mod:`memacct.engines.offline` (the plan without a device). An engine start on
+the simulated device is the harness's (``memacct_bench.simulate_engine_start``).
 
 A new engine is a new subpackage registered in :data:`ENGINE_MODULES`, never
 a branch in the planner.

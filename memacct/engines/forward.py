@@ -1,80 +1,61 @@
-"""Allocation traces of a transformer served by an inference engine, for the simulated device.
+"""A dummy forward pass's allocations on one rank of an engine serving a transformer.
 
-A :class:`TransformerWorkload` turns a model's ``config.json`` (read through
-the planner's :class:`~memacct.planner.spec.KVCacheSpec`) into the device
-allocations an engine such as vLLM makes on one rank, with the sizes and
-lifetimes of a real forward pass (see ``docs/workload.md``):
+:class:`ForwardPass` turns a model's ``config.json`` (read through the
+planner's :class:`~memacct.planner.spec.KVCacheSpec`) into the allocation trace
+of one engine step, with the sizes and lifetimes of a real forward pass (see
+``docs/workload.md``): :meth:`~ForwardPass.step_trace` is one forward pass over
+``num_tokens`` tokens of ``num_seqs`` sequences, then sampling of ``num_seqs``
+rows of the vocabulary in float32: embeddings, per-layer temporaries (QKV,
+attention output, MLP intermediate, the residual stream), logits and sampler
+buffers; everything a step allocates is freed by its end.
+:meth:`~ForwardPass.forward_trace` is the forward pass alone (what a CUDA graph
+captures).
 
-* :meth:`~TransformerWorkload.weight_tensors`: every parameter tensor of the
-  model, layer by layer, at its real size, plus the engine's persistent input
-  buffers (allocated once, never freed);
-* :meth:`~TransformerWorkload.step_trace`: one forward pass over
-  ``num_tokens`` tokens of ``num_seqs`` sequences, then sampling of
-  ``num_seqs`` rows of the vocabulary in float32: embeddings, per-layer
-  temporaries (QKV, attention output, MLP intermediate, the residual stream),
-  logits and sampler buffers. Everything a step allocates is freed by its end;
-* :meth:`~TransformerWorkload.kv_cache_tensors`: the KV cache as one tensor per
-  layer (keys and values together) for a number of blocks.
-
-A step trace is a flat ``list[int]``: an op ``n >= 0`` allocates ``n`` bytes
-into the next slot (slots are numbered in allocation order), an op ``n < 0``
-frees slot ``~n``. :func:`replay` runs a trace on an allocator; traces are
-cached per step shape because a benchmark replays them thousands of times.
+The engines' offline start-up estimates take the peaks of these traces
+(:func:`memacct.engines.trace.trace_peak`); no device is involved. A trace is a
+flat ``list[int]`` (:mod:`memacct.engines.trace`); traces are cached per step
+shape because a replay runs them many times.
 
 Example::
 
+    >>> from memacct.engines.trace import trace_peak
     >>> from memacct.planner import load_model_preset
-    >>> from memacct.sim import SimDevice
-    >>> work = TransformerWorkload.from_config(load_model_preset("qwen2.5-7b"))
-    >>> dev = SimDevice("h100-80gb")
-    >>> weights = [dev.malloc(n, persistent=True) for n in work.weight_tensors()]
-    >>> before = dev.allocator.allocated
-    >>> replay(dev, work.step_trace(8192, 256))     # one profiling-sized forward + sampling
-    >>> dev.allocator.allocated == before           # the step freed all it took
+    >>> step = ForwardPass.from_config(load_model_preset("qwen2.5-7b")).step_trace(8192, 256)
+    >>> 0 < trace_peak(step) < 8 * 2**30
     True
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from memacct.checks import check_int
 from memacct.engines.shape import TransformerShape
-from memacct.engines.trace import Allocator, TraceBuilder, replay
+from memacct.engines.trace import TraceBuilder
 from memacct.errors import InvalidInputError
 from memacct.planner.spec import KVCacheSpec
 
-__all__ = [
-    "Allocator",
-    "TransformerShape",
-    "TransformerWorkload",
-    "replay",
-]
+__all__ = ["FLOAT32", "INT32", "INT64", "ForwardPass", "TransformerShape"]
 
 # Bytes of the index and sampling-parameter dtypes engines keep on the device.
 INT32 = 4
 INT64 = 8
 FLOAT32 = 4
-# Cap on max_model_len used to size the engine's persistent block table when the config
-# allows longer contexts than an engine would serve by default.
-_DEFAULT_MAX_MODEL_LEN = 32768
 # Row alignment of the fused-MoE kernel's token sorting (vLLM's moe_align_block_size).
 _MOE_BLOCK_M = 64
 
+_Pass = TypeVar("_Pass", bound="ForwardPass")
 
-class TransformerWorkload:
-    """The allocations of one rank of an engine serving a transformer.
+
+class ForwardPass:
+    """The allocation traces of one rank's engine steps (forward pass and sampling).
 
     Args:
         spec: the model's KV-cache spec on this rank.
         config: the model's ``config.json`` as a dict (for the sizes the spec omits).
-        max_num_batched_tokens: the engine's token budget per step (sizes its
-            persistent input buffers).
+        max_num_batched_tokens: the engine's token budget per step (no step exceeds it).
         max_num_seqs: the engine's sequence budget per step.
-        block_size: tokens per KV-cache block.
-        max_model_len: longest request (sizes the persistent block table);
-            defaults to the config's ``max_position_embeddings`` capped at 32768.
     """
 
     def __init__(
@@ -84,173 +65,32 @@ class TransformerWorkload:
         *,
         max_num_batched_tokens: int = 8192,
         max_num_seqs: int = 256,
-        block_size: int = 16,
-        max_model_len: int | None = None,
     ) -> None:
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),
             ("max_num_seqs", max_num_seqs),
-            ("block_size", block_size),
         ):
             check_int(name, value)
         self.spec = spec
         self.shape = TransformerShape.from_spec(spec, config)
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
-        self.block_size = block_size
-        self.max_model_len = max_model_len or min(
-            spec.max_position_embeddings or _DEFAULT_MAX_MODEL_LEN, _DEFAULT_MAX_MODEL_LEN
-        )
         self._steps: dict[tuple[int, int], list[int]] = {}
-        self._kv_pages: list[int] | None = None
 
     @classmethod
     def from_config(
-        cls,
+        cls: type[_Pass],
         config: Mapping[str, Any],
         *,
         tensor_parallel_size: int = 1,
         kv_cache_dtype: str = "auto",
         **kwargs: Any,
-    ) -> TransformerWorkload:
-        """Build the workload of a ``config.json`` dict; ``kwargs`` as for the constructor."""
+    ) -> _Pass:
+        """Build from a ``config.json`` dict; ``kwargs`` as for the constructor."""
         spec = KVCacheSpec.from_hf_config(
             dict(config), kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size
         )
         return cls(spec, config, **kwargs)
-
-    # ---------------------------------------------------------------- weights
-
-    def weight_tensors(self) -> list[int]:
-        """Bytes of every tensor the engine holds from load to exit, in load order.
-
-        The parameters (:meth:`parameter_tensors`), then the engine's
-        persistent input buffers sized for ``max_num_batched_tokens`` and
-        ``max_num_seqs``.
-        """
-        return self.parameter_tensors() + self._persistent_buffers()
-
-    def parameter_tensors(self) -> list[int]:
-        """Bytes of each parameter tensor on this rank, layer by layer.
-
-        Real sizes: one rank's shard of each tensor-parallel linear layer; the
-        embedding and the LM head split by vocabulary as vLLM's vocabulary-parallel
-        layers split them (``docs/engines.md``). :mod:`memacct.planner.weights`
-        sizes the same parameters (and quantized layouts) for offline plans.
-        """
-        s = self.shape
-        dt = s.dtype_bytes
-        h = s.hidden_size
-        vocab_rank = -(-s.vocab_size // s.tensor_parallel_size)
-        out = [vocab_rank * h * dt]  # token embedding
-        for layer in range(s.num_layers):
-            out.extend([h * dt] * (s.norms_per_layer // 2))  # input norm(s)
-            out.extend(self._attention_weights())
-            out.extend([h * dt] * (s.norms_per_layer - s.norms_per_layer // 2))
-            out.extend(self._mlp_weights(layer))
-        out.append(h * dt)  # final norm
-        if not s.tie_word_embeddings:
-            out.append(vocab_rank * h * dt)  # LM head
-        return out
-
-    def _attention_weights(self) -> list[int]:
-        s = self.shape
-        h = s.hidden_size
-        dt = s.dtype_bytes
-        wt = s.linear_weight_bytes
-        if s.attention == "mla":
-            latent = s.kv_lora_rank + s.qk_rope_head_dim
-            out: list[int] = []
-            if s.q_lora_rank:
-                out += [s.q_lora_rank * h * wt, s.q_lora_rank * dt]  # q_a_proj, q_a_layernorm
-                out.append(s.num_heads * s.head_dim * s.q_lora_rank * wt)  # q_b_proj
-            else:
-                out.append(s.num_heads * s.head_dim * h * wt)  # q_proj
-            out += [
-                latent * h * wt,  # kv_a_proj_with_mqa (replicated)
-                s.kv_lora_rank * dt,  # kv_a_layernorm
-                s.num_heads
-                * (s.head_dim - s.qk_rope_head_dim + s.v_head_dim)
-                * s.kv_lora_rank
-                * wt,  # kv_b_proj
-                h * s.num_heads * s.v_head_dim * wt,  # o_proj
-            ]
-            return out
-        qkv_out = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
-        out = [qkv_out * h * wt]
-        if s.qkv_bias:
-            out.append(qkv_out * dt)
-        out.append(h * s.num_heads * s.head_dim * wt)
-        return out
-
-    def _mlp_weights(self, layer: int) -> list[int]:
-        s = self.shape
-        h = s.hidden_size
-        wt = s.linear_weight_bytes
-        if not s.num_experts or layer < s.dense_layers:
-            return [2 * s.intermediate_size * h * wt, h * s.intermediate_size * wt]
-        i = s.moe_intermediate_size
-        out = [
-            s.num_experts * h * s.dtype_bytes,  # router gate (unquantised)
-            s.num_experts * 2 * i * h * wt,  # w13 of all experts, one fused tensor
-            s.num_experts * h * i * wt,  # w2 of all experts
-        ]
-        if s.shared_intermediate_size:
-            out += [2 * s.shared_intermediate_size * h * wt, h * s.shared_intermediate_size * wt]
-        return out
-
-    def _persistent_buffers(self) -> list[int]:
-        """vLLM's model runner keeps its step inputs in buffers sized for the budgets."""
-        t = self.max_num_batched_tokens
-        n = self.max_num_seqs
-        blocks_per_seq = -(-self.max_model_len // self.block_size)
-        return [
-            t * INT32,  # input_ids
-            t * INT64,  # positions
-            t * INT64,  # slot_mapping
-            (n + 1) * INT32,  # query_start_loc
-            n * INT32,  # seq_lens
-            n * blocks_per_seq * INT32,  # block_table
-            n * FLOAT32,  # temperature
-            n * FLOAT32,  # top_p
-            n * INT32,  # top_k
-        ]
-
-    # ---------------------------------------------------------------- KV cache
-
-    def kv_cache_tensors(self, num_blocks: int) -> list[int]:
-        """Bytes of each KV-cache tensor for ``num_blocks`` blocks, as vLLM lays them out.
-
-        A model with one KV-cache group gets one tensor per layer holding that
-        layer's keys and values for every block; a hybrid (sliding-window and
-        full attention, linear-attention state) gets one tensor per layer of
-        its widest group, shared by a layer of every group
-        (:func:`memacct.engines.vllm.kv.kv_tensor_pages`). The allocator rounds
-        each one.
-        """
-        check_int("num_blocks", num_blocks, low=0)
-        return [num_blocks * page for page in self.kv_tensor_pages]
-
-    @property
-    def kv_tensor_pages(self) -> list[int]:
-        """Bytes per block of each KV-cache tensor (see :meth:`kv_cache_tensors`)."""
-        if self._kv_pages is None:
-            # Imported here: the engine's KV rules import the planner, which imports this module.
-            from memacct.engines.base import KVSettings
-            from memacct.engines.vllm.kv import kv_tensor_pages
-
-            settings = KVSettings(block_size=self.block_size, max_model_len=self.max_model_len)
-            self._kv_pages = kv_tensor_pages(self.spec, settings)
-        return self._kv_pages
-
-    @property
-    def kv_block_bytes(self) -> int:
-        """Bytes of one KV-cache block on this rank (all tensors' pages)."""
-        return sum(self.kv_tensor_pages)
-
-    def kv_cache_bytes(self, num_blocks: int) -> int:
-        """Bytes of the whole KV cache for ``num_blocks`` blocks (before allocator rounding)."""
-        return sum(self.kv_cache_tensors(num_blocks))
 
     # ---------------------------------------------------------------- steps
 

@@ -20,7 +20,7 @@ per-op rules in ``docs/simulator.md``, section "The seed's cases"):
   ``MoeTokenUnpermute``; shared expert; reduce), each output a new buffer freed after
   its last use; then the final norm and vllm-mindspore's LM head on the last token.
 
-The trace format is :mod:`memacct.sim.traces.mindformers`'s.
+The trace format is :mod:`memacct_bench.traces.mindformers`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
-from memacct.sim.traces.mindformers import config_positive_int, decode_mask_trace
+from memacct_bench.traces.mindformers import config_positive_int, decode_mask_trace
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_mask_trace",
            "deepseek_v3_prefill_trace"]
@@ -199,7 +199,7 @@ def deepseek_v3_load(graph: DeepseekV3Graph) -> tuple[list[int], list[int]]:
 
 
 def deepseek_v3_mask_trace(graph: DeepseekV3Graph) -> list[int]:
-    """DeepSeek-V3's decode mask (:func:`~memacct.sim.traces.mindformers.decode_mask_trace`)."""
+    """DeepSeek-V3's decode mask (:func:`~memacct_bench.traces.mindformers.decode_mask_trace`)."""
     return decode_mask_trace(graph.mask_side, graph.dtype_bytes)
 
 

@@ -18,7 +18,7 @@ from the model's ``config.json`` (the sources and the per-op rules are listed in
   last use; the final norm, the gather of the last token, the LM head and the float32 cast.
 
 A trace is a ``list[int]``: ``n >= 0`` allocates ``n`` bytes into the next slot, ``n < 0``
-frees slot ``~n`` (the format :func:`memacct.engines.forward.replay` runs).
+frees slot ``~n`` (the format :func:`memacct.engines.trace.replay` runs).
 """
 
 from __future__ import annotations

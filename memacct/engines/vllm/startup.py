@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memacct.checks import check_fraction, check_int
-from memacct.engines.forward import TransformerWorkload
+from memacct.engines.forward import ForwardPass
 from memacct.engines.trace import trace_peak
 from memacct.errors import InvalidInputError
 from memacct.planner.config import _Config
@@ -496,21 +496,9 @@ class VllmStartup(BatchDefaults):
         )
 
     def _workload(
-        self,
-        config: Mapping[str, Any],
-        spec: KVCacheSpec,
-        tokens: int,
-        seqs: int,
-        s: StartupSettings,
-    ) -> TransformerWorkload:
-        return TransformerWorkload(
-            spec,
-            config,
-            max_num_batched_tokens=tokens,
-            max_num_seqs=seqs,
-            block_size=s.block_size,
-            max_model_len=s.max_model_len,
-        )
+        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int
+    ) -> ForwardPass:
+        return ForwardPass(spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
     def sampler_note(
         self, sampler: str, version: tuple[int, int] | None, flashinfer_env: bool | None = None
@@ -565,7 +553,7 @@ class VllmStartup(BatchDefaults):
         sampler: str | None = None,
     ) -> int:
         """The profile run's peak: the larger of the forward pass and the sampler after it."""
-        work = self._workload(config, spec, tokens, seqs, s)
+        work = self._workload(config, spec, tokens, seqs)
         forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
         hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
         # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
@@ -591,7 +579,7 @@ class VllmStartup(BatchDefaults):
         sizes = capture_sizes(seqs)
         graphs = len(sizes) + len(full_capture_sizes(seqs))
         largest = min(max(sizes), tokens)
-        work = self._workload(config, spec, max(tokens, largest), max(seqs, largest), s)
+        work = self._workload(config, spec, max(tokens, largest), max(seqs, largest))
         pool = trace_peak(work.forward_trace(largest, largest))
         per_graph = GRAPH_BYTES_PER_LAYER_WIDTH * spec.num_layers * spec.hidden_size
         return pool + graphs * per_graph

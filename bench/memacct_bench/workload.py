@@ -1,0 +1,209 @@
+"""The allocations of one rank of an engine serving a transformer, for the simulated device.
+
+A :class:`TransformerWorkload` is the core's :class:`~memacct.engines.forward.ForwardPass`
+(the step traces the engines' offline estimates take peaks of) plus what a simulated
+engine holds around them (see ``docs/workload.md``):
+
+* :meth:`~TransformerWorkload.weight_tensors`: every parameter tensor of the
+  model at its real size, plus the engine's persistent input buffers
+  (allocated once, never freed);
+* :meth:`~TransformerWorkload.kv_cache_tensors`: the KV cache as one tensor per
+  layer (keys and values together) for a number of blocks.
+
+It is the :class:`memacct.replay.ServingTrace` a simulated start hands to the
+profiler. :func:`replay` runs a trace on an allocator.
+
+Example::
+
+    >>> from memacct.planner import load_model_preset
+    >>> from memacct.sim import SimDevice
+    >>> work = TransformerWorkload.from_config(load_model_preset("qwen2.5-7b"))
+    >>> dev = SimDevice("h100-80gb")
+    >>> weights = [dev.malloc(n, persistent=True) for n in work.weight_tensors()]
+    >>> before = dev.allocator.allocated
+    >>> replay(dev, work.step_trace(8192, 256))     # one profiling-sized forward + sampling
+    >>> dev.allocator.allocated == before           # the step freed all it took
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memacct.checks import check_int
+from memacct.engines.base import KVSettings
+from memacct.engines.forward import FLOAT32, INT32, INT64, ForwardPass
+from memacct.engines.trace import Allocator, replay
+from memacct.engines.vllm.kv import kv_tensor_pages
+from memacct.planner.spec import KVCacheSpec
+
+__all__ = ["DEFAULT_MAX_MODEL_LEN", "Allocator", "TransformerWorkload", "replay"]
+
+DEFAULT_MAX_MODEL_LEN = 32768
+"""Cap on ``max_model_len`` used to size the engine's persistent block table when the config
+allows longer contexts than an engine would serve by default."""
+
+
+class TransformerWorkload(ForwardPass):
+    """The allocations of one rank of an engine serving a transformer.
+
+    Args:
+        spec: the model's KV-cache spec on this rank.
+        config: the model's ``config.json`` as a dict (for the sizes the spec omits).
+        max_num_batched_tokens: the engine's token budget per step (sizes its
+            persistent input buffers).
+        max_num_seqs: the engine's sequence budget per step.
+        block_size: tokens per KV-cache block.
+        max_model_len: longest request (sizes the persistent block table);
+            defaults to the config's ``max_position_embeddings`` capped at 32768.
+    """
+
+    def __init__(
+        self,
+        spec: KVCacheSpec,
+        config: Mapping[str, Any],
+        *,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 256,
+        block_size: int = 16,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(
+            spec, config, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+        )
+        self.block_size = check_int("block_size", block_size)
+        self.max_model_len = max_model_len or min(
+            spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
+        )
+        self._kv_pages: list[int] | None = None
+
+    # ---------------------------------------------------------------- weights
+
+    def weight_tensors(self) -> list[int]:
+        """Bytes of every tensor the engine holds from load to exit, in load order.
+
+        The parameters (:meth:`parameter_tensors`), then the engine's
+        persistent input buffers sized for ``max_num_batched_tokens`` and
+        ``max_num_seqs``.
+        """
+        return self.parameter_tensors() + self._persistent_buffers()
+
+    def parameter_tensors(self) -> list[int]:
+        """Bytes of each parameter tensor on this rank, layer by layer.
+
+        Real sizes: one rank's shard of each tensor-parallel linear layer; the
+        embedding and the LM head split by vocabulary as vLLM's vocabulary-parallel
+        layers split them (``docs/engines.md``). :mod:`memacct.planner.weights`
+        sizes the same parameters (and quantized layouts) for offline plans.
+        """
+        s = self.shape
+        dt = s.dtype_bytes
+        h = s.hidden_size
+        vocab_rank = -(-s.vocab_size // s.tensor_parallel_size)
+        out = [vocab_rank * h * dt]  # token embedding
+        for layer in range(s.num_layers):
+            out.extend([h * dt] * (s.norms_per_layer // 2))  # input norm(s)
+            out.extend(self._attention_weights())
+            out.extend([h * dt] * (s.norms_per_layer - s.norms_per_layer // 2))
+            out.extend(self._mlp_weights(layer))
+        out.append(h * dt)  # final norm
+        if not s.tie_word_embeddings:
+            out.append(vocab_rank * h * dt)  # LM head
+        return out
+
+    def _attention_weights(self) -> list[int]:
+        s = self.shape
+        h = s.hidden_size
+        dt = s.dtype_bytes
+        wt = s.linear_weight_bytes
+        if s.attention == "mla":
+            latent = s.kv_lora_rank + s.qk_rope_head_dim
+            out: list[int] = []
+            if s.q_lora_rank:
+                out += [s.q_lora_rank * h * wt, s.q_lora_rank * dt]  # q_a_proj, q_a_layernorm
+                out.append(s.num_heads * s.head_dim * s.q_lora_rank * wt)  # q_b_proj
+            else:
+                out.append(s.num_heads * s.head_dim * h * wt)  # q_proj
+            out += [
+                latent * h * wt,  # kv_a_proj_with_mqa (replicated)
+                s.kv_lora_rank * dt,  # kv_a_layernorm
+                s.num_heads
+                * (s.head_dim - s.qk_rope_head_dim + s.v_head_dim)
+                * s.kv_lora_rank
+                * wt,  # kv_b_proj
+                h * s.num_heads * s.v_head_dim * wt,  # o_proj
+            ]
+            return out
+        qkv_out = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
+        out = [qkv_out * h * wt]
+        if s.qkv_bias:
+            out.append(qkv_out * dt)
+        out.append(h * s.num_heads * s.head_dim * wt)
+        return out
+
+    def _mlp_weights(self, layer: int) -> list[int]:
+        s = self.shape
+        h = s.hidden_size
+        wt = s.linear_weight_bytes
+        if not s.num_experts or layer < s.dense_layers:
+            return [2 * s.intermediate_size * h * wt, h * s.intermediate_size * wt]
+        i = s.moe_intermediate_size
+        out = [
+            s.num_experts * h * s.dtype_bytes,  # router gate (unquantised)
+            s.num_experts * 2 * i * h * wt,  # w13 of all experts, one fused tensor
+            s.num_experts * h * i * wt,  # w2 of all experts
+        ]
+        if s.shared_intermediate_size:
+            out += [2 * s.shared_intermediate_size * h * wt, h * s.shared_intermediate_size * wt]
+        return out
+
+    def _persistent_buffers(self) -> list[int]:
+        """vLLM's model runner keeps its step inputs in buffers sized for the budgets."""
+        t = self.max_num_batched_tokens
+        n = self.max_num_seqs
+        blocks_per_seq = -(-self.max_model_len // self.block_size)
+        return [
+            t * INT32,  # input_ids
+            t * INT64,  # positions
+            t * INT64,  # slot_mapping
+            (n + 1) * INT32,  # query_start_loc
+            n * INT32,  # seq_lens
+            n * blocks_per_seq * INT32,  # block_table
+            n * FLOAT32,  # temperature
+            n * FLOAT32,  # top_p
+            n * INT32,  # top_k
+        ]
+
+    # ---------------------------------------------------------------- KV cache
+
+    def kv_cache_tensors(self, num_blocks: int) -> list[int]:
+        """Bytes of each KV-cache tensor for ``num_blocks`` blocks, as vLLM lays them out.
+
+        A model with one KV-cache group gets one tensor per layer holding that
+        layer's keys and values for every block; a hybrid (sliding-window and
+        full attention, linear-attention state) gets one tensor per layer of
+        its widest group, shared by a layer of every group
+        (:func:`memacct.engines.vllm.kv.kv_tensor_pages`). The allocator rounds
+        each one.
+        """
+        check_int("num_blocks", num_blocks, low=0)
+        return [num_blocks * page for page in self.kv_tensor_pages]
+
+    @property
+    def kv_tensor_pages(self) -> list[int]:
+        """Bytes per block of each KV-cache tensor (see :meth:`kv_cache_tensors`)."""
+        if self._kv_pages is None:
+            settings = KVSettings(block_size=self.block_size, max_model_len=self.max_model_len)
+            self._kv_pages = kv_tensor_pages(self.spec, settings)
+        return self._kv_pages
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """Bytes of one KV-cache block on this rank (all tensors' pages)."""
+        return sum(self.kv_tensor_pages)
+
+    def kv_cache_bytes(self, num_blocks: int) -> int:
+        """Bytes of the whole KV cache for ``num_blocks`` blocks (before allocator rounding)."""
+        return sum(self.kv_cache_tensors(num_blocks))
+
