@@ -503,9 +503,9 @@ def test_missing_file_is_config_error(tmp_path: Path) -> None:
         KVCacheSpec.from_hf_config(tmp_path / "nope.json")
 
 
-def test_preset_name_given_as_a_path_points_to_from_preset() -> None:
-    with pytest.raises(ConfigError, match="from_preset"):
-        KVCacheSpec.from_hf_config("llama-3.1-8b")
+def test_preset_name_given_to_from_hf_config_reads_the_preset() -> None:
+    # issue 21: every place a model is named accepts a preset (it used to be refused).
+    assert KVCacheSpec.from_hf_config("llama-3.1-8b") == KVCacheSpec.from_preset("llama-3.1-8b")
 
 
 def test_non_json_file_is_config_error_with_the_position(tmp_path: Path) -> None:

@@ -107,13 +107,18 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     A ModelOpt ``hf_quant_config.json`` beside it is merged in as
     ``quantization_config`` when the config has none, as engines do, so a
-    checkpoint's declared FP8 KV cache is seen.
+    checkpoint's declared FP8 KV cache is seen. A ``.gguf`` file gives the
+    config its metadata maps to (:func:`memacct.planner.gguf_file.read_gguf`).
 
     Raises:
         ConfigError: the file is missing, too large, not UTF-8, not JSON or
             not a JSON object.
     """
     p = Path(path)
+    if p.suffix.lower() == ".gguf":
+        from memacct.planner.gguf_file import read_gguf
+
+        return dict(read_gguf(p).config)
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise ConfigError(

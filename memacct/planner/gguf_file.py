@@ -23,14 +23,15 @@ from memacct.planner.checkpoint import TensorInfo, TensorTable
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf"]
 
-# GGUF architecture -> transformers model_type (the names of llama.cpp's LLM_ARCH_NAMES).
-GGUF_ARCHITECTURES: dict[str, str] = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "qwen2moe": "qwen2_moe",
-    "qwen3moe": "qwen3_moe",
+# GGUF architecture -> (transformers model_type, the architecture class its config names);
+# the GGUF names are those of llama.cpp's LLM_ARCH_NAMES.
+GGUF_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "llama": ("llama", "LlamaForCausalLM"),
+    "mistral": ("mistral", "MistralForCausalLM"),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM"),
+    "qwen2moe": ("qwen2_moe", "Qwen2MoeForCausalLM"),
+    "qwen3moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
 """The GGUF architectures memacct maps to a config; any other is refused."""
 
@@ -131,9 +132,10 @@ def read_gguf(path: str | os.PathLike[str]) -> TensorTable:
             f"not map to a config: supported are {', '.join(sorted(GGUF_ARCHITECTURES))}; "
             "give the model's config.json instead"
         )
+    model_type, architecture = GGUF_ARCHITECTURES[arch]
     config: dict[str, Any] = {
-        "model_type": GGUF_ARCHITECTURES[arch],
-        "architectures": [f"gguf:{arch}"],
+        "model_type": model_type,
+        "architectures": [architecture],
         # The engine computes in 16 bits over the dequantized blocks: a bfloat16 KV cache.
         "torch_dtype": "bfloat16",
     }

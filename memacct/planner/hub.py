@@ -270,7 +270,6 @@ def _explain_status(
 def _explain(exc: BaseException, repo_id: str, revision: str | None, endpoint: str,
              what: str) -> Exception:  # fmt: skip
     """A ``huggingface_hub`` or network exception as one line (or :class:`_Unreachable`)."""
-    import httpx2
     from huggingface_hub import errors
 
     if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
@@ -279,7 +278,8 @@ def _explain(exc: BaseException, repo_id: str, revision: str | None, endpoint: s
         if isinstance(exc, errors.GatedRepoError):
             code = "GatedRepo"
         return _explain_status(repo_id, revision, endpoint, response.status_code, code, what)
-    if isinstance(exc, (httpx2.TransportError, errors.LocalEntryNotFoundError, ConnectionError)):
+    network = {c.__name__ for c in type(exc).__mro__} & {"TransportError", "ConnectionError"}
+    if network or isinstance(exc, errors.LocalEntryNotFoundError):
         return _Unreachable(
             f"cannot reach {endpoint} for {repo_id} ({type(exc).__name__}) and it is not in the "
             f"Hugging Face cache: check the network or HF_ENDPOINT, or give the path of its "
@@ -304,8 +304,6 @@ class _Client:
 
     def get(self, url: str, what: str, limit: int, byte_range: str | None = None) -> bytes:
         """The body of a ``GET``, at most ``limit`` bytes (a longer body is cut, never read)."""
-        import httpx2
-
         headers = dict(self.headers)
         if byte_range is not None:
             headers["Range"] = f"bytes={byte_range}"
@@ -327,7 +325,9 @@ class _Client:
                     if len(data) >= skip + limit:
                         break
                 return bytes(data[skip : skip + limit])
-        except httpx2.HTTPError as exc:
+        except ConfigError:
+            raise
+        except Exception as exc:  # the session's own (httpx) errors: a network failure
             raise _explain(exc, self.repo_id, self.revision, self.endpoint, what) from None
 
     def file_list(self) -> tuple[str, dict[str, int | None]]:

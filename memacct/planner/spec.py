@@ -49,7 +49,6 @@ from memacct.errors import InvalidInputError
 from memacct.planner.config import (
     _MAX_PARALLEL,
     ModelConfig,
-    _raise_missing_config,
     read_config_file,
 )
 from memacct.planner.geometry import (
@@ -301,13 +300,17 @@ class KVCacheSpec(BaseModel):
         *,
         model_name: str | None = None,
         assume_full_attention: bool = False,
+        revision: str | None = None,
     ) -> KVCacheSpec:
         """Read a Hugging Face ``config.json`` (contract).
 
         Args:
             path_or_dict: a ``config.json`` path, a model directory holding
                 one, or the parsed config. Multimodal configs are read from
-                their ``text_config``. Nothing is executed or unpickled.
+                their ``text_config``. Nothing is executed or unpickled. A
+                string may also name a model preset, a ``.gguf`` file or a
+                Hugging Face Hub id ``org/name[@revision]``
+                (:func:`memacct.planner.source.resolve_model`).
             kv_cache_dtype: ``"auto"`` (the checkpoint's declared FP8 KV cache
                 if its ModelOpt quantization config declares one, as vLLM
                 does; else the checkpoint's ``torch_dtype``/``dtype`` as
@@ -321,6 +324,7 @@ class KVCacheSpec(BaseModel):
             assume_full_attention: plan an architecture memacct has no rule for
                 as full attention on every layer (the plan's notes say so);
                 without it such an architecture is refused.
+            revision: the Hub revision (branch, tag or commit) of a Hub id.
 
         Raises:
             ConfigError: the config is missing, unreadable, or has a missing,
@@ -341,11 +345,15 @@ class KVCacheSpec(BaseModel):
             default_name = None
         elif isinstance(path_or_dict, (str, os.PathLike)):
             path = Path(path_or_dict)
-            if not path.exists():
-                _raise_missing_config(path)
-            config = read_config_file(path)
-            source = str(path / "config.json" if path.is_dir() else path)
-            default_name = (path if path.is_dir() else path.parent).name or None
+            if path.exists() and path.suffix.lower() != ".gguf" and revision is None:
+                config = read_config_file(path)
+                source = str(path / "config.json" if path.is_dir() else path)
+                default_name = (path if path.is_dir() else path.parent).name or None
+            else:  # a preset, a Hub id, a .gguf file (or a missing path, said so)
+                from memacct.planner.source import resolve_model
+
+                found = resolve_model(path_or_dict, revision)
+                config, source, default_name = found.config, found.location, found.name
         else:
             raise InvalidInputError(
                 f"from_hf_config takes a config.json path or a dict, "
