@@ -1,4 +1,9 @@
-"""Helpers for backend authors: say whether a backend can run here without importing its framework.
+"""The plugins: the first-party ones declared, and helpers for writing one.
+
+:data:`KNOWN_BACKENDS` names each first-party backend with the distribution that
+owns the name and its install hint.
+
+The helpers say whether a backend can run here without importing its framework.
 
 A backend's ``availability()`` runs whenever backends are listed (``memacct
 backends``, ``get_backend()`` with no name), so it must be cheap: importing
@@ -30,7 +35,56 @@ import re
 import sys
 from typing import NamedTuple
 
-__all__ = ["DEVICE_FILES", "DeviceKind", "device_files", "installed", "missing_device", "version"]
+__all__ = [
+    "DEVICE_FILES",
+    "FIRST_PARTY",
+    "KNOWN_BACKENDS",
+    "DeviceKind",
+    "KnownBackend",
+    "device_files",
+    "install_hint",
+    "installed",
+    "missing_device",
+    "version",
+]
+
+CORE_DISTRIBUTION = "memacct"
+
+
+class KnownBackend(NamedTuple):
+    """A first-party backend: the distribution that owns its name, and what it serves."""
+
+    distribution: str
+    serves: str
+
+    @property
+    def install(self) -> str:
+        return f"pip install {self.distribution}"
+
+
+KNOWN_BACKENDS: dict[str, KnownBackend] = {
+    "sim": KnownBackend(CORE_DISTRIBUTION, "the simulated device"),
+    "cuda": KnownBackend("memacct-cuda", "NVIDIA and AMD GPUs through torch.cuda"),
+    "npu": KnownBackend("memacct-npu", "Ascend NPUs through torch_npu"),
+    "mindspore": KnownBackend("memacct-mindspore", "MindSpore on Ascend or GPU"),
+    "nvml": KnownBackend("memacct-nvml", "NVIDIA GPUs through NVML, no framework"),
+}
+"""The first-party backends, declared as fsspec declares its known implementations
+(``fsspec/registry.py``, ``known_implementations``): the install hint comes from here, not
+from a guess (``pyproject.toml`` entry points of this repository; a test checks they agree)."""
+
+FIRST_PARTY: dict[str, str] = {name: known.distribution for name, known in KNOWN_BACKENDS.items()}
+"""Each first-party backend name and the distribution that owns it."""
+
+def install_hint(name: str) -> str | None:
+    """``pip install <distribution>`` for a first-party backend name; ``None`` for other names.
+
+    Names nobody publishes get no hint: guessing ``memacct-<name>`` would send a
+    user to a distribution that does not exist (or to a squatter's).
+    """
+    known = KNOWN_BACKENDS.get(name)
+    return known.install if known else None
+
 
 DEVICE_DIR = "/dev"
 """Where the drivers create their device files (tests point it elsewhere)."""

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -63,13 +63,13 @@ from memacct.errors import (
     MemacctError,
 )
 from memacct.models import TruthSource
+from memacct.plugin import CORE_DISTRIBUTION, FIRST_PARTY, KNOWN_BACKENDS, install_hint
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "FIRST_PARTY",
     "KNOWN_BACKENDS",
     "BackendInfo",
-    "KnownBackend",
     "available_backends",
     "backend_names",
     "get_backend",
@@ -84,38 +84,12 @@ ENTRY_POINT_GROUP = "memacct.backends"
 ENV_BACKEND = "MEMACCT_BACKEND"
 ENV_DISABLED = "MEMACCT_DISABLED_BACKENDS"
 ENV_ALLOW_OVERRIDE = "MEMACCT_ALLOW_OVERRIDE"
-CORE_DISTRIBUTION = "memacct"
 TIME_LIMIT_S = 10.0
 """Seconds a plugin's import and ``availability()`` may take, together, before it is listed
 as hanging. Neither imports a framework, so a healthy plugin answers in milliseconds."""
 SLOW_IMPORT_S = 2.0
 """A plugin whose import takes longer is logged: every listing pays it."""
 
-
-class KnownBackend(NamedTuple):
-    """A first-party backend: the distribution that owns its name, and what it serves."""
-
-    distribution: str
-    serves: str
-
-    @property
-    def install(self) -> str:
-        return f"pip install {self.distribution}"
-
-
-KNOWN_BACKENDS: dict[str, KnownBackend] = {
-    "sim": KnownBackend(CORE_DISTRIBUTION, "the simulated device"),
-    "cuda": KnownBackend("memacct-cuda", "NVIDIA and AMD GPUs through torch.cuda"),
-    "npu": KnownBackend("memacct-npu", "Ascend NPUs through torch_npu"),
-    "mindspore": KnownBackend("memacct-mindspore", "MindSpore on Ascend or GPU"),
-    "nvml": KnownBackend("memacct-nvml", "NVIDIA GPUs through NVML, no framework"),
-}
-"""The first-party backends, declared as fsspec declares its known implementations: the
-install hint comes from here, not from a guess (``pyproject.toml`` entry points of this
-repository; a test checks they agree)."""
-
-FIRST_PARTY: dict[str, str] = {name: known.distribution for name, known in KNOWN_BACKENDS.items()}
-"""Each first-party backend name and the distribution that owns it."""
 
 BackendFactory = Callable[..., Any]
 
@@ -134,30 +108,19 @@ class BackendInfo(BaseModel):
     priority: int = 0
 
 
-def install_hint(name: str) -> str | None:
-    """``pip install <distribution>`` for a first-party backend name; ``None`` for other names.
-
-    Names nobody publishes get no hint: guessing ``memacct-<name>`` would send a
-    user to a distribution that does not exist (or to a squatter's).
-    """
-    known = KNOWN_BACKENDS.get(name)
-    return known.install if known else None
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _in_thread(call: Callable[[], Any], name: str) -> Future[Any]:
-    # A daemon thread (a call that never returns must not keep the process alive; a
-    # ThreadPoolExecutor joins its workers at exit). Any exception, SystemExit and
-    # KeyboardInterrupt included, is the plugin's own: a real Ctrl-C goes to the main thread.
+    # A daemon thread: one that never returns must not keep the process alive (a
+    # ThreadPoolExecutor joins its workers at exit).
     future: Future[Any] = Future()
 
     def run() -> None:
         try:
             future.set_result(call())
-        except BaseException as exc:  # see above
+        except BaseException as exc:  # handed to the waiting caller
             future.set_exception(exc)
 
     threading.Thread(target=run, name=name, daemon=True).start()
@@ -195,7 +158,9 @@ class _Entry:
         started = time.perf_counter()
         try:
             value = self.loader()
-        except BaseException as exc:  # the plugin's own, see _in_thread
+        # SystemExit and KeyboardInterrupt included: in this thread they are the plugin's
+        # own (a real Ctrl-C goes to the main thread).
+        except BaseException as exc:
             self.error = f"failed to import ({self.origin}): {_describe(exc)}"
         else:
             declared = _class_attr(value, "name")
@@ -228,7 +193,7 @@ class _Entry:
             return Availability(False, self.error)
         try:
             result = factory_availability(self.factory)
-        except BaseException as exc:  # the plugin's own, see _in_thread
+        except BaseException as exc:  # the plugin's own, as in _load
             return Availability(False, f"availability() raised {_describe(exc)}")
         if not isinstance(result, Availability):
             return Availability(
@@ -305,10 +270,9 @@ def _discover() -> dict[str, _Entry]:
                 _sideline(entries, kept, f"replaced by {entry.origin} ({ENV_ALLOW_OVERRIDE})")
         elif ep.name in entries:
             reason = (
-                f"name {ep.name!r} is also claimed by {entries[ep.name].distribution}; this one"
-                " is ignored (uninstall one of the two distributions)"
+                f"name {ep.name!r} is claimed twice: it is also claimed by "
+                f"{entries[ep.name].distribution}; this one is ignored (uninstall one of the two)"
             )
-            logger.warning("memacct backend name %r is claimed twice: %s", ep.name, reason)
         if reason is None:
             entries[ep.name] = entry
         else:
@@ -394,9 +358,7 @@ def _probe_all(entries: Iterable[_Entry]) -> dict[str, Availability]:
 
 
 def _truth_name(truth: object) -> str | None:
-    if truth is None:
-        return None
-    return truth.value if isinstance(truth, TruthSource) else str(truth)
+    return truth.value if isinstance(truth, TruthSource) else None if truth is None else str(truth)
 
 
 def available_backends() -> list[BackendInfo]:
@@ -475,9 +437,9 @@ def _build(entry: _Entry, options: dict[str, Any]) -> DeviceBackend:
         raise BackendUnavailableError(
             f"backend {entry.name!r} is not available here: {exc}"
         ) from exc
-    except MemacctError:
+    except (MemacctError, KeyboardInterrupt, GeneratorExit):  # Ctrl-C here is the user's
         raise
-    except Exception as exc:
+    except BaseException as exc:  # a plugin's SystemExit too
         raise BackendError(
             f"backend {entry.name!r} failed to start ({entry.origin}): {_describe(exc)}"
         ) from exc
@@ -508,6 +470,9 @@ def _auto_choice(options: dict[str, Any]) -> DeviceBackend:
     infos = available_backends()
     reasons = {info.name: info.reason or "no device" for info in infos if info.name != "sim"}
     entries = _entries()
+    for name, known in KNOWN_BACKENDS.items():  # the first-party plugins not installed
+        if name not in entries and name != "sim":
+            reasons[name] = f"not installed ({known.install}: {known.serves})"
     ranked = sorted(
         (info for info in infos if info.available and info.priority > 0),
         key=lambda info: (-info.priority, info.name),
