@@ -3,13 +3,14 @@
 
 What produces which column (vLLM 0.33, files of the ``vllm`` wheel):
 
-* per-layer specs: ``vllm/v1/kv_cache_interface.py`` classes ``FullAttentionSpec``,
-  ``SlidingWindowSpec``, ``ChunkedLocalAttentionSpec``, ``MLAAttentionSpec`` built here,
-  one per layer, the way the model files build them (``llama.py``, ``gemma2.py``,
-  ``gemma3.py``, ``gpt_oss.py``, ``llama4.py``, ``commandr.py``, ``deepseek_v2.py``:
-  which layer slides, window, chunk, KV heads per rank ``max(1, heads // tp)``);
-  KV-sharing layers get no spec (``vllm/v1/worker/gpu/attn_utils.py``); layers are
-  split over pipeline stages by ``vllm.distributed.utils.get_pp_indices``;
+* per-layer specs: vLLM's own model code, not memacct's rules (:func:`model_specs`):
+  ``EngineArgs.create_engine_config`` reads the config, the registry's model class is
+  built on the meta device, and every attention / Mamba module answers
+  ``get_kv_cache_spec`` (``FullAttentionSpec``, ``SlidingWindowSpec``,
+  ``ChunkedLocalAttentionSpec``, ``MLAAttentionSpec``, ``MambaSpec``...); KV-sharing
+  modules get no spec (``vllm/v1/worker/gpu/attn_utils.py``); the specs then take the
+  emulated block size, and layers are split over pipeline stages by
+  ``vllm.distributed.utils.get_pp_indices``;
 * ``groups``: ``vllm.v1.core.kv_cache_planning.get_global_kv_cache_groups``;
 * ``num_gpu_blocks``, refusal and ``estimated_max_model_len``:
   ``vllm.v1.core.kv_cache_planning.get_kv_cache_configs`` (its ValueError message
@@ -26,7 +27,10 @@ The config object handed to these functions is a small stand-in carrying exactly
 attributes they read (recorded under ``"emulated"`` in the output): an H100 (SM90),
 ``VLLM_KV_CACHE_LAYOUT`` LBNHC (FlashAttention's NHD), no speculative decoding, no
 HiSparse, hybrid KV-cache manager on. Hugging Face config defaults (e.g. gemma-3's
-``head_dim`` 256, llama-4's NoPE interval) come from ``transformers.AutoConfig.for_model``.
+``head_dim`` 256, llama-4's NoPE interval) come from transformers through vLLM's own
+config loading. The tensor-parallel size is patched into ``vllm.distributed`` (no
+process group is started). Written by reading vLLM's code; not run in this repository's
+tests (it needs vLLM).
 
 Set-up (a throwaway venv outside the repository)::
 
@@ -159,16 +163,14 @@ def fake_config(v: dict[str, Any], *, max_model_len: int, tp: int, pp: int,
     return Cfg()
 
 
-# --- per-layer specs, as the model files build them --------------------------------------
+# --- per-layer specs, from vLLM's own model code ---------------------------------------
 
 
 def text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """The text model's config with Hugging Face's class defaults filled in."""
+    """The text model's config with Hugging Face's class defaults (for the TP checks)."""
     from transformers import AutoConfig
 
     text = dict(raw.get("text_config") or raw)
-    dtype = text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get(
-        "dtype")
     model_type = text["model_type"]
     try:
         kwargs = {k: val for k, val in text.items() if k != "model_type"}
@@ -178,185 +180,133 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
         full = text
     for key, value in text.items():  # keys transformers 5 turns into properties
         full.setdefault(key, value)
-    if "hybrid_override_pattern" in text:  # transformers 5 rewrites it
-        full["hybrid_override_pattern"] = text["hybrid_override_pattern"]
-    full["_dtype"] = dtype or "bfloat16"  # rule: no dtype given -> bf16 (gpt-oss)
-    full["_quant"] = raw.get("quantization_config")
     return full
 
 
-def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, int | None]]:
-    """(kind, window/chunk) per layer: full, sliding, chunked, mla, shared."""
-    n = cfg["num_hidden_layers"]
-    mt = cfg["model_type"]
-    if cfg.get("kv_lora_rank"):
-        return [("mla", None)] * n
-    kinds: list[tuple[str, int | None]]
-    if mt == "gpt_oss":  # gpt_oss.py: even layers slide
-        kinds = [("sliding", cfg["sliding_window"]) if i % 2 == 0 else ("full", None)
-                 for i in range(n)]
-    elif mt == "llama4_text":  # llama4.py: NoPE layers are global, the rest chunked
-        nope = cfg.get("no_rope_layers") or [
-            int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(n)]
-        chunk = cfg.get("attention_chunk_size")
-        kinds = [("full", None) if nope[i] == 0 or not chunk else ("chunked", chunk)
-                 for i in range(n)]
-    elif mt in ("cohere2",):  # commandr.py: window + 1
-        kinds = [("sliding", cfg["sliding_window"] + 1)
-                 if cfg["layer_types"][i] == "sliding_attention" else ("full", None)
-                 for i in range(n)]
-    elif mt == "qwen3_next":  # qwen3_next.py: layer_types linear_attention -> GDN
-        kinds = [("gdn", None) if t == "linear_attention" else ("full", None)
-                 for t in cfg["layer_types"]]
-    elif mt == "nemotron_h":  # nemotron_h.py: M Mamba2, * attention, - / E no cache
-        table = {"M": ("mamba2", None), "*": ("full", None)}
-        kinds = [table.get(c, ("none", None)) for c in cfg["hybrid_override_pattern"]]
-    elif mt == "granitemoehybrid":  # granitemoehybrid.py: "mamba" -> MambaMixer2
-        # transformers 5 spells "mamba" as "linear_attention" (and "attention" as "full_attention")
-        kinds = [("mamba2", None) if t in ("mamba", "linear_attention") else ("full", None)
-                 for t in cfg["layer_types"]]
-    elif cfg.get("layer_types"):
-        lt = cfg["layer_types"]
-        window = cfg.get("sliding_window")
-        if all(t == "sliding_attention" for t in lt):
-            kinds = [("sliding", window)] * n
-        else:
-            kinds = [("sliding", window) if t == "sliding_attention" and window else ("full", None)
-                     for t in lt]
-    elif cfg.get("sliding_window") and cfg.get("use_sliding_window", True) is not False:
-        # arg_utils.py: no layer_types -> CacheConfig.sliding_window for every layer
-        kinds = [("sliding", cfg["sliding_window"])] * n
-    else:
-        kinds = [("full", None)] * n
-    shared = cfg.get("num_kv_shared_layers") or 0  # gemma3n.py: the last layers share KV
-    if shared:
-        kinds = kinds[: n - shared] + [("shared", None)] * shared
-    return kinds
+_TP = [1]  # the tensor-parallel size the patched vLLM functions report
 
 
-def kv_dtype(cfg: dict[str, Any], choice: str) -> str:
+def _patch_tensor_parallel(tp: int) -> None:
+    """Make vLLM's model code see ``tp`` ranks (rank 0) without starting a process group.
+
+    Model files import these two functions by name from ``vllm.distributed``, so both
+    namespaces are patched before any model module is imported, with functions that read
+    ``_TP`` at call time (a module imported earlier sees a later size too).
+    """
+    import vllm.distributed as dist
+    import vllm.distributed.parallel_state as state
+
+    _TP[0] = tp
+    for module in (dist, state):
+        module.get_tensor_model_parallel_world_size = lambda: _TP[0]  # type: ignore[attr-defined]
+        module.get_tensor_model_parallel_rank = lambda: 0  # type: ignore[attr-defined]
+
+
+def model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
+                max_model_len: int) -> list[tuple[int, Any, str | None]]:
+    """``(layer index, vLLM KV-cache spec, mamba_type)`` of every cache-holding module.
+
+    Built by vLLM itself: ``EngineArgs(...).create_engine_config()`` reads the config as
+    vLLM does (transformers' config class, vLLM's own config classes and
+    ``verify_and_update_config`` hooks); the model class from vLLM's registry is
+    instantiated on the meta device under ``set_current_vllm_config``; each attention or
+    Mamba module registers itself in ``compilation_config.static_forward_context`` and
+    answers ``get_kv_cache_spec(vllm_config)``, as ``gpu_model_runner.get_kv_cache_spec``
+    asks it; modules with a ``kv_sharing_target_layer_name`` keep no cache. memacct's
+    rules are not consulted: which layer slides, its window, heads and head sizes, and
+    the state shapes are the model file's.
+    """
+    import tempfile
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    _patch_tensor_parallel(tp)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "config.json").write_text(json.dumps(raw))
+        args = EngineArgs(model=folder, skip_tokenizer_init=True, load_format="dummy",
+                          kv_cache_dtype=cache_dtype, max_model_len=max_model_len,
+                          enforce_eager=True, trust_remote_code=False)
+        vllm_config = args.create_engine_config()
+        model_cls, _ = get_model_architecture(vllm_config.model_config)
+        with set_current_vllm_config(vllm_config), torch.device("meta"):
+            model_cls(vllm_config=vllm_config, prefix="")
+        found: list[tuple[int, Any, str | None]] = []
+        context = vllm_config.compilation_config.static_forward_context
+        for name, module in context.items():
+            if getattr(module, "kv_sharing_target_layer_name", None) is not None:
+                continue
+            spec = module.get_kv_cache_spec(vllm_config)
+            match = re.search(r"layers\.(\d+)\.", name)
+            if spec is None or match is None:
+                continue
+            found.append((int(match.group(1)), spec, getattr(module, "mamba_type", None)))
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def kv_dtype(raw: dict[str, Any], choice: str) -> str:
     """vLLM's resolve_kv_cache_dtype_string: "auto" follows a checkpoint's declared KV scheme."""
     if choice != "auto":
         return choice
     from vllm.utils.torch_utils import get_kv_cache_quant_algo_string
 
-    quant = cfg.get("_quant")
+    quant = raw.get("quantization_config")
     algo = get_kv_cache_quant_algo_string(quant) if quant else None
     return algo or "auto"
 
 
-def build_specs(v: dict[str, Any], cfg: dict[str, Any], *, tp: int, pp: int, block: int,
-                cache_dtype: str) -> list[dict[str, Any]]:
-    import torch
+def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
+                num_layers: int, pp: int, block: int) -> list[dict[str, Any]]:
+    """Per pipeline stage ``{layer name: spec}`` at the emulated H100's block size.
 
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16,
-             "float32": torch.bfloat16}[str(cfg["_dtype"]).replace("torch.", "")]
-    torch_dtype = torch.float8_e4m3fn if cache_dtype.startswith("fp8") else dtype
-    mode = v["get_kv_quant_mode"](cache_dtype)
-    heads = cfg["num_attention_heads"]
-    kinds = layer_kinds(cfg)
-    n = len(kinds)
-    kv_heads = max(1, (cfg.get("num_key_value_heads") or heads) // tp)
-    head_dim_ = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    state_kinds = {k for k, _ in kinds if k in ("gdn", "mamba2")}
+    The model's own specs get the block size and, for Mamba hybrids, the raise and the
+    padded state page of ``Platform._align_hybrid_block_size`` (:func:`align_hybrid_block_size`);
+    a Mamba spec runs in align mode (prefix caching on) with one prefill checkpoint block.
+    """
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    states = [(s, kind) for _, s, kind in found if isinstance(s, MambaSpec)]
+    attention = [s for _, s, _ in found if not isinstance(s, MambaSpec)]
     padded = None
-    if state_kinds:
-        attn_1 = v["Full"](block_size=1, num_kv_heads=kv_heads, head_size=head_dim_,
-                           dtype=torch_dtype, kv_quant_mode=mode).page_size_bytes
-        block, padded = align_hybrid_block_size(v, cfg, state_kinds, tp, dtype, attn_1, block)
+    if states and attention:
+        attn_1 = dataclasses.replace(attention[0], block_size=1).page_size_bytes
+        block, padded = align_hybrid_block_size(states, attn_1, block)
     per_stage: list[dict[str, Any]] = []
     for rank in range(pp):
-        start, end = v["get_pp_indices"](n, rank, pp)
+        start, end = v["get_pp_indices"](num_layers, rank, pp)
         specs: dict[str, Any] = {}
-        for i in range(start, end):
-            kind, size = kinds[i]
-            name = f"model.layers.{i}.self_attn.attn"
-            if kind in ("shared", "none"):
+        for k, (i, own, kind) in enumerate(found):
+            if not start <= i < end:
                 continue
-            if kind in ("gdn", "mamba2"):
-                specs[name.replace("self_attn.attn", "mixer")] = mamba_spec(
-                    v, cfg, kind, tp, dtype, block, padded)
-                continue
-            if kind == "mla":
-                specs[name] = v["MLA"](
-                    block_size=block, num_kv_heads=1,
-                    head_size=cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"],
-                    dtype=torch_dtype, kv_quant_mode=mode,
-                    cache_dtype_str=cache_dtype)
-                continue
-            kv = cfg.get("num_key_value_heads") or heads
-            head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-            common = dict(block_size=block, num_kv_heads=max(1, kv // tp), head_size=head_dim,
-                          dtype=torch_dtype, kv_quant_mode=mode)
-            if kind == "sliding":
-                specs[name] = v["Sliding"](sliding_window=size, **common)
-            elif kind == "chunked":
-                specs[name] = v["Chunked"](attention_chunk_size=size, **common)
+            if isinstance(own, MambaSpec):
+                spec = dataclasses.replace(
+                    own, block_size=block, page_size_padded=padded, mamba_cache_mode="align",
+                    num_prefill_checkpoint_blocks=1,
+                    prefill_checkpoint_alignment=64 if kind == "gdn_attention" else 1)
             else:
-                specs[name] = v["Full"](**common)
+                spec = dataclasses.replace(own, block_size=block)
+            specs[f"model.layers.{i}.cache.{k}"] = spec
         per_stage.append(specs)
     return per_stage
 
 
-def _state(v: dict[str, Any], cfg: dict[str, Any], kind: str, tp: int,
-           dtype: Any) -> tuple[Any, Any]:
-    """Shapes and dtypes from vLLM's MambaStateShapeCalculator / MambaStateDtypeCalculator."""
-    from vllm.model_executor.layers.mamba.mamba_utils import (
-        MambaStateDtypeCalculator,
-        MambaStateShapeCalculator,
-    )
-
-    ssm = cfg.get("mamba_ssm_dtype") or "auto"
-    if kind == "gdn":  # qwen3_next.py get_mamba_state_shape_from_config
-        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
-            tp, cfg["linear_num_key_heads"], cfg["linear_num_value_heads"],
-            cfg["linear_key_head_dim"], cfg["linear_value_head_dim"],
-            cfg["linear_conv_kernel_dim"], 0)
-        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", ssm)
-    elif cfg["model_type"] == "nemotron_h":  # nemotron_h.py get_mamba_state_shape_from_config
-        shapes = MambaStateShapeCalculator.mamba2_state_shape(
-            tp, cfg["mamba_num_heads"] * cfg["mamba_head_dim"], cfg["n_groups"],
-            cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"],
-            cfg["conv_kernel"], 0)
-        dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(dtype, "auto", ssm)
-    else:  # granitemoehybrid.py get_mamba_state_shape_from_config
-        shapes = MambaStateShapeCalculator.mamba2_state_shape(
-            tp, cfg["mamba_expand"] * cfg["hidden_size"], cfg["mamba_n_groups"],
-            cfg["mamba_n_heads"], cfg["mamba_d_head"], cfg["mamba_d_state"],
-            cfg["mamba_d_conv"], 0)
-        dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(dtype, "auto", ssm)
-    return shapes, dtypes
-
-
-def mamba_spec(v: dict[str, Any], cfg: dict[str, Any], kind: str, tp: int, dtype: Any,
-               block: int, padded: int | None) -> Any:
-    """A Mamba layer's spec in align mode (prefix caching on), as mamba_mixer2.py /
-    qwen_gdn_linear_attn.py give it: one prefill checkpoint block."""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    shapes, dtypes = _state(v, cfg, kind, tp, dtype)
-    return MambaSpec(shapes=tuple(shapes), dtypes=tuple(dtypes), block_size=block,
-                     page_size_padded=padded, mamba_cache_mode="align",
-                     num_prefill_checkpoint_blocks=1,
-                     prefill_checkpoint_alignment=64 if kind == "gdn" else 1)
-
-
-def align_hybrid_block_size(v: dict[str, Any], cfg: dict[str, Any], kinds: set[str], tp: int,
-                            dtype: Any, attn_1: int, block: int) -> tuple[int, int | None]:
+def align_hybrid_block_size(states: list[tuple[Any, str | None]], attn_1: int,
+                            block: int) -> tuple[int, int | None]:
     """Platform._align_hybrid_block_size (vllm/platforms/interface.py) on an H100:
     FlashAttention's smallest kernel block 16, align mode, FlashInfer's GDN checkpoint
-    alignment 64 (Mamba2: 1). Page sizes come from vLLM's MambaSpec."""
+    alignment 64 (Mamba: 1). The state pages are the model's own MambaSpec pages."""
     import math
 
     from vllm.utils.math_utils import cdiv
-    from vllm.v1.kv_cache_interface import MambaSpec
 
-    mamba_page = max(
-        MambaSpec(shapes=tuple(_state(v, cfg, k, tp, dtype)[0]),
-                  dtypes=tuple(_state(v, cfg, k, tp, dtype)[1]), block_size=-1).page_size_bytes
-        for k in kinds)
+    mamba_page = max(spec.page_size_bytes for spec, _ in states)
     align = max(16, block)
-    align = math.lcm(align, 64 if "gdn" in kinds else 1)
+    align = math.lcm(align, 64 if any(k == "gdn_attention" for _, k in states) else 1)
     attn_block = align * cdiv(mamba_page, align * attn_1)
     attn_block = 16 * cdiv(attn_block, 16)
     block = max(block, attn_block)
@@ -387,15 +337,20 @@ _REFUSALS = ("To serve at least one request", "No available memory for the cache
 _ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 
 
-def run_row(v: dict[str, Any], cfg: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+def run_row(v: dict[str, Any], raw: dict[str, Any], cfg: dict[str, Any],
+            row: dict[str, Any]) -> dict[str, Any]:
+    from vllm.v1.kv_cache_interface import MambaSpec
+
     planning = v["planning"]
     tp, pp = row["tensor_parallel_size"], row["pipeline_parallel_size"]
-    cache_dtype = kv_dtype(cfg, row["kv_cache_dtype"])
-    specs = build_specs(v, cfg, tp=tp, pp=pp, block=row["block_size"], cache_dtype=cache_dtype)
+    cache_dtype = kv_dtype(raw, row["kv_cache_dtype"])
+    found = model_specs(raw, tp=tp, cache_dtype=cache_dtype, max_model_len=row["max_model_len"])
+    specs = build_specs(v, found, num_layers=cfg["num_hidden_layers"], pp=pp,
+                        block=row["block_size"])
     vc = fake_config(v, max_model_len=row["max_model_len"], tp=tp, pp=pp,
                      batched=row["max_num_batched_tokens"],
                      async_scheduling=row["async_scheduling"],
-                     mamba=any(k in ("gdn", "mamba2") for k, _ in layer_kinds(cfg)))
+                     mamba=any(isinstance(s, MambaSpec) for _, s, _ in found))
     groups = planning.get_global_kv_cache_groups(vc, specs)
     out: dict[str, Any] = {
         "resolved_kv_cache_dtype": cache_dtype,
@@ -462,7 +417,7 @@ def main() -> int:
             if reason is not None:
                 rows.append({**row, "skipped": reason})
                 continue
-            result = run_row(v, cfg, row)
+            result = run_row(v, raw, cfg, row)
             if args.grid == "aside":  # keep the table small: the numbers only
                 result.pop("groups", None)
                 result.pop("message", None)
