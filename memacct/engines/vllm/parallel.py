@@ -1,0 +1,196 @@
+"""The weights one vLLM rank holds under a deployment: online quantization, expert, data and
+pipeline parallelism, CPU offload (:class:`~memacct.engines.deployment.Deployment`).
+
+Each term is a small function over the model's ``config.json`` and the per-family weight
+formulas (:func:`memacct.planner.weights.formula_weights`); the rules and their vLLM 0.33
+sources are in docs/engines.md ("Deployment settings"):
+
+* :func:`serving_config`: ``--quantization fp8`` on an unquantized checkpoint adds vLLM's
+  ``Fp8Config`` (``vllm/model_executor/layers/quantization/fp8.py``: ``Fp8LinearMethod``
+  and ``Fp8MoEMethod`` quantize linear layers and experts to FP8 while loading; embeddings,
+  the LM head and norms are not ``LinearBase`` layers and stay in the model dtype);
+* :func:`rank_weights`: each pipeline stage's layers (``vllm/distributed/utils.py``,
+  ``get_pp_indices``), the embedding on the first stage and the LM head and final norm on
+  the last (``PPMissingLayer`` elsewhere; a tied LM head brings the embedding to the last
+  stage too); MoE experts split over TP x DP ranks (``vllm/model_executor/layers/fused_moe/
+  config.py``, ``FusedMoEParallelConfig.make``: without EP as TP slices of every expert,
+  with ``--enable-expert-parallel`` as whole experts, ``determine_expert_map``);
+* :func:`cpu_offload`: ``--cpu-offload-gb`` moves decoder-layer parameters to host memory
+  until that many bytes are moved (``maybe_offload_to_cpu``, called by ``make_layers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from memacct.engines.deployment import Deployment
+from memacct.errors import InvalidInputError
+from memacct.planner.config import _Config
+from memacct.planner.geometry import pipeline_partition
+from memacct.planner.weights import WeightEstimate, dtype_bytes, formula_weights
+
+__all__ = [
+    "LAYER_ROLES",
+    "cpu_offload",
+    "local_experts",
+    "rank_weights",
+    "serving_config",
+    "with_layers",
+]
+
+LAYER_ROLES = ("attention", "mlp", "experts", "router", "norms")
+"""The roles of :class:`WeightEstimate` that belong to decoder layers (the rest: embedding,
+LM head, rotary buffers and the vision tower)."""
+
+
+def _text_section(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A copy of ``config`` and the section holding the language model's sizes (the copy
+    itself, or its ``text_config``)."""
+    copy = dict(config)
+    text = copy.get("text_config")
+    if isinstance(text, Mapping) and "num_hidden_layers" in text:
+        section = dict(text)
+        copy["text_config"] = section
+        return copy, section
+    return copy, copy
+
+
+def serving_config(config: Mapping[str, Any], deployment: Deployment) -> Mapping[str, Any]:
+    """The config as vLLM serves it under ``--quantization`` and ``--dtype``.
+
+    ``--quantization fp8`` on a checkpoint without ``quantization_config``: vLLM's online
+    FP8 (per-tensor weight scales, dynamic activation scales). On a checkpoint that carries
+    its own: the same method is accepted, another is refused as vLLM refuses it
+    (``ModelConfig._verify_quantization``).
+    """
+    if deployment.quantization is None and deployment.dtype == "auto":
+        return config
+    copy, section = _text_section(config)
+    if deployment.quantization is not None:
+        own = copy.get("quantization_config") or section.get("quantization_config")
+        if isinstance(own, Mapping):
+            method = str(own.get("quant_method", "")).lower()
+            if method != deployment.quantization:
+                raise InvalidInputError(
+                    f"--quantization {deployment.quantization}: the checkpoint is already "
+                    f"quantized with {method or 'an unnamed method'}; vLLM refuses the "
+                    f"mismatch: drop --quantization (or give --quantization {method})"
+                )
+        else:
+            copy["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                           "online": True}  # fmt: skip
+    if deployment.dtype != "auto":
+        name = "float16" if deployment.dtype == "half" else deployment.dtype
+        section["torch_dtype"] = name
+        section.pop("dtype", None)
+    return copy
+
+
+def with_layers(config: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """A copy of ``config`` with its first ``num_layers`` decoder layers only."""
+    copy, section = _text_section(config)
+    section["num_hidden_layers"] = num_layers
+    for key in ("layer_types", "layers_block_type"):
+        kinds = section.get(key)
+        if isinstance(kinds, list):
+            section[key] = kinds[:num_layers]
+    return copy
+
+
+def _roles(config: Mapping[str, Any], num_layers: int, tp: int,
+           pad: tuple[int, int]) -> dict[str, int]:  # fmt: skip
+    return dict(formula_weights(with_layers(config, num_layers), tensor_parallel_size=tp,
+                                mxfp4_pad=pad).by_role)  # fmt: skip
+
+
+def local_experts(num_experts: int, ep_size: int) -> int:
+    """Experts on the fullest rank: vLLM's ``determine_expert_map`` gives ``E // ep`` to each
+    rank and one more to the first ``E % ep``."""
+    return num_experts // ep_size + (1 if num_experts % ep_size else 0)
+
+
+def _num_experts(config: Mapping[str, Any]) -> int:
+    cfg = _Config(config, "config.json")
+    return cfg.first_int(("num_experts", "num_local_experts", "n_routed_experts"), 0) or 0
+
+
+def rank_weights(
+    config: Mapping[str, Any],
+    deployment: Deployment,
+    *,
+    tensor_parallel_size: int,
+    stage: int = 0,
+    mxfp4_pad: tuple[int, int] = (256, 1),
+) -> WeightEstimate:
+    """The weights of one rank of pipeline stage ``stage`` (formulas; see the module notes).
+
+    Raises:
+        InvalidInputError: more pipeline stages than layers.
+        ConfigError: a size the formulas need is missing.
+    """
+    tp, pp = tensor_parallel_size, deployment.pipeline_parallel_size
+    whole = formula_weights(config, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
+    cfg = _Config(config, "config.json")
+    layers = cfg.first_int(("num_hidden_layers", "num_layers", "n_layer"), 0) or 0
+    parts = pipeline_partition(layers, pp) if pp > 1 else (layers,)
+    start = sum(parts[:stage])
+    end = start + parts[stage]
+    roles: dict[str, int] = dict(whole.by_role)
+    if pp > 1:
+        final_norm = (cfg.first_int(("hidden_size", "d_model", "n_embd"), 0) or 0) * dtype_bytes(
+            config)  # fmt: skip
+        # A prefix of n layers carries the final norm too: the first stage's lower end is it.
+        low = _prefix(config, start, tp, mxfp4_pad) if start else {"norms": final_norm}
+        high = _prefix(config, end, tp, mxfp4_pad)
+        for role in LAYER_ROLES:
+            roles[role] = high.get(role, 0) - low.get(role, 0)
+        first, last = stage == 0, stage == pp - 1
+        tied = "lm_head" not in whole.by_role
+        if not (first or (last and tied)):
+            roles.pop("embedding", None)
+        if last:
+            roles["norms"] += final_norm
+        else:
+            roles.pop("lm_head", None)
+    experts = _num_experts(config)
+    if experts and (deployment.data_parallel_size > 1 or deployment.enable_expert_parallel):
+        roles["experts"] = _expert_bytes(config, deployment, tp, start, end, experts, mxfp4_pad)
+    clean = {k: v for k, v in roles.items() if v}
+    return replace(whole, total_bytes=sum(clean.values()), by_role=clean)
+
+
+def _prefix(config: Mapping[str, Any], num_layers: int, tp: int,
+            pad: tuple[int, int]) -> dict[str, int]:  # fmt: skip
+    """Roles of the first ``num_layers`` layers plus the rest of the model (none: empty)."""
+    return _roles(config, num_layers, tp, pad) if num_layers else {}
+
+
+def _expert_bytes(config: Mapping[str, Any], deployment: Deployment, tp: int, start: int,
+                  end: int, experts: int, pad: tuple[int, int]) -> int:  # fmt: skip
+    """This rank's expert weights of layers ``[start, end)`` with experts over TP x DP ranks."""
+    ranks = tp * deployment.data_parallel_size
+    shard = 1 if deployment.enable_expert_parallel else ranks
+    stage = _prefix(config, end, shard, pad).get("experts", 0) - _prefix(
+        config, start, shard, pad).get("experts", 0)  # fmt: skip
+    if deployment.enable_expert_parallel:
+        return stage * local_experts(experts, ranks) // experts
+    return stage
+
+
+def cpu_offload(weights: WeightEstimate, deployment: Deployment) -> tuple[WeightEstimate, int]:
+    """``weights`` less what ``--cpu-offload-gb`` keeps in host memory, and that amount.
+
+    vLLM moves decoder-layer parameters one at a time until the moved bytes reach the
+    setting (it may overshoot by one parameter; memacct charges exactly the setting), never
+    the embedding or the LM head; at most all the rank's layer weights.
+    """
+    want = deployment.cpu_offload_bytes
+    if want <= 0:
+        return weights, 0
+    layer_bytes = sum(weights.by_role.get(role, 0) for role in LAYER_ROLES)
+    moved = min(want, layer_bytes)
+    roles = dict(weights.by_role)
+    roles["cpu_offload"] = -moved
+    return replace(weights, total_bytes=weights.total_bytes - moved, by_role=roles), moved

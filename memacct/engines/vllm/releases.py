@@ -1,0 +1,229 @@
+"""vLLM's rules that changed between releases: the dummy sampler's top-k/top-p path, the
+non-torch growth after vLLM's baseline snapshot, and the release number itself.
+
+Split from :mod:`memacct.engines.vllm.startup`, which re-exports every name; sources and
+measurements of each constant are in its docstring and in docs/engines.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memacct.errors import InvalidInputError
+from memacct.units import GiB, MiB
+
+__all__ = [
+    "ALLREDUCE_FUSION_SINCE",
+    "FLASHINFER_SAMPLER_DEFAULT_SINCE",
+    "NON_TORCH_TP1_BYTES",
+    "NON_TORCH_TP1_BYTES_0_18",
+    "NON_TORCH_TP1_RISE_SINCE",
+    "NON_TORCH_TP_BYTES",
+    "NON_TORCH_TP_FUSED_BYTES",
+    "SAMPLERS",
+    "SAMPLER_BYTES_PER_LOGIT",
+    "SAMPLER_FLASHINFER_BYTES_PER_LOGIT",
+    "SAMPLER_TRITON_BUFFER_BYTES",
+    "SAMPLER_TRITON_BYTES_PER_LOGIT",
+    "TRITON_SAMPLER_SINCE",
+    "VERSION",
+    "allreduce_fusion_on",
+    "check_sampler",
+    "default_sampler",
+    "device_class",
+    "flashinfer_allreduce_workspace_bytes",
+    "non_torch_bytes",
+    "parse_version",
+]
+
+VERSION = "0.33"
+
+SAMPLER_BYTES_PER_LOGIT = 36
+"""Bytes per logit the dummy sampler holds at its peak, besides the model-dtype logits.
+
+The sort path (``sampler="sort"``; ``vllm/v1/sample/ops/topk_topp_sampler.py``,
+``apply_top_k_top_p`` in vLLM 0.8-0.16): the float32 logits (4), the sorted values (4)
+and their int64 indices (8), the top-k and top-p masks (1 + 1), the softmax over the
+sorted values (4), and the sort's own scratch (14, the part measured rather than read:
+seven vLLM 0.11 start-ups on H100 with max_num_seqs 1024 measured 37.4-38.9 bytes
+per logit in all, docs/accuracy.md).
+"""
+
+SAMPLERS = ("sort", "triton", "flashinfer")
+"""The top-k/top-p implementations vLLM's dummy sampler run can take (``sampler`` setting):
+PyTorch's sort (``apply_top_k_top_p`` in PyTorch), vLLM's Triton kernel
+(``apply_top_k_top_p_triton``, 0.17 on, for 8 rows or more) and FlashInfer's
+``top_k_top_p_sampling_from_logits`` (``forward_cuda``)."""
+
+SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 12
+"""The same on the FlashInfer path (``sampler="flashinfer"``): the sampler's float32 copy of
+the logits (4; temperature divides it in place), and inside FlashInfer's
+``top_k_top_p_sampling_from_logits`` (``flashinfer/sampling.py``, 0.2.11-0.7.x, order
+``top_k_first``) the float32 masked logits ``top_k_mask_logits`` returns (4) and their
+softmax (4), alive together while ``top_p_sampling_from_probs`` draws one int32 token per row.
+No sort, no int64 indices."""
+
+FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21)
+"""``VLLM_USE_FLASHINFER_SAMPLER`` defaults to on from vLLM 0.21 (``vllm/envs.py``;
+vllm-project/vllm#40376), where FlashInfer is a dependency (``requirements/cuda.txt``) and
+the GPU's compute capability is 7.5-12.1. In 0.9-0.11.0 vLLM sampled with FlashInfer
+whenever it was installed (it was an optional extra, but vLLM's Docker image installs it);
+0.11.1-0.20 only with ``VLLM_USE_FLASHINFER_SAMPLER=1`` (vllm-project/vllm#26859)."""
+
+NON_TORCH_TP1_BYTES = round(0.13 * GiB)
+"""Non-torch growth after vLLM's baseline on one GPU before 0.18 (kernel modules loaded on
+first use, cuBLAS/attention workspaces; not a size in vLLM's code): 0.13 GiB measured on
+H100 by vLLM 0.11 for five models of 0.6B-32B, and by 0.15-0.17 for Qwen3-14B."""
+
+NON_TORCH_TP1_BYTES_0_18 = round(0.25 * GiB)
+"""The same from vLLM 0.18 on (:data:`NON_TORCH_TP1_RISE_SINCE`): 0.24-0.25 GiB measured on
+H100 by 0.18 (Qwen3-14B) and by 0.19 for four models of 7B-9B. Carried to 0.33 unmeasured."""
+
+NON_TORCH_TP1_RISE_SINCE = (0, 18)
+"""The first release logging the higher one-GPU figure (llm-d-planner's release table)."""
+
+NON_TORCH_TP_BYTES = round(0.55 * GiB)
+"""The same under tensor parallelism without the all-reduce + RMSNorm fusion (NCCL
+connections set up by the profile run's first collectives): 0.54-0.55 GiB measured at
+TP2 on H100 by vLLM 0.11 (Qwen3-32B, Llama-3.3-70B). NCCL's own buffers are no size in
+vLLM's code; vLLM's custom all-reduce and symmetric-memory buffers are made before the
+baseline snapshot (``init_worker_distributed_environment`` runs first in ``init_device``),
+so they are not in it."""
+
+NON_TORCH_TP_FUSED_BYTES = round(2.10 * GiB)
+"""Under tensor parallelism with the all-reduce + RMSNorm fusion on
+(:func:`allreduce_fusion_on`): 2.06-2.21 GiB (median 2.10) measured on H100 by vLLM 0.19
+for Llama-3.1-8B, Qwen2.5-7B and Llama-3.3-70B-FP8 at TP2 and TP4. The fusion pass
+creates FlashInfer's all-reduce workspace while the profile run compiles, after the
+baseline; its own size (:func:`flashinfer_allreduce_workspace_bytes`) is 0.03-0.5 GiB and
+does not follow the logged figure (TP4 with a 34 MiB workspace logs more than TP2 with a
+514 MiB one), so the rest is measured, not derived. Carried to 0.33 unmeasured."""
+
+ALLREDUCE_FUSION_SINCE = (0, 17)
+"""The all-reduce + RMSNorm fusion (``fuse_allreduce_rms``) is on by default at the default
+optimization level for TP > 1 on compute capability 9.0 and 10.x with FlashInfer installed
+(``vllm/config/vllm.py``, ``enable_allreduce_rms_fusion``, in 0.17.0, 0.19.0 and 0.33; off
+by default in 0.11.0 as ``enable_fi_allreduce_fusion``). Releases 0.12-0.16 were not read."""
+
+SAMPLER_TRITON_BYTES_PER_LOGIT = 12
+"""The same on the Triton top-k/top-p path (vllm-project/vllm#33538, from the February 2026
+releases on, for batches of 8 or more): the kernel masks the float32 logits in place, then
+``random_sample`` holds the float32 logits (4), their softmax (4) and the exponential draws
+of the same shape (4), plus :data:`SAMPLER_TRITON_BUFFER_BYTES`."""
+
+SAMPLER_TRITON_BUFFER_BYTES = 80 * MiB
+"""The Triton top-k/top-p kernel's own buffers ("around ~80MiB of extra VRAM",
+vllm-project/vllm#33538)."""
+
+TRITON_SAMPLER_SINCE = (0, 17)
+"""The first release whose ``apply_top_k_top_p`` routes 8 rows or more through the Triton
+kernel (``vllm/v1/sample/ops/topk_topp_triton.py`` first ships in v0.17.0; v0.16.0 has none)."""
+
+def parse_version(text: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a release such as ``0.11.0``, ``0.11.x`` or ``v0.6.5.dev``; else None."""
+    if not isinstance(text, str):
+        return None
+    match = re.match(r"\s*v?(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def allreduce_fusion_on(version: tuple[int, int] | None, tensor_parallel_size: int,
+                        device_name: str) -> bool:
+    """Whether vLLM turns its all-reduce + RMSNorm fusion on by default
+    (:data:`ALLREDUCE_FUSION_SINCE`): TP > 1 on a Hopper (9.0) or data-centre Blackwell (10.x)
+    GPU. The RTX 5090 (12.0) and earlier GPUs (A100, L40S, ...) do not get it."""
+    if tensor_parallel_size <= 1 or (version is not None and version < ALLREDUCE_FUSION_SINCE):
+        return False
+    name = device_name.lower()
+    if "5090" in name or "rtx" in name:
+        return False
+    return device_class(device_name) in ("hopper", "blackwell")
+
+
+def flashinfer_allreduce_workspace_bytes(
+    tensor_parallel_size: int, hidden_size: int, max_tokens: int, dtype_bytes: int = 2
+) -> int:
+    """One rank's FlashInfer TRT-LLM all-reduce fusion workspace (``flashinfer/comm/trtllm_ar.py``,
+    ``trtllm_create_ipc_workspace_for_all_reduce_fusion``, flashinfer 0.6.6 as vLLM 0.19 pins
+    it): a buffer of TP x tokens x hidden x 2 bytes, a flag area of TP x 256 x 4 bytes and three
+    Lamport buffers of TP x tokens x hidden x ``dtype_bytes``, each rounded up to 2 MiB.
+    ``max_tokens`` is the fusion's cap (vLLM: its per-TP size limit over hidden x 2 bytes,
+    at most max_num_batched_tokens). For reference: the measured TP figure exceeds it."""
+    def up(n: int) -> int:
+        return -(-n // (2 * MiB)) * 2 * MiB
+    tp, tokens = tensor_parallel_size, max_tokens
+    return (
+        up(tp * tokens * hidden_size * 2)
+        + up(tp * 256 * 4)
+        + up(3 * min(tp * tokens * hidden_size * dtype_bytes, 2147483647 & ~(2 * MiB - 1)))
+    )
+
+
+def non_torch_bytes(version: tuple[int, int] | None, tensor_parallel_size: int,
+                    device_name: str = "") -> int:
+    """Non-torch growth after vLLM's baseline snapshot on one rank, by release and TP
+    (``None``: :data:`VERSION`'s rules). See the constants' notes and docs/engines.md."""
+    v = version if version is not None else parse_version(VERSION)
+    if tensor_parallel_size > 1:
+        if allreduce_fusion_on(v, tensor_parallel_size, device_name):
+            return NON_TORCH_TP_FUSED_BYTES
+        return NON_TORCH_TP_BYTES
+    if v is not None and v >= NON_TORCH_TP1_RISE_SINCE:
+        return NON_TORCH_TP1_BYTES_0_18
+    return NON_TORCH_TP1_BYTES
+
+
+def default_sampler(
+    version: tuple[int, int] | None,
+    *,
+    flashinfer_env: bool | None = None,
+    device_name: str = "",
+) -> str:
+    """The top-k/top-p path vLLM's dummy sampler takes by default in a release (:data:`SAMPLERS`).
+
+    ``vllm/v1/sample/ops/topk_topp_sampler.py`` (``TopKTopPSampler.__init__``) and
+    ``vllm/envs.py`` per release:
+
+    * 0.8.x: the sort (its check turns FlashInfer off for flashinfer 0.2.3 and later);
+    * 0.9-0.11.0: FlashInfer when the ``flashinfer`` package is installed, which a pip
+      install of vLLM does not do (an optional extra): the sort;
+    * 0.11.1-0.16: the sort; 0.17-0.20: the Triton kernel (FlashInfer is opt-in);
+    * 0.21 on: FlashInfer (on by default, a dependency) on NVIDIA GPUs; the Triton
+      kernel on AMD (ROCm takes the native path unless AITER is on).
+
+    Args:
+        version: the release, ``(major, minor)``; ``None``: memacct's :data:`VERSION`.
+        flashinfer_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as set (``True`` for ``1``,
+            ``False`` for ``0``), ``None`` when unset. ``1`` selects FlashInfer (in
+            0.9-0.11.0 it must also be installed); ``0`` the native path.
+        device_name: the device's name; AMD devices (``mi…``) take the native path.
+    """
+    version = version or parse_version(VERSION)
+    assert version is not None
+    native = "triton" if version >= TRITON_SAMPLER_SINCE else "sort"
+    if flashinfer_env is False or device_name.lower().startswith("mi"):
+        return native
+    if flashinfer_env is True:
+        return "flashinfer"
+    return "flashinfer" if version >= FLASHINFER_SAMPLER_DEFAULT_SINCE else native
+
+
+def check_sampler(sampler: str | None) -> str | None:
+    """``sampler`` as given, or ``None`` ("auto"); an unknown name raises InvalidInputError."""
+    if sampler is None or sampler == "auto":
+        return None
+    if sampler not in SAMPLERS:
+        raise InvalidInputError(
+            f"sampler {sampler!r} is not one vLLM has: give one of "
+            f"{', '.join(SAMPLERS)} or auto (the release's default)"
+        )
+    return sampler
+
+
+def device_class(device_name: str) -> str:
+    name = device_name.lower()
+    if any(k in name for k in ("h100", "h200", "h800", "h20")):
+        return "hopper"
+    if any(k in name for k in ("b200", "b100", "gb200", "rtx-5090", "blackwell")):
+        return "blackwell"
+    return "marlin"
