@@ -30,12 +30,19 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 
     Needs the ``memacct[hf]`` extra (``transformers`` and ``torch``), imported here, never at
     import time. Quantized linear layers are sized from their shapes by the checkpoint's
-    quantization scheme.
+    quantization scheme. The count is kept per config in the user's cache directory
+    (:mod:`memacct.planner.meta_cache`): a config counted before answers in milliseconds.
 
     Raises:
         ConfigError: ``transformers`` is missing or does not know the architecture.
     """
+    from memacct.planner.meta_cache import cached
+
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
+    return cached(config, tp, lambda: _count(config, tp))
+
+
+def _count(config: Mapping[str, Any], tp: int) -> WeightEstimate:
     try:
         import torch
         import transformers
