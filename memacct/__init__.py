@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memacct._version import __version__
 from memacct.backend import (
+    AllocatorModel,
     Availability,
     BackendQuirks,
     BaseBackend,
@@ -101,6 +102,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AgreementError",
+    "AllocatorModel",
     "Availability",
     "BackendError",
     "BackendInfo",

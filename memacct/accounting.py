@@ -45,8 +45,7 @@ from typing import Literal
 from memacct.backend import BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import ExcludedRegion, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
-from memacct.replay import ServingTrace, cache_ends_over, replay_need
-from memacct.truth import PeakMeasurement, replay_floor, resolve_truth_source
+from memacct.truth import PeakMeasurement, cache_ends_over, replay_floor, resolve_truth_source
 from memacct.units import MiB, format_gib
 
 __all__ = [
@@ -57,8 +56,10 @@ __all__ = [
     "PhasePeak",
     "ProfileReadings",
     "RegionReading",
+    "ReplayRequest",
     "account",
     "parse_accounting",
+    "replay_request",
 ]
 
 Accounting = Literal["components", "free_memory"]
@@ -193,10 +194,10 @@ class ProfileReadings:
         allocator_settings: the allocator settings in effect.
         profiled: what was profiled.
         duration_s: wall time of the session.
-        serving_trace: the profiled work's allocation traces, where the caller knows
-            them (the simulated engine does; on CUDA, torch's memory history could).
-        allocator_model: the backend's allocator model (a :mod:`memacct.sim` preset)
-            to replay them through; ``auto`` sizes the activations from the replay.
+        replay_need: what replaying the profiled work's traces through the backend's
+            allocator model needs for the activations (:func:`replay_request` says what
+            to replay; the profiling session runs it), ``None`` without a replay;
+            ``auto`` sizes the activations from it.
         allocator_limit: the most bytes the allocator may reserve, as the backend
             declared it (``None``: no cap beyond the device); recorded as is.
     """
@@ -214,8 +215,7 @@ class ProfileReadings:
     allocator_settings: Mapping[str, str] = field(default_factory=dict)
     profiled: ProfiledSetup = field(default_factory=ProfiledSetup)
     duration_s: float = 0.0
-    serving_trace: ServingTrace | None = None
-    allocator_model: str | None = None
+    replay_need: int | None = None
     allocator_limit: int | None = None
 
     @property
@@ -261,18 +261,35 @@ def _peaks(r: ProfileReadings) -> _Peaks:
     )
 
 
-def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
-    """What a replay of the serving shapes needs (``auto`` only, where a trace and model exist)."""
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What a replay must measure for a profile's readings (the arguments of
+    :func:`memacct.replay.replay_need` besides the model and the traces)."""
+
+    kv_cache_bytes: int
+    low_hint: int
+    high_hint: int
+    cache_ends: tuple[int, ...]
+    role: str
+    pairs: bool
+    sequences: bool
+    floor: int
+
+
+def replay_request(r: ProfileReadings) -> ReplayRequest | None:
+    """The replay ``auto`` asks for these readings, ``None`` where it needs none.
+
+    Only ``auto`` replays, and only where the activations' reserved peak is above their
+    allocated peak (a pool that does not fragment is charged its allocated peak exactly).
+    """
+    peaks = _peaks(r)
     if (
         r.requested_truth_source is not TruthSource.AUTO
-        or r.serving_trace is None
-        or r.allocator_model is None
         or peaks.activation_reserved <= peaks.activation_allocated
     ):
         return None
-    return replay_need(
-        r.allocator_model,
-        r.serving_trace,
+    multiple = r.quirks.growth_rounding == "multiple"
+    return ReplayRequest(
         # About the cache a plan at the physical limit gives: what the profile left free.
         kv_cache_bytes=max(0, r.after.free - peaks.activation_reserved),
         low_hint=peaks.activation_allocated // 2,
@@ -284,8 +301,8 @@ def _replay(r: ProfileReadings, peaks: _Peaks) -> int | None:
         role=r.serving_role,
         # On a caching allocator what a step strands depends on the free segments earlier
         # steps left: every pair of the shape grid, and random sequences, are replayed.
-        pairs=r.quirks.growth_rounding == "multiple",
-        sequences=r.quirks.growth_rounding == "multiple",
+        pairs=multiple,
+        sequences=multiple,
         floor=replay_floor(
             peaks.activation_reserved, peaks.inactive_split_increase, r.quirks, r.serving_role
         ),
@@ -412,7 +429,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         # free-memory formula charges it through the drop of free memory.
         weights_idle=weights_idle if formula == "components" else 0,
         weights_given=r.weights_memory is not None,
-        replay_need=_replay(r, peaks),
+        replay_need=r.replay_need,
         serving_role=r.serving_role,
     )
     decision = resolve_truth_source(r.requested_truth_source, measurement, r.quirks)
@@ -467,6 +484,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         inactive_split_peak=peaks.inactive_split,
         warnings=tuple(warnings),
         fragmentation_allowance=decision.fragmentation_allowance,
+        weights_idle_memory=decision.weights_idle,
         growth_granularity_bytes=r.quirks.growth_granularity_bytes,
         growth_rounding=r.quirks.growth_rounding,
         accounting=formula,

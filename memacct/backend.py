@@ -15,25 +15,30 @@ them, so a vendor plugin is a few dozen lines.
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, ParamSpec, Protocol, TypeVar, runtime_checkable
 
-from memacct.errors import BackendError, InvalidInputError
+from memacct.errors import BackendError, InvalidInputError, MemacctError
 from memacct.models import TruthSource
 
 __all__ = [
+    "LARGE_BUFFER_BYTES",
     "OPTIONAL_MEMBERS",
     "REQUIRED_METHODS",
+    "AllocatorModel",
     "Availability",
     "BackendQuirks",
     "BaseBackend",
     "DeviceBackend",
+    "ModelAllocator",
     "TorchLikeBackend",
     "allocator_settings",
     "as_base_backend",
     "backend_code",
+    "backend_errors",
+    "call_backend",
     "factory_availability",
     "factory_priority",
     "get_quirks",
@@ -52,6 +57,56 @@ class Availability:
 
     def __bool__(self) -> bool:
         return self.available
+
+
+LARGE_BUFFER_BYTES = 20 * 1024 * 1024
+"""torch's ``kLargeBuffer`` (c10/cuda/CUDACachingAllocator.cpp; torch_npu's allocator has
+the same), the one definition memacct has of it: the segment that requests of 1-10 MiB
+share, and the page of an expandable segment's large pool (``docs/simulator.md``)."""
+
+
+@runtime_checkable
+class ModelAllocator(Protocol):
+    """One fresh instance of an :class:`AllocatorModel`, which ``auto``'s replay drives.
+
+    Traces are lists of ops as :class:`memacct.replay.ServingTrace` gives them
+    (``n >= 0`` allocates ``n`` bytes into the next slot, ``n < 0`` frees slot ``~n``).
+    """
+
+    @property
+    def reserved(self) -> int:
+        """Bytes the allocator holds from its device memory now."""
+        ...
+
+    def run(self, trace: Sequence[int], persistent: bool = False) -> bool:
+        """Replay ``trace`` (``persistent``: tensors that live for the whole run, the weights).
+
+        Returns ``False`` where the model ran out of memory; the instance is then spent.
+        """
+        ...
+
+    def empty_cache(self) -> None:
+        """Return wholly free cached blocks to the device memory."""
+        ...
+
+
+@runtime_checkable
+class AllocatorModel(Protocol):
+    """A model of a backend's allocator as configured now (``BaseBackend.allocator_model``).
+
+    :mod:`memacct.sim` implements it (``memacct.sim.allocator.preset_model``); the
+    replay of :mod:`memacct.replay` bisects the capacity over fresh instances.
+    """
+
+    name: str
+
+    def instance(self, capacity: int) -> ModelAllocator:
+        """A fresh allocator over ``capacity`` bytes of device memory, holding nothing.
+
+        A pool with a budget of its own below the device's memory (MindSpore's) gets the
+        whole capacity as its budget: that budget is the plan's allocator limit.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -173,11 +228,16 @@ class BaseBackend:
     out_of_memory_errors: tuple[type[BaseException], ...] = ()
     """Exception types that mean the device is full (e.g. ``torch.OutOfMemoryError``)."""
 
-    allocator_model: str | None = None
-    """The :mod:`memacct.sim` allocator preset that models this device's allocator as it is
-    configured now (``None``: none does). Where a profile is given the work's allocation
-    traces (``memory_profiling(serving_trace=...)``), ``auto`` replays serving-step shapes
-    through it (:mod:`memacct.replay`)."""
+    @property
+    def allocator_model(self) -> AllocatorModel | None:
+        """The model of this device's allocator as it is configured now (``None``: none).
+
+        Where a profile is given the work's allocation traces
+        (``memory_profiling(serving_trace=...)``), ``auto`` replays serving-step shapes
+        through it (:mod:`memacct.replay`). Asked only then, so a backend that names a
+        :mod:`memacct.sim` preset (``memacct.sim.allocator.preset_model``) imports it here.
+        """
+        return None
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether ``exc`` means the device ran out of memory (default: its type is declared)."""
@@ -271,6 +331,7 @@ OPTIONAL_MEMBERS = (
     "consistent_reading",
     "device_identity",
     "allocator_limit",
+    "allocator_model",
 )
 """The members :class:`BaseBackend` declares with a default."""
 
@@ -296,6 +357,12 @@ class _ProtocolBackend(BaseBackend):
             method = getattr(backend, member, None)
             if callable(method):
                 setattr(self, member, method)
+        model = getattr(backend, "allocator_model", None)
+        self._model = model if isinstance(model, AllocatorModel) else None
+
+    @property
+    def allocator_model(self) -> AllocatorModel | None:
+        return self._model
 
     def device_count(self) -> int:
         return self._backend.device_count()
@@ -332,6 +399,40 @@ def backend_code(backend: object) -> str:
     if isinstance(backend, _ProtocolBackend):
         backend = backend._backend
     return f"{type(backend).__module__}.{type(backend).__qualname__}"
+
+
+@contextmanager
+def backend_errors(backend: DeviceBackend, doing: str) -> Iterator[None]:
+    """Around every call into a backend plugin: its own exception becomes a :class:`BackendError`.
+
+    The message names the backend, what it was doing (``doing``: "failed to read
+    device 0", "failed in empty_cache()") and the plugin's class. memacct's own errors
+    (a device index out of range) and ``BaseException`` s that are not ``Exception`` s
+    (``KeyboardInterrupt``) pass through.
+    """
+    try:
+        yield
+    except MemacctError:
+        raise
+    except Exception as exc:
+        # Whatever the plugin's module is called (a plugin module is named memacct_<x> too).
+        raise BackendError(
+            f"backend {backend.name!r} {doing}: {type(exc).__name__}: {exc} (raised in the "
+            f"plugin {backend_code(backend)})"
+        ) from exc
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def call_backend(
+    backend: DeviceBackend, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> _T:
+    """``method(*args)`` of ``backend`` inside :func:`backend_errors`, named by the call."""
+    name = getattr(method, "__name__", "a method")
+    with backend_errors(backend, f"failed in {name}({', '.join(map(repr, args))})"):
+        return method(*args, **kwargs)
 
 
 def factory_availability(factory: object) -> Availability:
@@ -378,20 +479,16 @@ def validate_backend(obj: object, origin: str = "backend") -> DeviceBackend:
     return obj  # type: ignore[return-value]
 
 
-# torch's expandable segments map large requests in pages of this size, packed in one segment.
-EXPANDABLE_PAGE_BYTES = 20 * 1024 * 1024
-
-
 def with_allocator_settings(quirks: BackendQuirks) -> BackendQuirks:
     """``quirks`` adjusted for the allocator settings in effect now.
 
     torch's ``expandable_segments:True`` (in any of the declared variables)
-    packs large tensors into one growing segment mapped in 20 MiB pages
-    instead of rounding each to 2 MiB in a segment of its own.
+    packs large tensors into one growing segment mapped in pages of
+    :data:`LARGE_BUFFER_BYTES` instead of rounding each to 2 MiB in a segment of its own.
     """
     if "expandable_segments:true" in _allocator_options(quirks):
         return replace(
-            quirks, growth_rounding="packed", growth_granularity_bytes=EXPANDABLE_PAGE_BYTES
+            quirks, growth_rounding="packed", growth_granularity_bytes=LARGE_BUFFER_BYTES
         )
     return quirks
 

@@ -9,10 +9,10 @@ from memacct.backend import (
     BaseBackend,
     DeviceBackend,
     as_base_backend,
-    backend_code,
+    backend_errors,
     validate_backend,
 )
-from memacct.errors import BackendError, InvalidInputError, MemacctError
+from memacct.errors import BackendError, InvalidInputError
 from memacct.models import MAX_BYTES, MemorySnapshot
 
 __all__ = ["read_stat", "require_backend", "snapshot"]
@@ -122,7 +122,7 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
             f"device must be a device index, an int from 0, got {device!r} "
             f"(backend {backend.name!r})"
         )
-    try:
+    with backend_errors(backend, f"failed to read device {device}"):
         count = backend.device_count()
         if device >= count:
             seen = f"{count} device(s), numbered 0..{count - 1}" if count > 0 else "no device"
@@ -133,15 +133,6 @@ def snapshot(backend: DeviceBackend, device: int = 0) -> MemorySnapshot:
             )
         backend.synchronize(device)
         stats, free, total, own = _read_consistently(backend, device, quirks.has_allocator_stats)
-    except MemacctError:
-        raise
-    except Exception as exc:
-        # Anything else is the plugin's own error, whatever its module is called (a plugin
-        # module is named memacct_<x> too): named with the plugin it came from.
-        raise BackendError(
-            f"backend {backend.name!r} failed to read device {device}: "
-            f"{type(exc).__name__}: {exc} (raised in the plugin {backend_code(backend)})"
-        ) from exc
     where = f"backend {backend.name!r} on device {device}"
     free = _as_bytes(where, "free memory (mem_get_info)", free)
     total = _as_bytes(where, "total memory (mem_get_info)", total)

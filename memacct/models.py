@@ -24,13 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
 from memacct.checks import FROZEN
 from memacct.errors import ConfigError, InvalidInputError
@@ -90,9 +84,6 @@ class TruthSource(str, enum.Enum):
             ) from None
 
 
-_FROZEN = FROZEN
-
-
 class MemorySnapshot(BaseModel):
     """One device's memory at one moment, split into the three kinds.
 
@@ -113,7 +104,7 @@ class MemorySnapshot(BaseModel):
             backend cannot attribute memory per process.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     backend: str
     device: int = Field(ge=0)
@@ -158,23 +149,14 @@ class MemorySnapshot(BaseModel):
                 f"cannot subtract a snapshot of {other.backend}:{other.device} from one of "
                 f"{self.backend}:{self.device}: take both snapshots on the same device"
             )
-        other_self = self.other_processes
-        other_prev = other.other_processes
+        now, then = self.other_processes, other.other_processes
+        fields = ("timestamp", "total", "free", "used", "allocated", "allocated_peak",
+                  "reserved", "reserved_peak", "non_allocator")  # fmt: skip
         return MemoryDelta(
             backend=self.backend,
             device=self.device,
-            timestamp=self.timestamp - other.timestamp,
-            total=self.total - other.total,
-            free=self.free - other.free,
-            used=self.used - other.used,
-            allocated=self.allocated - other.allocated,
-            allocated_peak=self.allocated_peak - other.allocated_peak,
-            reserved=self.reserved - other.reserved,
-            reserved_peak=self.reserved_peak - other.reserved_peak,
-            non_allocator=self.non_allocator - other.non_allocator,
-            other_processes=(
-                None if other_self is None or other_prev is None else other_self - other_prev
-            ),
+            other_processes=None if now is None or then is None else now - then,
+            **{f: getattr(self, f) - getattr(other, f) for f in fields},
         )
 
     def __str__(self) -> str:
@@ -193,7 +175,7 @@ class MemoryDelta(BaseModel):
     Sizes may be negative; ``timestamp`` holds the seconds between the two.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     backend: str
     device: int
@@ -226,7 +208,7 @@ class ExcludedRegion(BaseModel):
     it ends is the graph pool, charged as ``cudagraph_memory``).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     label: str
     allocated_spike: int = Field(
@@ -238,29 +220,23 @@ class ExcludedRegion(BaseModel):
     duration_s: float = Field(ge=0)
     kind: Literal["exclude", "graphs"] = "exclude"
     allocated_kept: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_BYTES,
+        default=0, ge=0, le=MAX_BYTES,
         description="allocated bytes the region left live after it ended",
-    )
+    )  # fmt: skip
     retained_bytes: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_BYTES,
+        default=0, ge=0, le=MAX_BYTES,
         description=(
             "idle bytes the allocator kept from the region after giving back what it "
             "could (empty_cache): a pool or partly used segments that never release"
         ),
-    )
+    )  # fmt: skip
     held_bytes: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_BYTES,
+        default=0, ge=0, le=MAX_BYTES,
         description=(
             "graphs only: device memory the region holds after it ended (the graph pool "
             "and its memory outside the allocator), bytes"
         ),
-    )
+    )  # fmt: skip
 
 
 class ProfiledSetup(BaseModel):
@@ -286,7 +262,7 @@ class ProfiledSetup(BaseModel):
             ``prefill`` for a prefill instance, ``mixed`` (or ``None``) for any step.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     architecture: str | None = None
     model_name: str | None = None
@@ -339,6 +315,10 @@ class ProfileResult(BaseModel):
             pieces of segments, idle space in the weights' segments), estimated
             by the ``auto`` truth source; 0 for a fixed source. Not part of
             ``non_kv_cache_memory``: the planner keeps it free inside the KV budget.
+        weights_idle_memory: the part of ``fragmentation_allowance`` that is idle space
+            inside the weights' segments or pool blocks: held since before the profile,
+            so ``after.reserved`` holds it too and the planner counts it once (0 in
+            profiles saved before the field existed).
         accounting: which formula turned the readings into ``non_kv_cache_memory``:
             ``components`` (the seed's: weights + activation peak + non-allocator
             increase) or ``free_memory`` (vLLM 0.33's: free memory at the baseline
@@ -373,7 +353,7 @@ class ProfileResult(BaseModel):
             holdings, the KV cache included, within it.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     format_version: int = PROFILE_FORMAT_VERSION
     baseline: MemorySnapshot
@@ -395,6 +375,7 @@ class ProfileResult(BaseModel):
     inactive_split_peak: int = Field(default=0, ge=0, le=MAX_BYTES)
     warnings: tuple[str, ...] = ()
     fragmentation_allowance: int = Field(default=0, ge=0, le=MAX_BYTES)
+    weights_idle_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
     growth_granularity_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
     growth_rounding: Literal["multiple", "packed", "doubling"] = "multiple"
     accounting: Literal["components", "free_memory"] = "components"
@@ -418,13 +399,8 @@ class ProfileResult(BaseModel):
             raise ValueError("baseline, before and after must come from one backend and device")
         if len({s.total for s in snaps}) != 1:
             raise ValueError("baseline, before and after disagree on the device's total memory")
-        expected = (
-            self.weights_memory
-            + self.activation_peak
-            + self.non_allocator_increase
-            + self.cudagraph_memory
-            + self.retained_memory
-        )
+        expected = self.weights_memory + self.activation_peak + self.non_allocator_increase
+        expected += self.cudagraph_memory + self.retained_memory
         if self.non_kv_cache_memory != expected:
             raise ValueError(
                 f"non_kv_cache_memory ({self.non_kv_cache_memory}) must equal weights_memory"
@@ -433,6 +409,11 @@ class ProfileResult(BaseModel):
             )
         if not math.isfinite(self.duration_s) or not math.isfinite(self.fragmentation):
             raise ValueError("duration_s and fragmentation must be finite")
+        if self.weights_idle_memory > self.fragmentation_allowance:
+            raise ValueError(
+                f"weights_idle_memory ({self.weights_idle_memory}) is part of the "
+                f"fragmentation_allowance ({self.fragmentation_allowance}): it cannot exceed it"
+            )
         self._peaks_agree()
         loaded = isinstance(info.context, dict) and info.context.get(LOADED_CONTEXT)
         if loaded and self.weights_memory == 0 and self.weights_source == "measured":

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import Any, Literal
 
 from memacct.accounting import (
@@ -31,12 +32,16 @@ from memacct.accounting import (
     RegionReading,
     account,
     parse_accounting,
+    replay_request,
 )
 from memacct.backend import (
+    AllocatorModel,
     DeviceBackend,
     allocator_settings,
     as_base_backend,
     backend_code,
+    backend_errors,
+    call_backend,
     get_quirks,
     is_out_of_memory,
 )
@@ -54,7 +59,7 @@ from memacct.measure import (
     snapshot,
 )
 from memacct.models import MAX_BYTES, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
-from memacct.replay import ServingTrace
+from memacct.replay import ServingTrace, replay_need
 from memacct.truth import requested_truth_source
 from memacct.units import format_gib
 
@@ -74,7 +79,7 @@ def read_allocator_limit(backend: DeviceBackend, device: int) -> int | None:
         BackendError: the backend returned something other than ``None`` or a
             positive int of bytes (a bug in the plugin, named in the message).
     """
-    limit = as_base_backend(backend).allocator_limit(device)
+    limit = call_backend(backend, as_base_backend(backend).allocator_limit, device)
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_BYTES:
@@ -84,6 +89,45 @@ def read_allocator_limit(backend: DeviceBackend, device: int) -> int | None:
             "backend plugin"
         )
     return limit
+
+
+def read_allocator_model(backend: DeviceBackend) -> AllocatorModel | None:
+    """The backend's declared model of its allocator, checked (``None``: it declares none).
+
+    Raises:
+        BackendError: the backend failed, or returned something that is not a
+            :class:`memacct.AllocatorModel` (named in the message).
+    """
+    base = as_base_backend(backend)
+    with backend_errors(backend, "failed to give its allocator_model"):
+        model = base.allocator_model
+    if model is not None and not isinstance(model, AllocatorModel):
+        raise BackendError(
+            f"{backend_code(backend)}.allocator_model is {model!r}: it must be None or a "
+            "memacct.AllocatorModel (memacct.sim.allocator.preset_model(name) for a simulator "
+            "preset); fix the backend plugin"
+        )
+    return model
+
+
+def with_replay(
+    readings: ProfileReadings, backend: DeviceBackend, trace: ServingTrace | None
+) -> ProfileReadings:
+    """``readings`` with the replay's need, where ``auto`` asks for one and it can run.
+
+    It runs where the caller gave the profiled work's traces and the backend declares a
+    model of its allocator (:func:`memacct.accounting.replay_request` says what to replay).
+    """
+    request = replay_request(readings) if trace is not None else None
+    model = read_allocator_model(backend) if request is not None else None
+    if request is None or model is None or trace is None:
+        return readings
+    need = replay_need(
+        model, trace, kv_cache_bytes=request.kv_cache_bytes, low_hint=request.low_hint,
+        high_hint=request.high_hint, cache_ends=request.cache_ends, role=request.role,
+        pairs=request.pairs, sequences=request.sequences, floor=request.floor,
+    )  # fmt: skip
+    return replace(readings, replay_need=need)
 
 
 _active_lock = threading.Lock()
@@ -149,29 +193,38 @@ class ProfilingSession:
         return f"{self.backend.name}:{self.device}"
 
     # ------------------------------------------------------------ readings
+    # Every call into the backend goes through call_backend: a plugin's own exception
+    # becomes a BackendError naming the plugin and the call (as snapshot() does).
+
+    def _sync(self) -> None:
+        call_backend(self.backend, self.backend.synchronize, self.device)
+
+    def _reset_peaks(self) -> None:
+        call_backend(self.backend, self.backend.reset_peak_memory_stats, self.device)
+
+    def _stats(self) -> Mapping[str, int]:
+        return call_backend(self.backend, self.backend.memory_stats, self.device)
 
     def start(self) -> MemorySnapshot:
         """Begin: gc, ``empty_cache``, reset the peaks, snapshot ``before``."""
         gc.collect()
-        self.backend.synchronize(self.device)
-        self.backend.empty_cache()
-        self.backend.reset_peak_memory_stats(self.device)
+        self._sync()
+        call_backend(self.backend, self.backend.empty_cache)
+        self._reset_peaks()
         self.before = snapshot(self.backend, self.device)
         # Read once, after the model is loaded: MindSpore's pool takes its budget at its first
         # request, so only now is it certain to be set.
         self.allocator_limit = read_allocator_limit(self.backend, self.device)
         # The free pieces already stranded at the start (in the weights' segments) are not
         # the forward pass's: the auto truth source needs the increase.
-        self._inactive_split_start = read_stat(
-            self.backend.memory_stats(self.device), INACTIVE_SPLIT
-        )
+        self._inactive_split_start = read_stat(self._stats(), INACTIVE_SPLIT)
         self._start = time.perf_counter()
         return self.before
 
     def _close_phase(self) -> MemorySnapshot:
         """Snapshot now and record the peaks of the stretch since the last reset."""
         snap = snapshot(self.backend, self.device)
-        split_peak = read_stat(self.backend.memory_stats(self.device), INACTIVE_SPLIT_PEAK)
+        split_peak = read_stat(self._stats(), INACTIVE_SPLIT_PEAK)
         self._phases.append(
             PhasePeak(
                 allocated_peak=snap.allocated_peak,
@@ -203,17 +256,17 @@ class ProfilingSession:
         self._in_region = label
         try:
             began = time.perf_counter()
-            self.backend.synchronize(self.device)
+            self._sync()
             start = self._close_phase()
-            self.backend.reset_peak_memory_stats(self.device)
+            self._reset_peaks()
             yield
-            self.backend.synchronize(self.device)
+            self._sync()
             top = snapshot(self.backend, self.device)
             # What the allocator can give back (wholly free cached segments) it gives back
             # now, so the peaks after the region start from what the region really keeps.
-            self.backend.empty_cache()
+            call_backend(self.backend, self.backend.empty_cache)
             end = snapshot(self.backend, self.device)
-            self.backend.reset_peak_memory_stats(self.device)
+            self._reset_peaks()
             region = RegionReading(label, kind, start, top, end, time.perf_counter() - began)
             self._regions.append(region)
             if kind == "graphs":
@@ -251,9 +304,9 @@ class ProfilingSession:
         if self.before is None:
             raise ProfilingError("stop() before start(): the session never began")
         gc.collect()
-        self.backend.synchronize(self.device)
+        self._sync()
         pre_empty = self._close_phase()
-        self.backend.empty_cache()
+        call_backend(self.backend, self.backend.empty_cache)
         after = snapshot(self.backend, self.device)
         return ProfileReadings(
             baseline=self.baseline,
@@ -269,8 +322,6 @@ class ProfilingSession:
             allocator_settings=allocator_settings(self.backend),
             profiled=self.profiled,
             duration_s=time.perf_counter() - self._start,
-            serving_trace=self.serving_trace,
-            allocator_model=getattr(self.backend, "allocator_model", None),
             allocator_limit=self.allocator_limit,
         )
 
@@ -424,7 +475,8 @@ def memory_profiling(
                 raise session.out_of_memory_error(exc) from exc
             raise
         session._open = False
-        result = account(session.stop(), formula)
+        readings = with_replay(session.stop(), backend, session.serving_trace)
+        result = account(readings, formula)
         for warning in result.warnings:
             logger.warning("memacct: %s", warning)
         session.result = result

@@ -5,24 +5,28 @@ of every size, and on a caching allocator a step's tensors land in segments
 cut for another's: the memory serving needs at the physical limit is neither
 the allocated peak nor the reserved peak of the profile. Where the profiled
 work's allocation trace is known (the engine's :class:`ServingTrace`) and the
-backend names a model of its allocator (``allocator_model``: a
-:mod:`memacct.sim` preset, e.g. ``"torch-cuda"``), :func:`replay_need`
-measures it: the least memory beyond the weights with which the profiled step
-and then a ladder of serving shapes (every token count from the budget down by
-halves, with as many sequences as the budget allows and with one, in falling
-then rising order, and long prefills alternating with decodes) complete on a
-fresh model of the allocator, found by bisection on the model's capacity.
+backend declares a model of its allocator (``allocator_model``, a
+:class:`memacct.backend.AllocatorModel`: :mod:`memacct.sim` implements it for
+its presets, e.g. ``"torch-cuda"``), :func:`replay_need` measures it: the
+least memory beyond the weights with which the profiled step and then a
+ladder of serving shapes (every token count from the budget down by halves,
+with as many sequences as the budget allows and with one, in falling then
+rising order, and long prefills alternating with decodes) complete on a fresh
+model of the allocator, found by bisection on the model's capacity.
 That is what the ``auto`` truth source charges when it has a replay
 (:func:`memacct.truth.resolve_truth_source`); without one it falls back to a
-bound from the readings.
+bound from the readings. The profiling session runs it and hands the accounting
+the number (:func:`memacct.accounting.replay_request` says what to replay); this
+module knows no allocator, only the protocol.
 
 Example::
 
     >>> from memacct.engines.forward import TransformerWorkload
     >>> from memacct.planner import load_model_preset
+    >>> from memacct.sim.allocator import PresetModel
     >>> work = TransformerWorkload.from_config(load_model_preset("qwen2.5-7b"),
     ...                                        max_num_batched_tokens=2048, max_num_seqs=64)
-    >>> need = replay_need("torch-cuda", work)
+    >>> need = replay_need(PresetModel("torch-cuda"), work)
     >>> 0 < need < 4 * 2**30
     True
 """
@@ -32,12 +36,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from memacct.backend import AllocatorModel, ModelAllocator
 from memacct.errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from memacct.sim._core import CachingAllocator
+from memacct.truth import cache_ends_over
 
 __all__ = [
     "SERVING_ROLES",
@@ -187,19 +190,8 @@ def _halves(top: int, count: int = 5) -> list[int]:
     return out
 
 
-def _replay(allocator: object, trace: Sequence[int]) -> None:
-    malloc = allocator.malloc  # type: ignore[attr-defined]
-    free = allocator.free  # type: ignore[attr-defined]
-    ptrs: list[int] = []
-    for op in trace:
-        if op >= 0:
-            ptrs.append(malloc(op))
-        else:
-            free(ptrs[~op])
-
-
 def replay_need(
-    allocator_model: str,
+    allocator_model: AllocatorModel,
     work: ServingTrace,
     *,
     kv_cache_bytes: int = 0,
@@ -214,7 +206,7 @@ def replay_need(
     """The least memory beyond the weights' with which the profile and the serving shapes complete.
 
     Args:
-        allocator_model: a :data:`memacct.sim.allocator.ALLOCATOR_PRESETS` name.
+        allocator_model: the backend's model of its allocator (``BaseBackend.allocator_model``).
         work: the profiled work's traces.
         kv_cache_bytes: about how much KV cache will be allocated between the profile
             and serving (its tensors take cached free blocks the activations then miss).
@@ -273,64 +265,42 @@ def replay_need(
     return need
 
 
-def cache_ends_over(granularity: int, count: int = 4) -> tuple[int, ...]:
-    """``count`` cache ends spread evenly over one page of ``granularity`` bytes."""
-    return tuple(k * granularity // count for k in range(count)) if granularity > 0 else (0,)
-
-
 class _Model:
-    """A fresh model of the allocator holding the weights and the KV cache, after the profile."""
+    """Fresh instances of the allocator model holding weights and KV cache, after the profile."""
 
     def __init__(
         self,
-        allocator_model: str,
+        model: AllocatorModel,
         weights: Sequence[int],
         profile: Sequence[int],
         kv: Sequence[int],
     ) -> None:
-        self.name = allocator_model
+        self.model = model
         self.weights = weights
         self.profile = profile
         self.kv = kv
         self.held = 0
-        self.held = int(self.fresh(1 << 50).reserved)  # what weights and cache reserve
+        first = self.fresh(1 << 50)
+        self.held = 0 if first is None else first.reserved  # what weights and cache reserve
 
-    def fresh(self, extra: int) -> CachingAllocator:
-        """An allocator holding weights and cache, with ``extra`` bytes beyond what they reserve.
+    def fresh(self, extra: int) -> ModelAllocator | None:
+        """An instance holding weights and cache, with ``extra`` bytes beyond what they reserve.
 
-        Raises ``SimOutOfMemory`` when the profile or the cache does not fit.
+        ``None`` when the profile or the cache does not fit.
         """
-        # The simulated allocators are the models; imported here so that the core's truth
-        # source never loads them unless a replay is asked for.
-        from memacct.sim._core import SimpleDeviceMemory
-        from memacct.sim.allocator import make_allocator
-
-        capacity = self.held + extra
-        # A pool with a budget of its own (MindSpore's) gets the whole capacity as its
-        # budget: the replay measures what the activations need, and a budget below the
-        # device's free memory is the planner's cap (the profile's allocator limit).
-        options = {"budget_bytes": capacity} if self.name.startswith("mindspore") else {}
-        alloc = make_allocator(self.name, SimpleDeviceMemory(capacity), **options)
-        for n in self.weights:
-            alloc.malloc(n, persistent=True)
+        alloc = self.model.instance(self.held + extra)
+        if not alloc.run(self.weights, persistent=True):
+            return None
         alloc.empty_cache()
-        _replay(alloc, self.profile)
+        if not alloc.run(self.profile):
+            return None
         alloc.empty_cache()  # the profile ends with empty_cache, then the KV cache comes
-        for n in self.kv:
-            alloc.malloc(n)
-        return alloc
+        return alloc if alloc.run(self.kv) else None
 
     def completes(self, extra: int, steps: Sequence[Sequence[int]]) -> bool:
         """Whether ``steps`` complete, in order, with ``extra`` bytes beyond weights and cache."""
-        from memacct.sim._core import SimOutOfMemory
-
-        try:
-            alloc = self.fresh(extra)
-            for trace in steps:
-                _replay(alloc, trace)
-        except SimOutOfMemory:
-            return False
-        return True
+        alloc = self.fresh(extra)
+        return alloc is not None and all(alloc.run(trace) for trace in steps)
 
 
 def _bisect(completes: Callable[[int], bool], low: int, high: int, resolution: int) -> int:
@@ -376,17 +346,11 @@ def _worst_run(
     (which returns it to the state the KV cache left); a run that fails is bisected from
     the current need up, and the rest continue on a model at the new need.
     """
-    from memacct.sim._core import SimOutOfMemory
-
     alloc = model.fresh(need)
     for run in runs:
-        try:
-            for trace in run:
-                _replay(alloc, trace)
+        if alloc is not None and all(alloc.run(trace) for trace in run):
             alloc.empty_cache()
             continue
-        except SimOutOfMemory:
-            pass
         low, high = need, max(2 * need, need + resolution)
         while not model.completes(high, run):
             low, high = high, 2 * high

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from memacct.backend import BackendQuirks
+from memacct.backend import LARGE_BUFFER_BYTES, BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.units import format_gib
@@ -47,6 +47,7 @@ __all__ = [
     "ENV_TRUTH_SOURCE",
     "PeakMeasurement",
     "TruthDecision",
+    "cache_ends_over",
     "replay_floor",
     "requested_truth_source",
     "resolve_truth_source",
@@ -54,11 +55,10 @@ __all__ = [
 
 ENV_TRUTH_SOURCE = "MEMACCT_TRUTH_SOURCE"
 
-SHARED_SEGMENT_BYTES = 20 * 1024 * 1024
+SHARED_SEGMENT_BYTES = LARGE_BUFFER_BYTES
 """The segment that requests of 1-10 MiB share on torch's and torch_npu's caching
-allocators (``kLargeBuffer`` in c10/cuda/CUDACachingAllocator.cpp; the same constant in
-torch_npu's NPUCachingAllocator.cpp): the most one more partly used shared segment can
-strand."""
+allocators (``kLargeBuffer``, :data:`memacct.backend.LARGE_BUFFER_BYTES`): the most one
+more partly used shared segment can strand."""
 
 @dataclass(frozen=True)
 class PeakMeasurement:
@@ -104,12 +104,15 @@ class TruthDecision:
         fragmentation_allowance: bytes the allocator is expected to hold beyond
             the weights and ``activation_peak`` while serving (``auto`` only; 0
             for a fixed source). The planner keeps them free.
+        weights_idle: the part of the allowance that is the idle space inside the
+            weights' segments (W), which the reservation after the profile holds too.
     """
 
     truth_source: TruthSource
     activation_peak: int
     reason: str
     fragmentation_allowance: int = 0
+    weights_idle: int = 0
 
 
 def requested_truth_source(argument: TruthSource | str | None, default: TruthSource) -> TruthSource:
@@ -144,6 +147,16 @@ def replay_floor(
     if not _reserved_is_floor(quirks, role):
         return 0
     return max(0, reserved_peak_increase - _shared_segment(quirks, inactive_split_increase))
+
+
+def cache_ends_over(granularity: int, count: int = 4) -> tuple[int, ...]:
+    """``count`` cache ends spread evenly over one page of ``granularity`` bytes.
+
+    On a packed pool where the KV cache ends inside a page moves the activations' pages,
+    and the plan's cache is not known when profiling: the replay runs once per end
+    (:func:`memacct.replay.replay_need`'s ``cache_ends``).
+    """
+    return tuple(k * granularity // count for k in range(count)) if granularity > 0 else (0,)
 
 
 def _shared_segment(quirks: BackendQuirks, inactive_split_increase: int) -> int:
@@ -262,10 +275,11 @@ def _decision(peaks: PeakMeasurement, steps: list[str], estimate: int) -> TruthD
     charged = rpi if source is TruthSource.RESERVED else api
     allowance = estimate - charged
     weights_by_reserved = not peaks.weights_given and source is TruthSource.RESERVED
-    if peaks.weights_idle > 0 and not weights_by_reserved:
+    idle = 0 if weights_by_reserved else peaks.weights_idle
+    if idle > 0:
         # Held for the process's life and counted once.
-        allowance += peaks.weights_idle
-        steps.append(f"{_gib(peaks.weights_idle)} idle inside the weights' segments")
+        allowance += idle
+        steps.append(f"{_gib(idle)} idle inside the weights' segments")
     # Never below the charged peak: a replay that needs less than the allocated peak
     # (beyond the idle space) leaves the allocated peak, as the engine measured it.
     allowance = max(0, allowance)
@@ -273,4 +287,4 @@ def _decision(peaks: PeakMeasurement, steps: list[str], estimate: int) -> TruthD
     reason = f"auto: {'; '.join(steps)}: charging the {peak_name}" + (
         f" plus a fragmentation allowance of {_gib(allowance)}" if allowance else ""
     )
-    return TruthDecision(source, charged, reason, allowance)
+    return TruthDecision(source, charged, reason, allowance, min(idle, allowance))

@@ -12,6 +12,7 @@ from memacct.backend import BackendQuirks, torch_allocator_model
 from memacct.engines.trace import replay
 from memacct.planner import load_model_preset
 from memacct.sim import SimDevice
+from memacct.sim.allocator import PresetModel
 
 ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 QUIRKS = BackendQuirks(allocator_settings_env=ENV)
@@ -60,12 +61,12 @@ def test_the_cuda_and_npu_backends_name_their_models(monkeypatch: pytest.MonkeyP
     cuda = _plugin("memacct_cuda")
     npu = _plugin("memacct_npu")
     dev = SimDevice("h100-80gb")
-    assert cuda.CudaBackend(dev.api, attribution=False).allocator_model == "torch-cuda"
+    assert cuda.CudaBackend(dev.api, attribution=False).allocator_model == PresetModel("torch-cuda")
     ascend = SimDevice("ascend-910b-64gb", allocator="npu")
-    assert npu.AscendBackend(ascend.api).allocator_model == "npu"
+    assert npu.AscendBackend(ascend.api).allocator_model == PresetModel("npu")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     assert (
-        cuda.CudaBackend(dev.api, attribution=False).allocator_model == "torch-cuda-expandable"
+        cuda.CudaBackend(dev.api, attribution=False).allocator_model == PresetModel("torch-cuda-expandable")
     )
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
     assert cuda.CudaBackend(dev.api, attribution=False).allocator_model is None

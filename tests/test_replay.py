@@ -11,6 +11,7 @@ from _harness import simulate_engine_start, workload_from_config
 import memacct
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
+from memacct.sim.allocator import PresetModel
 from memacct.replay import (
     RUN_STEPS,
     RUNS,
@@ -54,7 +55,7 @@ def test_the_replay_needs_at_least_the_profiled_steps_allocated_peak() -> None:
 
     replay(dev, work.step_trace(1024, 32))
     peak = dev.memory_stats()["allocated_bytes.all.peak"] - before
-    need = replay_need("torch-cuda", work, kv_cache_bytes=2 * 2**30)
+    need = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=2 * 2**30)
     assert need >= peak - 2 * 2**20
 
 
@@ -78,15 +79,15 @@ def test_a_mindspore_pool_replays_with_the_whole_capacity_as_its_budget() -> Non
     # would make the activations "need" 1/16 of everything held (about 3 GiB). Its own budget
     # is the plan's allocator limit, so the replay's pool gets the whole capacity.
     work = small()
-    need = replay_need("mindspore", work, kv_cache_bytes=40 * 2**30)
-    assert need < replay_need("torch-cuda", work, kv_cache_bytes=40 * 2**30) + 2**30
+    need = replay_need(PresetModel("mindspore"), work, kv_cache_bytes=40 * 2**30)
+    assert need < replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=40 * 2**30) + 2**30
     assert need < 2**30
 
 
 def test_the_replay_answers_a_capacity_that_completes_within_its_resolution() -> None:
     work = small()
-    coarse = replay_need("torch-cuda", work, kv_cache_bytes=8 * 2**30)  # 4 MiB steps
-    fine = replay_need("torch-cuda", work, kv_cache_bytes=0)  # 2 MiB steps
+    coarse = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=8 * 2**30)  # 4 MiB steps
+    fine = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=0)  # 2 MiB steps
     assert fine - 2 * 2**20 <= coarse <= fine + 4 * 2**20
 
 
@@ -96,9 +97,9 @@ def test_cache_ends_spread_over_one_page_and_the_replay_takes_the_worst() -> Non
     work = small()
     kv = 6 * 2**30
     ends = cache_ends_over(20 * 2**20)
-    each = [replay_need("torch-cuda-expandable", work, kv_cache_bytes=kv, cache_ends=(e,))
+    each = [replay_need(PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv, cache_ends=(e,))
             for e in ends]
-    assert replay_need("torch-cuda-expandable", work, kv_cache_bytes=kv,
+    assert replay_need(PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv,
                        cache_ends=ends) == max(each)
 
 
@@ -134,8 +135,8 @@ def test_every_pair_of_the_grid_needs_at_least_the_ladder_and_any_one_pair() -> 
     # the pair replay never needs less than the ladder, nor than any pair of grid shapes.
     work = small()
     kv = 4 * 2**30
-    ladder = replay_need("torch-cuda", work, kv_cache_bytes=kv)
-    pairs = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
+    ladder = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv)
+    pairs = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
     assert pairs >= ladder
     import memacct.replay as replay_module
 
@@ -144,7 +145,7 @@ def test_every_pair_of_the_grid_needs_at_least_the_ladder_and_any_one_pair() -> 
     try:
         for first, second in [(grid[0], grid[-1]), (grid[5], grid[-1]), (grid[-2], grid[3])]:
             replay_module.serving_shapes = lambda *_a, f=first, s=second: [f, s]  # type: ignore[assignment]
-            one = replay_need("torch-cuda", work, kv_cache_bytes=kv)
+            one = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv)
             assert pairs >= one - 2 * 2**20, (first, second)
     finally:
         replay_module.serving_shapes = original
@@ -153,8 +154,8 @@ def test_every_pair_of_the_grid_needs_at_least_the_ladder_and_any_one_pair() -> 
 def test_a_decode_instance_needs_no_more_than_a_mixed_one() -> None:
     work = small()
     kv = 4 * 2**30
-    decode = replay_need("torch-cuda", work, kv_cache_bytes=kv, role="decode", pairs=True)
-    mixed = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
+    decode = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, role="decode", pairs=True)
+    mixed = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
     assert 0 < decode < mixed
 
 
@@ -184,11 +185,11 @@ def test_the_random_sequences_are_reproducible_and_within_the_budgets() -> None:
 def test_random_sequences_never_lower_the_need_and_a_floor_is_kept_exactly() -> None:
     work = small()
     kv = 4 * 2**30
-    pairs = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True)
-    both = replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True)
+    pairs = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
+    both = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True)
     assert both >= pairs
     # A floor above the need is the answer; one below it changes nothing.
-    assert replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True,
+    assert replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True,
                        floor=both + 64 * 2**20) == both + 64 * 2**20
-    assert replay_need("torch-cuda", work, kv_cache_bytes=kv, pairs=True, sequences=True,
+    assert replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True,
                        floor=both // 2) == both

@@ -337,16 +337,19 @@ def allocator_held(result: ProfileResult) -> int:
 
     What it held after the profile (weights, graph pools, retained memory; at
     least the baseline's reservation plus the charged terms), the activation
-    peak on top, and the fragmentation allowance. Memory outside the allocator
-    (``non_allocator_increase``) is not the allocator's.
+    peak on top, and the fragmentation allowance. The allowance's idle space
+    inside the weights' segments (``weights_idle_memory``) is part of what the
+    allocator held after the profile, so it counts once, there. Memory outside
+    the allocator (``non_allocator_increase``) is not the allocator's.
     """
+    idle = result.weights_idle_memory
     charged = (
         result.baseline.reserved + result.weights_memory + result.cudagraph_memory
-        + result.retained_memory
+        + result.retained_memory + idle
     )
     return (
         max(result.after.reserved, charged) + result.activation_peak
-        + result.fragmentation_allowance
+        + result.fragmentation_allowance - idle
     )
 
 

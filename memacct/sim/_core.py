@@ -17,6 +17,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from memacct.backend import LARGE_BUFFER_BYTES
 from memacct.errors import InvalidInputError, MemacctError
 from memacct.sim._freeset import FreeSet
 from memacct.units import MiB, format_size
@@ -46,8 +47,8 @@ SMALL_SIZE = 1 * MiB
 """Rounded requests up to this size go to the small pool."""
 SMALL_BUFFER = 2 * MiB
 """Segment size of the small pool."""
-LARGE_BUFFER = 20 * MiB
-"""Segment size for large requests below :data:`MIN_LARGE_ALLOC`."""
+LARGE_BUFFER = LARGE_BUFFER_BYTES
+"""Segment size for large requests below :data:`MIN_LARGE_ALLOC` (torch's ``kLargeBuffer``)."""
 MIN_LARGE_ALLOC = 10 * MiB
 """Large requests from this size on get a segment of their own size (rounded)."""
 ROUND_LARGE = 2 * MiB

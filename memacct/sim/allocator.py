@@ -17,11 +17,13 @@ Each preset models one framework's device allocator (facts and sources in
 =========================  ==============================================================
 
 :func:`make_allocator` builds one by name over a :class:`DeviceMemory`;
-:class:`memacct.sim.SimDevice` does that for you.
+:class:`memacct.sim.SimDevice` does that for you. :func:`preset_model` gives a preset
+as the :class:`memacct.backend.AllocatorModel` a backend declares for ``auto``'s replay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from memacct.errors import InvalidInputError
@@ -51,6 +53,7 @@ __all__ = [
     "SimpleDeviceMemory",
     "format_size",
     "make_allocator",
+    "preset_model",
 ]
 
 ALLOCATOR_PRESETS: dict[str, type[CachingAllocator]] = {
@@ -110,3 +113,78 @@ def make_allocator(name: str, device_memory: DeviceMemory, **options: Any) -> Ca
         raise InvalidInputError(
             f"allocator preset {name!r} does not take options {sorted(options)}: {exc}"
         ) from None
+
+
+class _Instance:
+    """One fresh allocator of a preset, as :class:`memacct.backend.ModelAllocator`."""
+
+    __slots__ = ("_alloc",)
+
+    def __init__(self, alloc: CachingAllocator) -> None:
+        self._alloc = alloc
+
+    @property
+    def reserved(self) -> int:
+        return int(self._alloc.reserved)
+
+    def run(self, trace: Sequence[int], persistent: bool = False) -> bool:
+        malloc = self._alloc.malloc
+        free = self._alloc.free
+        ptrs: list[int] = []
+        push = ptrs.append
+        try:
+            if persistent:
+                for op in trace:
+                    push(malloc(op, persistent=True))
+                return True
+            for op in trace:
+                if op >= 0:
+                    push(malloc(op))
+                else:
+                    free(ptrs[~op])
+        except SimOutOfMemory:
+            return False
+        return True
+
+    def empty_cache(self) -> None:
+        self._alloc.empty_cache()
+
+
+class PresetModel:
+    """An allocator preset as the model of a backend's allocator (``AllocatorModel``).
+
+    Args:
+        name: a key of :data:`ALLOCATOR_PRESETS`.
+    """
+
+    def __init__(self, name: str) -> None:
+        if name not in ALLOCATOR_PRESETS:
+            raise InvalidInputError(
+                f"unknown allocator preset {name!r}; choose one of: "
+                f"{', '.join(sorted(ALLOCATOR_PRESETS))}"
+            )
+        self.name = name
+        # A pool with a budget of its own (MindSpore's) gets the whole capacity as its budget:
+        # the replay measures what the activations need, and a budget below the device's free
+        # memory is the planner's cap (the profile's allocator limit).
+        budgeted = issubclass(ALLOCATOR_PRESETS[name], (MindSporeMemoryPool, MindSporeBlockPool))
+        self._budgeted = budgeted
+
+    def instance(self, capacity: int) -> _Instance:
+        """A fresh allocator of the preset over ``capacity`` bytes."""
+        options = {"budget_bytes": capacity} if self._budgeted else {}
+        return _Instance(make_allocator(self.name, SimpleDeviceMemory(capacity), **options))
+
+    def __repr__(self) -> str:
+        return f"PresetModel({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PresetModel) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def preset_model(name: str | None) -> PresetModel | None:
+    """The preset ``name`` as an allocator model (``None`` for ``None``: no model)."""
+    return None if name is None else PresetModel(name)

@@ -11,6 +11,7 @@ from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.sim._core import SimOutOfMemory
 from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool
+from memacct.sim.allocator import PresetModel
 from memacct.sim.device import SimDevice
 
 __all__ = ["SimBackend"]
@@ -63,7 +64,7 @@ class SimBackend(TorchLikeBackend):
             )
         self.sim_device = device
         alloc = device.allocator
-        self.allocator_model: str | None = alloc.name  # replayed by the auto truth source
+        self._model = PresetModel(alloc.name)
         super().__init__(
             device.api,
             name="sim",
@@ -76,6 +77,11 @@ class SimBackend(TorchLikeBackend):
                 empty_cache_releases_runtime_memory=alloc.name == "npu",
             ),
         )
+
+    @property
+    def allocator_model(self) -> PresetModel:
+        """The device's own allocator preset, which ``auto``'s replay runs traces through."""
+        return self._model
 
     @classmethod
     def availability(cls) -> Availability:

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memacct import (
+    AllocatorModel,
     Availability,
     BackendQuirks,
     BackendUnavailableError,
@@ -256,7 +257,7 @@ class CudaBackend(TorchLikeBackend):
         self.quirks = with_allocator_settings(replace(CUDA_QUIRKS, unified_memory=unified_memory))
         # The simulator's models of torch's allocator, for auto's replay (None under settings
         # they do not model).
-        self.allocator_model = torch_allocator_model(
+        self._allocator_preset = torch_allocator_model(
             self.quirks, "torch-cuda", "torch-cuda-expandable"
         )
         self.attribution = attribution
@@ -264,6 +265,17 @@ class CudaBackend(TorchLikeBackend):
         self._nvml = nvml
         self._handles: dict[int, Any] = {}
         self._meminfo_path = meminfo_path
+
+    @property
+    def allocator_model(self) -> AllocatorModel | None:
+        """The simulator's model of torch's caching allocator under the settings read when built.
+
+        ``None`` under settings no preset models. The simulator is imported only when a
+        replay asks for the model (``auto`` with a serving trace).
+        """
+        from memacct.sim.allocator import preset_model
+
+        return preset_model(self._allocator_preset)
 
     @classmethod
     def availability(cls) -> Availability:

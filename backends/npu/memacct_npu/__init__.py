@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memacct import (
+    AllocatorModel,
     Availability,
     BackendQuirks,
     BackendUnavailableError,
@@ -156,10 +157,27 @@ class AscendBackend(TorchLikeBackend):
         self.quirks = with_allocator_settings(NPU_QUIRKS)
         # torch_npu's caching allocator follows torch's (the simulator's npu preset, with its
         # 32-byte padding); no preset models its expandable segments.
-        self.allocator_model = torch_allocator_model(self.quirks, "npu")
+        self._allocator_preset = torch_allocator_model(self.quirks, "npu")
         torch = sys.modules.get("torch")
         oom = getattr(torch, "OutOfMemoryError", None)
         self.out_of_memory_errors = (oom,) if isinstance(oom, type) else ()
+
+    @property
+    def allocator_model(self) -> AllocatorModel | None:
+        """The simulator's model of torch_npu's allocator under the settings read when built.
+
+        ``None`` under settings no preset models. The simulator is imported only when a
+        replay asks for the model (``auto`` with a serving trace).
+        """
+        from memacct.sim.allocator import preset_model
+
+        return preset_model(self._allocator_preset)
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """torch.OutOfMemoryError; older torch_npu raised RuntimeError("NPU out of memory ...")."""
+        if super().is_out_of_memory(exc):
+            return True
+        return isinstance(exc, RuntimeError) and str(exc).startswith("NPU out of memory")
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """torch.OutOfMemoryError; older torch_npu raised RuntimeError("NPU out of memory ...")."""
