@@ -31,6 +31,7 @@ __all__ = ["ENGINE_MODULES", "Engine", "engine_names", "get_engine"]
 ENGINE_MODULES: dict[str, str] = {
     "vllm": "memacct.engines.vllm",
     "vllm-ascend": "memacct.engines.vllm_ascend",
+    "vllm-mindspore": "memacct.engines.vllm_mindspore",
     "sglang": "memacct.engines.sglang",
 }
 """Engine name -> module whose ``ENGINE`` attribute is its :class:`Engine`."""
