@@ -237,3 +237,25 @@ def test_a_hybrid_plan_from_a_profile_keeps_the_fragmentation_allowance_free() -
     assert kv_cache_reservation(gemma, p.num_blocks + 1, 16, granularity, rounding, pages) > room
     assert p.allocator_reserve_bytes >= 3 * GiB
     assert p.kv_cache_used_bytes + p.allocator_reserve_bytes <= p.kv_cache_bytes
+
+
+def test_the_manager_asks_each_layer_spec_and_only_groups_and_sums() -> None:
+    # A layer class answers its own blocks per request: the manager has no rule of its own.
+    import dataclasses
+
+    from memacct.planner.layers import FullAttention
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class TwiceFull(FullAttention):
+        def blocks_per_request(self, max_model_len: int, in_flight: int, block_size: int,
+                               prefix_caching: bool = True) -> int:
+            return 2 * super().blocks_per_request(max_model_len, in_flight, block_size)
+
+    base = spec("llama-3.1-8b")
+    doubled = base.model_copy(update={"layers": tuple(
+        TwiceFull(**{f.name: getattr(x, f.name) for f in dataclasses.fields(x)})
+        for x in base.layers)})
+    one = plan("llama-3.1-8b", 20 * GiB, max_model_len=8192)
+    two = VLLM.plan(doubled, 20 * GiB, KVSettings(max_model_len=8192))
+    assert two.blocks_per_request == 2 * one.blocks_per_request
+    assert two.num_blocks == one.num_blocks

@@ -708,3 +708,15 @@ def test_a_pipeline_stage_without_kv_layers_cannot_be_planned_for_vllm() -> None
     assert spec.pipeline_stage == 0
     with pytest.raises(InvalidInputError, match="holds no KV-cache layer"):
         get_engine("vllm").kv.plan(spec, 2**30, KVSettings(max_model_len=4096))
+
+
+def test_the_spec_keeps_one_record_of_its_layers() -> None:
+    # layer_groups is a summary of layers, never a second stored copy (issue 20).
+    assert "layer_groups" not in KVCacheSpec.model_fields
+    spec = spec_of("gemma-3-12b", pipeline_parallel_size=2)
+    stage = spec.stage_layers()
+    assert sum(g.num_layers for g in spec.layer_groups) == sum(x.bytes_per_token > 0
+                                                               for x in stage)
+    assert spec.bytes_per_token == sum(g.bytes_per_token for g in spec.layer_groups)
+    again = KVCacheSpec.model_validate_json(spec.model_dump_json())
+    assert [type(x) for x in again.layers] == [type(x) for x in spec.layers]
