@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memacct.engines.deployment import Deployment
 from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
 from memacct.errors import InsufficientMemoryError
 from memacct.io import atomic_write_text, read_json_object
@@ -137,6 +138,13 @@ def _token_slack(case: dict[str, Any], concurrency: float) -> int:
     return 1 if length % block == 0 else int(concurrency * (block - 1)) + 2
 
 
+def _deployment(settings: dict[str, Any]) -> Deployment | None:
+    """The log's ``vllm serve`` flags beyond the batch and cache sizes (``deployment`` in the
+    case's settings, by vLLM's names), as memacct's :class:`Deployment`."""
+    given = settings.get("deployment")
+    return Deployment.from_serve_args(**given) if given else None
+
+
 def replay(
     case: dict[str, Any], models: dict[str, Any], *, logged_sampler: bool = True
 ) -> Replayed:
@@ -192,7 +200,9 @@ def replay(
     if total is None:
         return Replayed(case, logged, estimated, "device total not logged: weights only",
                         from_budget, slack)  # fmt: skip
+    deployment = _deployment(s)
     settings = StartupSettings(
+        deployment=deployment,
         tensor_parallel_size=tp,
         gpu_memory_utilization=s["gpu_memory_utilization"],
         max_model_len=s["max_model_len"],
@@ -213,6 +223,9 @@ def replay(
         settings=settings,
         weights=weights,
     )
+    spec = est.kv_spec or spec  # the drafter's layers, a pipeline stage's
+    if deployment is not None:  # what the rank holds: offloaded, quantized, split, LoRA
+        estimated["weights"] = est.weights_memory / GIB
     estimated["activation"] = est.activation_peak / GIB
     estimated["non_torch"] = est.non_allocator_increase / GIB
     estimated["cudagraph"] = est.cudagraph_memory / GIB if est.cudagraph_charged else None

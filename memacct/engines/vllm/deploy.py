@@ -26,7 +26,13 @@ from memacct.engines.deployment import Deployment
 from memacct.engines.trace import trace_peak
 from memacct.engines.vllm.lora import LORA_GRAPH_SETS, lora_buffer_bytes
 from memacct.engines.vllm.multimodal import encoder_profile
-from memacct.engines.vllm.parallel import cpu_offload, local_experts, rank_weights, serving_config
+from memacct.engines.vllm.parallel import (
+    cpu_offload,
+    layer_parameters,
+    local_experts,
+    rank_weights,
+    serving_config,
+)
 from memacct.engines.vllm.speculative import (
     draft_layer_config,
     draft_weight_bytes,
@@ -97,10 +103,13 @@ def _stage_weights(
         roles["draft"] = draft_weight_bytes(config, d.speculative, tensor_parallel_size=tp,
                                             mxfp4_pad=pad)  # fmt: skip
     w = replace(w, by_role=roles, total_bytes=sum(roles.values()))
-    w, moved = cpu_offload(w, d)
+    params = layer_parameters(config, tp)
+    w, moved = cpu_offload(w, d, params, layers)
     if moved and stage == 0:
+        exact = "whole parameters, as vLLM moves them" if params else (
+            "vLLM may move up to one parameter more")  # fmt: skip
         notes.append(f"--cpu-offload-gb {d.cpu_offload_gb:g}: {format_gib(moved)} of layer "
-                     "weights held in host memory (vLLM may move up to one parameter more)")
+                     f"weights held in host memory ({exact})")
     return w
 
 

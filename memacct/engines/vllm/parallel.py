@@ -34,6 +34,7 @@ from memacct.planner.weights import WeightEstimate, dtype_bytes, formula_weights
 __all__ = [
     "LAYER_ROLES",
     "cpu_offload",
+    "layer_parameters",
     "local_experts",
     "rank_weights",
     "serving_config",
@@ -179,18 +180,55 @@ def _expert_bytes(config: Mapping[str, Any], deployment: Deployment, tp: int, st
     return stage
 
 
-def cpu_offload(weights: WeightEstimate, deployment: Deployment) -> tuple[WeightEstimate, int]:
+def layer_parameters(config: Mapping[str, Any], tensor_parallel_size: int) -> list[int] | None:
+    """One decoder layer's parameters on a rank, bytes, in vLLM's registration order
+    (``self_attn.qkv_proj`` weight and bias, ``o_proj``, ``mlp.gate_up_proj``, ``down_proj``,
+    the two norms); ``None`` where memacct does not list them (MoE, MLA, quantized)."""
+    from memacct.planner.quant import parse_quantization
+
+    cfg = _Config(config, "config.json")
+    if (parse_quantization(config) is not None or cfg.get("kv_lora_rank") is not None
+            or _num_experts(config)):  # fmt: skip
+        return None
+    h = cfg.first_int(("hidden_size",), 0) or 0
+    heads = cfg.first_int(("num_attention_heads",), 0) or 0
+    inter = cfg.first_int(("intermediate_size",), 0) or 0
+    if not (h and heads and inter):
+        return None
+    tp, dt = tensor_parallel_size, dtype_bytes(config)
+    kv = cfg.first_int(("num_key_value_heads",), heads) or heads
+    hd = cfg.first_int(("head_dim",), h // heads) or h // heads
+    q_rank, kv_rank = -(-heads // tp) * hd, max(1, kv // tp) * hd
+    qkv = q_rank + 2 * kv_rank
+    bias = str(cfg.get("model_type", "")).startswith("qwen2") or bool(cfg.get("attention_bias"))
+    i_rank = -(-inter // tp)
+    sizes = [qkv * h, *([qkv] if bias else []), h * q_rank, 2 * i_rank * h, h * i_rank, h, h]
+    return [n * dt for n in sizes]
+
+
+def cpu_offload(
+    weights: WeightEstimate, deployment: Deployment, parameters: list[int] | None = None,
+    num_layers: int = 0,
+) -> tuple[WeightEstimate, int]:  # fmt: skip
     """``weights`` less what ``--cpu-offload-gb`` keeps in host memory, and that amount.
 
-    vLLM moves decoder-layer parameters one at a time until the moved bytes reach the
-    setting (it may overshoot by one parameter; memacct charges exactly the setting), never
-    the embedding or the LM head; at most all the rank's layer weights.
+    vLLM (``maybe_offload_to_cpu``) walks each decoder layer's parameters in order and moves
+    one more while the moved bytes are below the setting, so it moves the shortest run of
+    whole parameters that reaches it; never the embedding or the LM head; at most all the
+    rank's layers. With ``parameters`` (:func:`layer_parameters`) memacct walks the same
+    run; without, it charges exactly the setting (vLLM may move up to one parameter more).
     """
     want = deployment.cpu_offload_bytes
     if want <= 0:
         return weights, 0
     layer_bytes = sum(weights.by_role.get(role, 0) for role in LAYER_ROLES)
     moved = min(want, layer_bytes)
+    if parameters and num_layers:
+        moved = 0
+        for size in parameters * num_layers:
+            if moved >= want:
+                break
+            moved += size
     roles = dict(weights.by_role)
     roles["cpu_offload"] = -moved
     return replace(weights, total_bytes=weights.total_bytes - moved, by_role=roles), moved
