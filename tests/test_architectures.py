@@ -118,7 +118,7 @@ def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
                                           r"assume_full_attention"):
         KVCacheSpec.from_hf_config(config)
     unknown = {**config, "architectures": ["MadeUpForCausalLM"]}
-    with pytest.raises(ConfigError, match="MadeUpForCausalLM.*not in vLLM"):
+    with pytest.raises(ConfigError, match="MadeUpForCausalLM.*not in the vLLM model registry"):
         KVCacheSpec.from_hf_config(unknown)
 
 

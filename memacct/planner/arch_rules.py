@@ -248,7 +248,8 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     rule = RULES.get(module or "")
     reason = REFUSED.get(module or "", "no rule")
     if arch is not None and _module_of(arch) is None:
-        reason = "not in vLLM 0.33's model registry"
+        reason = ("not in the vLLM model registry memacct holds "
+                  "(memacct/planner/vllm_registry.json)")
     if rule is None:
         name = arch or cfg.model_type
         if assume_full_attention:
