@@ -187,9 +187,11 @@ def _stage_layers(spec: KVCacheSpec) -> list[list[Any]]:
             f"the spec of {spec.model_name} lists no per-layer geometry: build it with "
             f"KVCacheSpec.from_hf_config to plan it for SGLang"
         )
-    parts = sglang_partition(len(layers), spec.pipeline_parallel_size)
+    # By decoder layer: a Falcon-H1 layer holds two cache modules (attention and Mamba2).
+    parts = sglang_partition(spec.total_num_layers, spec.pipeline_parallel_size)
     starts = [sum(parts[:i]) for i in range(len(parts))]
-    return [layers[s : s + n] for s, n in zip(starts, parts, strict=True)]
+    return [[x for x in layers if s <= x.layer < s + n]
+            for s, n in zip(starts, parts, strict=True)]
 
 
 def sliding_window_size(spec: KVCacheSpec) -> int:
