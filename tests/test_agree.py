@@ -1,18 +1,19 @@
 """agree: every rank of a torch.distributed group takes the smallest block count.
 
 The group test is real: four processes on the CPU with the gloo backend, each
-planning with a different budget, agree through ``all_gather``.
+planning with a different budget, agree through ``all_gather``. One process
+imports torch and forks the other ranks (four imports of torch took 8 s here).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,9 +134,9 @@ def test_agreed_count_too_small_for_max_model_len_is_refused() -> None:
 
 # --- four real processes --------------------------------------------------------------------------
 
-WORKER = textwrap.dedent(
+RANKS = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys, traceback
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -143,19 +144,39 @@ WORKER = textwrap.dedent(
     from memacct.errors import AgreementError
     from memacct.planner import KVCachePlan, agree
 
-    plan_path, odd_plan_path, out_path = sys.argv[1:4]
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    out = {}
-    agreed = agree(KVCachePlan.load(plan_path))
-    out["plan"] = json.loads(agreed.model_dump_json())
+    workdir, world = sys.argv[1], int(sys.argv[2])
+    rank, children = 0, []
+    for other in range(1, world):  # torch is imported once; each rank is a fork
+        pid = os.fork()
+        if pid == 0:
+            rank, children = other, []
+            break
+        children.append(pid)
+    code = 0
     try:
-        agree(KVCachePlan.load(odd_plan_path))
-        out["mismatch"] = None
-    except AgreementError as exc:
-        out["mismatch"] = str(exc)
-    dist.destroy_process_group()
-    with open(out_path, "w") as fh:
-        json.dump(out, fh)
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+        )
+        out = {}
+        agreed = agree(KVCachePlan.load(f"{workdir}/plan{rank}.json"))
+        out["plan"] = json.loads(agreed.model_dump_json())
+        try:
+            agree(KVCachePlan.load(f"{workdir}/odd{rank}.json"))
+            out["mismatch"] = None
+        except AgreementError as exc:
+            out["mismatch"] = str(exc)
+        dist.destroy_process_group()
+        with open(f"{workdir}/out{rank}.json", "w") as fh:
+            json.dump(out, fh)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rank:
+        os._exit(code)  # a forked rank leaves without running the parent's exit hooks
+    failed = [pid for pid in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])]
+    sys.exit(code or (1 if failed else 0))
     """
 )
 
@@ -180,33 +201,20 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[s
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
     }
-    procs = []
     for rank in range(WORLD):
-        plan_path = rank_plan(rank).save(workdir / f"plan{rank}.json")
-        odd_plan = rank_plan(rank, block_size=32 if rank == 2 else 16)
-        odd_path = odd_plan.save(workdir / f"odd{rank}.json")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(plan_path), str(odd_path),
-             str(workdir / f"out{rank}.json")],
-            env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        ))
-    logs = []
-    deadline = time.monotonic() + 90  # a healthy run takes a few seconds; this only stops a hang
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        rank_plan(rank).save(workdir / f"plan{rank}.json")
+        rank_plan(rank, block_size=32 if rank == 2 else 16).save(workdir / f"odd{rank}.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RANKS, str(workdir), str(WORLD)], env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:  # a healthy run takes a few seconds; the limit only stops a hang
+        log = proc.communicate(timeout=90)[0]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    failed = [
-        (rank, log)
-        for rank, (proc, log) in enumerate(zip(procs, logs, strict=True))
-        if proc.returncode
-    ]
-    assert not failed, failed
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # every rank: they share the session
+            proc.wait()
+    assert proc.returncode == 0, log
     yield [json.loads((workdir / f"out{rank}.json").read_text()) for rank in range(WORLD)]
 
 
