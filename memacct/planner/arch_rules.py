@@ -80,45 +80,41 @@ _DECODER_MODULES = (
     "seed_oss", "solar", "stablelm", "starcoder2", "telechat2", "teleflm",
 )  # fmt: skip
 
+def _state(layout: str, module: str, config_class: str, *reads: str, note: str = "") -> Rule:
+    """A family with recurrent states: its model file, vLLM's state shapes, the config class."""
+    return Rule(layout, "partial" if note else "exact",
+                f"{_MODELS}/{module}.py, {_MAMBA}; transformers {config_class}",
+                frozenset(reads), note)
+
+
+_ATTENTION_FREE = ("attention-free: the state is sized, vLLM's block size for a model without "
+                   "attention layers is not checked against a golden table")
+
 RULES: dict[str, Rule] = {
     **{m: _decoder(m) for m in _DECODER_MODULES},
     "llama4": Rule("llama4", "exact", f"{_MODELS}/llama4.py; transformers Llama4TextConfig",
                    frozenset({"no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size"})),
-    "qwen3_next": Rule("decoder", "exact",
-                       f"{_MODELS}/qwen3_next.py, {_MAMBA}; transformers Qwen3NextConfig",
-                       frozenset({"full_attention_interval", "linear_num_key_heads"})),
-    "granitemoehybrid": Rule("decoder", "exact",
-                             f"{_MODELS}/granitemoehybrid.py, {_MAMBA}; transformers "
-                             f"GraniteMoeHybridConfig", frozenset({"mamba_n_heads"})),
-    "nemotron_h": Rule("nemotron_h", "exact",
-                       f"{_MODELS}/nemotron_h.py, {_MAMBA}; transformers NemotronHConfig",
-                       frozenset({"hybrid_override_pattern", "mamba_num_heads"})),
-    "jamba": Rule("jamba", "exact",
-                  f"{_MODELS}/jamba.py, {_MAMBA} (mamba1_state_shape); transformers "
-                  f"JambaConfig.layers_block_type", frozenset({"attn_layer_period"})),
-    "bamba": Rule("bamba", "exact", f"{_MODELS}/bamba.py, {_MAMBA}; transformers BambaConfig",
-                  frozenset({"attn_layer_indices", "mamba_n_heads"})),
-    "falcon_h1": Rule("falcon_h1", "exact",
-                      f"{_MODELS}/falcon_h1.py (attention and Mamba2 in every layer), "
-                      f"{_MAMBA}; transformers FalconH1Config",
-                      frozenset({"mamba_d_ssm", "mamba_n_heads"})),
+    "qwen3_next": _state("decoder", "qwen3_next", "Qwen3NextConfig",
+                         "full_attention_interval", "linear_num_key_heads"),
+    "granitemoehybrid": _state("decoder", "granitemoehybrid", "GraniteMoeHybridConfig",
+                               "mamba_n_heads"),
+    "nemotron_h": _state("nemotron_h", "nemotron_h", "NemotronHConfig",
+                         "hybrid_override_pattern", "mamba_num_heads"),
+    # transformers' JambaConfig.layers_block_type: attention where i % period == offset.
+    "jamba": _state("jamba", "jamba", "JambaConfig", "attn_layer_period"),
+    "bamba": _state("bamba", "bamba", "BambaConfig", "attn_layer_indices", "mamba_n_heads"),
+    # falcon_h1.py: an attention and a Mamba2 module in every layer.
+    "falcon_h1": _state("falcon_h1", "falcon_h1", "FalconH1Config", "mamba_d_ssm",
+                        "mamba_n_heads"),
     "mimo_v2_flash": Rule("mimo_v2_flash", "exact",
                           f"{_MODELS}/mimo_v2_flash.py (hybrid_layer_pattern, swa_* geometry)",
                           frozenset({"hybrid_layer_pattern", "swa_head_dim", "v_head_dim",
                                      "swa_v_head_dim", "swa_num_key_value_heads"})),
-    "lfm2": Rule("lfm2", "exact", f"{_MODELS}/lfm2.py, {_MAMBA} (short_conv_state_shape); "
-                 f"transformers Lfm2Config", frozenset({"conv_L_cache"})),
-    "lfm2_moe": Rule("lfm2", "exact", f"{_MODELS}/lfm2_moe.py, {_MAMBA}; transformers "
-                     f"Lfm2MoeConfig", frozenset({"conv_L_cache"})),
-    "mamba": Rule("mamba", "partial", f"{_MODELS}/mamba.py, {_MAMBA}; transformers MambaConfig",
-                  note="attention-free: the state is sized, vLLM's block size for a model "
-                       "without attention layers is not checked against a golden table"),
-    "mamba2": Rule("mamba2", "partial",
-                   f"{_MODELS}/mamba2.py, {_MAMBA}; transformers Mamba2Config",
-                   frozenset({"mamba_n_heads"}),
-                   note="attention-free: the state is sized, vLLM's block size for a model "
-                        "without attention layers is not checked against a golden table"),
+    "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
+    "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
+    "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
+    "mamba2": _state("mamba2", "mamba2", "Mamba2Config", "mamba_n_heads", note=_ATTENTION_FREE),
 }
 
 _ENCODER_ONLY = "an encoder-only pooling model: it keeps no KV cache"
