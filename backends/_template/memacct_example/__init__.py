@@ -12,17 +12,27 @@ framework with other key names). ``BaseBackend`` declares every optional member
 ``consistent_reading``, ``device_identity``) with its default: override the
 ones your device supports.
 
-Keep the framework import out of module level: memacct lists every installed
-backend, and listing must not import every framework.
+Keep the framework import out of module level and out of ``availability()``:
+memacct lists every installed backend, and listing must not import every
+framework (seconds each). ``availability()`` tells what it can from package
+metadata, the import system and device files (:mod:`memacct.plugin`); the
+constructor imports the framework, checks it, and raises
+:class:`memacct.BackendUnavailableError` with the specific reason.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
-from memacct import Availability, BackendQuirks, TorchLikeBackend, TruthSource
+from memacct import (
+    Availability,
+    BackendQuirks,
+    BackendUnavailableError,
+    TorchLikeBackend,
+    TruthSource,
+)
+from memacct.plugin import installed, missing_device
 
 __version__ = "0.1.0"
 
@@ -61,20 +71,26 @@ class ExampleBackend(TorchLikeBackend):
 
     def __init__(self, module: Any | None = None) -> None:
         if module is None:
-            module = importlib.import_module(FRAMEWORK).device
+            # Here the framework is imported, and asked what availability() could not tell.
+            try:
+                module = importlib.import_module(FRAMEWORK).device
+            except Exception as exc:
+                raise BackendUnavailableError(
+                    f"{FRAMEWORK} failed to import: {type(exc).__name__}: {exc}"
+                ) from exc
+            if not module.is_available():
+                raise BackendUnavailableError(
+                    f"{FRAMEWORK} sees no Example device (is its driver loaded?)"
+                )
         super().__init__(module)
 
     @classmethod
     def availability(cls) -> Availability:
-        """Cheap (no device work) and specific: say which package, driver or device is missing."""
-        if importlib.util.find_spec(FRAMEWORK) is None:
+        """Cheap and specific, without importing the framework: what is missing, and the fix."""
+        if not installed(FRAMEWORK):
             return Availability(False, f"{FRAMEWORK} is not installed ({INSTALL_HINT})")
-        try:
-            device = importlib.import_module(FRAMEWORK).device
-        except Exception as exc:
-            return Availability(False, f"{FRAMEWORK} failed to import: {type(exc).__name__}: {exc}")
-        if not device.is_available():
-            return Availability(
-                False, f"{FRAMEWORK} sees no Example device (is its driver loaded?)"
-            )
-        return Availability(True, f"{FRAMEWORK}: {device.device_count()} device(s) visible")
+        # Your driver's device files, if memacct.plugin.DEVICE_FILES knows them.
+        no_device = missing_device("NVIDIA GPU")
+        if no_device is not None:
+            return Availability(False, f"{FRAMEWORK} is installed but {no_device}")
+        return Availability(True, f"{FRAMEWORK} is installed and a device is present")
