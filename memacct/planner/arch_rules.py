@@ -167,7 +167,8 @@ _MULTIMODAL: dict[str, str] = {
     "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "minicpmv": "qwen2", "minicpmo": "qwen2",
     "phi3v": "phi3", "phi4mm": "phi3", "qwen_vl": "qwen", "molmo": "llama",
 }  # fmt: skip
-_MULTIMODAL_NOTE = "KV structure from the text part; the encoder's start-up is not modelled"
+_MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up is the "
+                    "engine's (memacct/engines/vllm/multimodal.py: Qwen2-VL and Qwen2.5-VL)")
 
 # Text model types that name no vLLM module of the same name.
 _TEXT_TYPES = {
@@ -262,7 +263,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
             f"assume_full_attention=True (memacct plan --assume-full-attention)"
         )
     if multimodal:
-        cfg.notes.append(f"{arch}: {_MULTIMODAL_NOTE}")
+        cfg.notes.append(f"{arch}: the KV cache of its text part ({cfg.model_type or 'flat'})")
     return rule
 
 
