@@ -318,3 +318,17 @@ def test_resize_keeps_the_mamba_cap() -> None:
                                  max_model_len=8192)
     smaller = plan.with_num_blocks(plan.num_blocks - 1000)
     assert smaller.max_running_requests == plan.max_running_requests
+
+
+def test_the_cli_takes_swa_full_tokens_ratio_for_sglang_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from memacct.cli import main
+
+    base = ["plan", "--model", "gpt-oss-20b", "--kv-cache-memory-bytes", "20GiB",
+            "--max-model-len", "8192", "--swa-full-tokens-ratio", "0.5"]
+    assert main([*base, "--engine", "sglang"]) == 0
+    tokens = int(20 * GiB // (GPT_OSS_TOKEN * 12 * 1.5))
+    assert f"KV Cache is allocated. #tokens: {tokens}" in capsys.readouterr().out
+    assert main([*base, "--engine", "vllm"]) == 2
+    assert "--swa-full-tokens-ratio" in capsys.readouterr().err
