@@ -221,3 +221,14 @@ def test_multimodal_configs_are_read_through_their_text_part() -> None:
                               "num_hidden_layers": 2, "num_attention_heads": 4}}
     with pytest.raises(ConfigError, match="LlavaForConditionalGeneration"):
         KVCacheSpec.from_hf_config(nested)
+
+
+def test_falcon_multi_query_keeps_one_kv_head_as_vllm_does() -> None:
+    falcon = {"architectures": ["FalconForCausalLM"], "model_type": "falcon",
+              "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+              "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False,
+              "torch_dtype": "bfloat16"}
+    assert KVCacheSpec.from_hf_config(falcon).num_kv_heads == 1
+    new = {**falcon, "num_attention_heads": 128, "hidden_size": 8192, "num_kv_heads": 8,
+           "new_decoder_architecture": True}
+    assert KVCacheSpec.from_hf_config(new).num_kv_heads == 8

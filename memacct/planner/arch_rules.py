@@ -275,7 +275,7 @@ _GEOMETRY_FIELDS = frozenset({
     "cla_share_factor", "attention_k_eq_v", "attn_type_list", "full_attn_idxs",
     "hybrid_override_pattern", "attn_layer_period", "attn_layer_indices", "layers_block_type",
     "linear_num_key_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_ssm", "conv_L_cache",
-    "no_rope_layers", "attention_chunk_size", "block_configs", "kv_channels",
+    "no_rope_layers", "attention_chunk_size", "block_configs",
     "sliding_window_layers", "swa_layers", "global_attn_layers", "cross_attention_layers",
     "num_kv_layers", "total_ut_steps", "kv_lora_rank_per_layer", "full_attention_interval",
 })  # fmt: skip

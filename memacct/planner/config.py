@@ -87,7 +87,7 @@ _MAX_PARALLEL = 1 << 16
 
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
-_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
 _KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _DTYPE_KEYS = ("torch_dtype", "dtype")
 # vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).

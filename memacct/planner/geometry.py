@@ -133,6 +133,9 @@ def _kv_heads(cfg: ModelConfig, num_heads: int) -> int:
         and cfg.get("multi_query_attention") is False
     ):
         found = None
+    if cfg.get("new_decoder_architecture") is False and cfg.get("multi_query") is True:
+        # Falcon's older layout: one KV head whatever num_kv_heads says (falcon.py).
+        return 1
     attn_config = cfg.get("attn_config")
     if found is None and isinstance(attn_config, dict) and attn_config.get("kv_n_heads"):
         # DBRX and MPT keep their KV heads in attn_config (vllm/model_executor/models/dbrx.py).
