@@ -453,7 +453,7 @@ def memory_profiling(
     )
     # One session per physical device: real backends are keyed by name and index; a
     # backend whose instances stand for different devices (the simulator) says so.
-    key: Hashable = as_base_backend(backend).device_identity(dev)
+    key: Hashable = call_backend(backend, as_base_backend(backend).device_identity, dev)
     formula = parse_accounting(accounting)
     setup = _profiled(profiled)
     with _active_lock:

@@ -89,3 +89,17 @@ def test_snapshot_keeps_its_message_through_the_shared_wrapper() -> None:
     backend.armed = True
     with pytest.raises(BackendError, match="'flaky' failed to read device 0: FlakyDriverError"):
         memacct.snapshot(backend)
+
+
+class _NoIdentity(FlakyBackend):
+    def device_identity(self, device: int) -> object:
+        raise FlakyDriverError("no bus id")
+
+
+def test_a_failing_device_identity_is_a_backend_error_before_the_session() -> None:
+    backend = _NoIdentity(SimDevice("h100-80gb"), "", 0)
+    baseline = memacct.snapshot(backend)
+    expected = r"'flaky' failed in device_identity\(0\): FlakyDriverError"
+    with pytest.raises(BackendError, match=expected):
+        with memacct.memory_profiling(backend, baseline, weights_memory=0):
+            pass
