@@ -270,3 +270,24 @@ def test_the_offline_plan_takes_the_deployment_and_pipeline_stages() -> None:
     with pytest.raises(InvalidInputError, match="--engine vllm"):
         plan_offline(config, engine="sglang", device="h100", tensor_parallel_size=4,
                      deployment=Deployment(quantization="fp8"))  # fmt: skip
+
+
+def test_pipeline_plan_gives_every_stage_the_fewest_blocks_any_stage_has_room_for() -> None:
+    from memacct.engines.offline import plan_offline
+    from memacct.planner.spec import KVCacheSpec
+
+    config = load_model_preset("llama-3.1-8b")  # 32 layers: 16 per stage
+    plan = plan_offline(config, device="h100", pipeline_parallel_size=2, max_model_len=8192)
+    total = plan.total_memory
+    d = Deployment(pipeline_parallel_size=2)
+    est = STARTUP.estimate(config, total_memory=total, device_name="h100-80gb",
+                           settings=StartupSettings(max_model_len=8192, deployment=d))  # fmt: skip
+    # The last stage holds the LM head and samples: it has the least room, and sets the blocks.
+    assert est.weights == rank_weights(config, d, tensor_parallel_size=1, stage=1)
+    first = rank_weights(config, d, tensor_parallel_size=1, stage=0)
+    assert "lm_head" not in first.by_role and first.total_bytes < est.weights_memory
+    block = KVCacheSpec.from_hf_config(config, pipeline_parallel_size=2).bytes_per_block(16)
+    assert plan.num_blocks == est.kv_cache_bytes // block
+    # Half the layers per stage: about twice the blocks of one GPU holding them all.
+    one = plan_offline(config, device="h100", max_model_len=8192)
+    assert 1.9 * one.num_blocks < plan.num_blocks < 2.3 * one.num_blocks

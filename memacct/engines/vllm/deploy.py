@@ -226,5 +226,6 @@ def _notes(d: Deployment) -> list[str]:
     if d.data_parallel_size > 1 or d.enable_expert_parallel:
         how = "whole experts (EP)" if d.enable_expert_parallel else "TP slices of each expert"
         out.append(f"data parallel {d.data_parallel_size}: attention and KV cache per replica; "
-                   f"MoE experts over TP x DP ranks as {how}")  # fmt: skip
+                   f"MoE experts over TP x DP ranks as {how}; the all-to-all backends' buffers "
+                   "(DeepEP, pplx) are not charged")  # fmt: skip
     return out
