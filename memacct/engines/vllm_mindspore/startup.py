@@ -72,8 +72,9 @@ VMM_PAGE_BYTES = 2 * MiB
 """MindSpore's VMM page (``vmm_align_size``, ``ascend_vmm_adapter.h``)."""
 
 TRUTH_SOURCES = ("reserved", "allocated_peak")
-"""What the profile charges: PR !428's reserved increase (the default) or, before it,
-vLLM's allocated-peak increase."""
+"""What the profile charges: PR !428's reserved increase (the default: master from
+f2b96744, and v0.3.0) or, before it, vLLM's allocated-peak increase (the r0.2 release
+branch, version 0.2.0 too, has no ``ms_memory_profiling``)."""
 
 _V0_MAX_NUM_SEQS = 256
 _V0_MIN_BATCHED_TOKENS = 2048
