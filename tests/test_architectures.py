@@ -232,3 +232,13 @@ def test_falcon_multi_query_keeps_one_kv_head_as_vllm_does() -> None:
     new = {**falcon, "num_attention_heads": 128, "hidden_size": 8192, "num_kv_heads": 8,
            "new_decoder_architecture": True}
     assert KVCacheSpec.from_hf_config(new).num_kv_heads == 8
+
+
+def test_a_field_outside_the_rule_refuses_the_config() -> None:
+    hunyuan = {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense",
+               "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "head_dim": 128, "use_cla": False,
+               "cla_share_factor": 2, "torch_dtype": "bfloat16"}
+    assert KVCacheSpec.from_hf_config(hunyuan).bytes_per_token == 32 * 2 * 8 * 128 * 2
+    with pytest.raises(ConfigError, match="HunYuanDenseV1ForCausalLM.*use_cla"):
+        KVCacheSpec.from_hf_config({**hunyuan, "use_cla": True})

@@ -47,6 +47,8 @@ class Rule:
         source: the vLLM model file and transformers config class it follows.
         reads: geometry fields beyond the common ones this layout reads.
         note: what a ``partial`` rule leaves out.
+        refuse_if: a config field that, when set (truthy), takes the architecture
+            outside the rule: a refusal naming it.
     """
 
     layout: str
@@ -54,6 +56,7 @@ class Rule:
     source: str
     reads: frozenset[str] = frozenset()
     note: str = ""
+    refuse_if: str | None = None
 
 
 _MODELS = "vllm/model_executor/models"
@@ -111,6 +114,10 @@ RULES: dict[str, Rule] = {
                           f"{_MODELS}/mimo_v2_flash.py (hybrid_layer_pattern, swa_* geometry)",
                           frozenset({"hybrid_layer_pattern", "swa_head_dim", "v_head_dim",
                                      "swa_v_head_dim", "swa_num_key_value_heads"})),
+    # hunyuan_v1.py: standard attention unless cross-layer attention shares KV (use_cla).
+    "hunyuan_v1": Rule("decoder", "exact", f"{_MODELS}/hunyuan_v1.py; transformers "
+                       f"HunYuanDenseV1Config", frozenset({"cla_share_factor"}),
+                       note="", refuse_if="use_cla"),
     "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
     "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
     "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
@@ -139,7 +146,6 @@ REFUSED: dict[str, str] = {
     "step3_text": "Step-3's attention: no rule yet",
     "step3_vl": "Step-3's attention: no rule yet",
     "openpangu": "three different architectures share this file: no rule yet",
-    "hunyuan_v1": "cross-layer attention (use_cla) shares KV across layers: no rule yet",
     "hunyuan_vision": "HunYuan's text part: no rule yet",
     "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
@@ -207,7 +213,10 @@ def status_of(module: str) -> tuple[str, str, str]:
     rule = RULES.get(module)
     if rule is None:
         return "refused", "no rule", ""
-    return rule.status, rule.note or rule.layout, rule.source
+    what = rule.note or rule.layout
+    if rule.refuse_if:
+        what += f"; refused when {rule.refuse_if} is set"
+    return rule.status, what, rule.source
 
 
 def _text_module(model_type: str | None) -> str | None:
@@ -261,6 +270,19 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
             f"refused: {reason}. memacct reads these vLLM model modules: {supported} (see "
             f"docs/architectures.md). To plan it anyway as full attention on every layer, pass "
             f"assume_full_attention=True (memacct plan --assume-full-attention)"
+        )
+    if rule.refuse_if is not None and cfg.get(rule.refuse_if):
+        if assume_full_attention:
+            cfg.notes.append(
+                f"{arch or cfg.model_type} sets {rule.refuse_if}, which memacct's rule does not "
+                f"model: planned as full attention because assume_full_attention was given"
+            )
+            return Rule("full", "partial", "assume_full_attention")
+        raise ConfigError(
+            f"{cfg.source}: architecture {arch or cfg.model_type!r} with {rule.refuse_if} set is "
+            f"refused: memacct's rule for it does not model {rule.refuse_if}. Pass "
+            f"assume_full_attention=True (memacct plan --assume-full-attention) to plan it as "
+            f"full attention on every layer"
         )
     if multimodal:
         cfg.notes.append(f"{arch}: the KV cache of its text part ({cfg.model_type or 'flat'})")

@@ -152,7 +152,8 @@ def _kv_heads(cfg: ModelConfig, num_heads: int) -> int:
 
 
 def _head_dim(cfg: ModelConfig, hidden: int, num_heads: int) -> int:
-    head_dim = cfg.integer(("head_dim",), _MAX_DIM)
+    # HunYuan names it attention_head_dim when head_dim is absent (hunyuan_v1.py).
+    head_dim = cfg.integer(("head_dim", "attention_head_dim"), _MAX_DIM)
     if head_dim is not None:
         return head_dim
     if hidden % num_heads:
