@@ -73,7 +73,7 @@ def test_threads_asking_for_a_slow_plugin_at_once_all_get_it(
     make_plugin: PluginMaker,
 ) -> None:
     # Before the fix, threads that came second saw a half-loaded entry: "not loadable".
-    make_plugin("slow-dist", "slow_backend", SLOW.format(seconds=0.3, name="slow"),
+    make_plugin("slow-dist", "slow_backend", SLOW.format(seconds=0.15, name="slow"),
                 {"slow": "slow_backend:Backend"})
     results: list[str] = []
     barrier = threading.Barrier(4)
@@ -353,3 +353,27 @@ def test_backends_and_snapshot_commands_finish_despite_a_hanging_plugin(
     assert "Fatal Python error" not in proc.stderr and "Traceback" not in proc.stderr
     error = proc.stderr.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("memacct: error: ") and "sleepy" in error[0]
+
+
+REFUSES_ON_START = GOOD.replace(
+    "super().__init__(SimDevice(total_bytes=8 * 2**30).api)",
+    "raise BackendUnavailableError('the framework sees no device after all')",
+).replace("import Availability,", "import BackendUnavailableError, Availability,")
+
+
+def test_backend_that_refuses_when_built_gives_way_to_the_next_and_says_why(
+    make_plugin: PluginMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # availability() tells what it can without the framework; the constructor imports it
+    # and may still refuse: named, that is the error; unnamed, the next backend is built.
+    monkeypatch.setenv("MEMACCT_DISABLED_BACKENDS", VENDORS)
+    make_plugin("late-dist", "late_backend", REFUSES_ON_START.format(name="late") +
+                "\nBackend.priority = 90\n", {"late": "late_backend:Backend"})  # fmt: skip
+    assert infos()["late"].available
+    with pytest.raises(BackendUnavailableError, match="'late' is not available here: the fram"):
+        memacct.get_backend("late")
+    with pytest.raises(BackendUnavailableError, match="late: backend 'late' is not available here"):
+        memacct.get_backend()
+    make_plugin("next-dist", "next_backend", GOOD.format(name="next") + "\nBackend.priority = 10\n",
+                {"next": "next_backend:Backend"})  # fmt: skip
+    assert memacct.get_backend().name == "next"
