@@ -242,3 +242,15 @@ def test_a_field_outside_the_rule_refuses_the_config() -> None:
     assert KVCacheSpec.from_hf_config(hunyuan).bytes_per_token == 32 * 2 * 8 * 128 * 2
     with pytest.raises(ConfigError, match="HunYuanDenseV1ForCausalLM.*use_cla"):
         KVCacheSpec.from_hf_config({**hunyuan, "use_cla": True})
+
+
+def test_minimax_lightning_layers_keep_a_heads_x_d_x_d_state() -> None:
+    minimax = {"architectures": ["MiniMaxText01ForCausalLM"], "model_type": "minimax_text_01",
+               "hidden_size": 6144, "num_hidden_layers": 8, "num_attention_heads": 64,
+               "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16",
+               "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1]}
+    spec = KVCacheSpec.from_hf_config(minimax, tensor_parallel_size=4)
+    assert [x.kind for x in spec.layers] == ["mamba"] * 7 + ["full"]
+    assert spec.layers[0].state_kind == "linear"
+    assert spec.layers[0].state_bytes == 64 // 4 * 128 * 128 * 2
+    assert spec.bytes_per_token == 2 * 2 * 128 * 2

@@ -118,6 +118,10 @@ RULES: dict[str, Rule] = {
     "hunyuan_v1": Rule("decoder", "exact", f"{_MODELS}/hunyuan_v1.py; transformers "
                        f"HunYuanDenseV1Config", frozenset({"cla_share_factor"}),
                        note="", refuse_if="use_cla"),
+    "minimax_text_01": _state(
+        "minimax", "minimax_text_01", "MiniMaxText01Config (attn_type_list)", "attn_type_list",
+        note="lightning-attention states sized (linear_attention_state_shape); the state "
+             "blocks a request keeps under prefix caching are not checked against vLLM"),
     "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
     "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
     "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
@@ -138,8 +142,6 @@ REFUSED: dict[str, str] = {
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "plamo3": "no rule yet",
     "kimi_linear": "Kimi delta attention (KDA) with MLA: no rule yet",
-    "minimax_text_01": "lightning (linear) attention layers: no rule yet",
-    "minimax_vl_01": "MiniMax-Text-01's lightning attention in its text part: no rule yet",
     "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
     "longcat_flash": "two attention blocks per layer: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
@@ -172,6 +174,7 @@ _MULTIMODAL: dict[str, str] = {
     ), "llama"),
     "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "minicpmv": "qwen2", "minicpmo": "qwen2",
     "phi3v": "phi3", "phi4mm": "phi3", "qwen_vl": "qwen", "molmo": "llama",
+    "minimax_vl_01": "minimax_text_01",
 }  # fmt: skip
 _MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up is the "
                     "engine's (memacct/engines/vllm/multimodal.py: Qwen2-VL and Qwen2.5-VL)")
@@ -186,6 +189,7 @@ _TEXT_TYPES = {
     "aria_text": "llama", "internlm3": "llama", "granite_speech": "granite", "starcoder": "gpt2",
     "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "ernie4_5": "ernie45",
     "ernie4_5_moe": "ernie45_moe", "phi4mm": "phi3", "phi3_v": "phi3",
+    "minimax": "minimax_text_01", "minimax_m1": "minimax_text_01",
 }  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from memacct.planner.layers import (
     FullAttention,
     GatedDeltaNetState,
     LayerSpec,
+    LinearAttentionState,
     Mamba1State,
     Mamba2State,
     MLAAttention,
@@ -172,6 +173,11 @@ def _falcon_h1(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return [[_FULL, ("mamba2", None)] for _ in range(n)]
 
 
+def _minimax(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """MiniMax-Text-01: ``attn_type_list[i]`` 0 is lightning (linear) attention, 1 softmax."""
+    return _pattern(cfg, "attn_type_list", n, {"0": ("linear", None), "1": _FULL})
+
+
 def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """MiMo-V2-Flash: ``hybrid_layer_pattern[i] == 1`` slides with the ``swa_*`` geometry."""
     window = cfg.required(("sliding_window_size", "sliding_window"), _MAX_POSITIONS)
@@ -187,6 +193,7 @@ LAYOUTS: dict[str, Layout] = {
     "bamba": _bamba,
     "falcon_h1": _falcon_h1,
     "mimo_v2_flash": _mimo_v2_flash,
+    "minimax": _minimax,
     "lfm2": _decoder,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
@@ -279,12 +286,21 @@ def _short_conv(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     return ((geo.hidden // geo.tp * (kernel - 1), geo.model_bytes),)
 
 
+def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # minimax_text_01.py: heads / tp x head_dim x head_dim, in the cache dtype (auto: the model's).
+    heads = cfg.required(("num_attention_heads",), _MAX_HEADS)
+    head_dim = cfg.integer(("head_dim",), _MAX_DIM) or geo.hidden // heads
+    _check_divides(cfg, geo.tp, {"attention heads": heads})
+    return ((heads // geo.tp * head_dim * head_dim, geo.model_bytes),)
+
+
 _STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
     tuple[int, int], ...]]]] = {
     "gdn": (GatedDeltaNetState, _gdn),
     "mamba2": (Mamba2State, _mamba2),
     "mamba1": (Mamba1State, _mamba1),
     "short_conv": (ShortConvState, _short_conv),
+    "linear": (LinearAttentionState, _linear),
 }
 
 
