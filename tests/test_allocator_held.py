@@ -8,6 +8,11 @@ allocator limit must not count it twice.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 import memacct
 from memacct.planner.plan import allocator_held
 from memacct.sim import SimDevice, SimOutOfMemory
@@ -73,3 +78,23 @@ def test_the_plan_fits_with_the_forward_and_is_not_needlessly_small() -> None:
         mid = (low + high) // 2
         low, high = (mid, high) if _serves(mid, spec, plan.block_size) else (low, mid)
     assert plan.num_blocks >= 0.99 * low, (plan.num_blocks, low)
+
+
+def test_a_profile_saved_before_the_field_loads_and_is_held_as_before(tmp_path: Path) -> None:
+    _, result = _profiled_device()
+    data = json.loads(result.model_dump_json())
+    del data["weights_idle_memory"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = memacct.ProfileResult.load(path)
+    assert old.weights_idle_memory == 0
+    # Without the record the idle space stays counted in both places (the safe side).
+    assert allocator_held(old) == allocator_held(result) + result.weights_idle_memory
+
+
+def test_the_weights_idle_part_cannot_exceed_the_allowance() -> None:
+    _, result = _profiled_device()
+    data = json.loads(result.model_dump_json())
+    data["weights_idle_memory"] = data["fragmentation_allowance"] + 1
+    with pytest.raises(ValueError, match="weights_idle_memory .* cannot exceed"):
+        memacct.ProfileResult.model_validate(data)
