@@ -65,6 +65,7 @@ bench: install
 	$(PY) -m memacct_bench.seed_cases
 	$(PY) benchmarks/bench_plan.py
 	$(PY) benchmarks/bench_offline_plan.py
+	$(PY) benchmarks/bench_model_paths.py
 	$(PY) benchmarks/bench_backends.py
 
 # On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -12,6 +13,19 @@ import _hypothesis_profiles  # noqa: F401  (registers and loads the hypothesis p
 import pytest
 
 from memacct import registry
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _memacct_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """memacct's user cache (meta-device parameter lists, Hub tensor tables) in a temporary
+    directory for the session: the tests never read or write the user's own cache."""
+    saved = os.environ.get("MEMACCT_CACHE_DIR")
+    os.environ["MEMACCT_CACHE_DIR"] = str(tmp_path_factory.mktemp("memacct-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("MEMACCT_CACHE_DIR", None)
+    else:
+        os.environ["MEMACCT_CACHE_DIR"] = saved
 
 
 @pytest.fixture(autouse=True)
