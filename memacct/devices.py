@@ -15,7 +15,7 @@ reading was found. :func:`resolve_device` also accepts short names (``h100``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memacct.checks import check_int
 from memacct.errors import InvalidInputError
@@ -24,6 +24,7 @@ from memacct.units import GiB, parse_size
 __all__ = [
     "DEVICE_INFO",
     "DEVICE_PRESETS",
+    "REFERENCE_DEVICE",
     "DeviceInfo",
     "check_device",
     "parse_memory_size",
@@ -44,6 +45,10 @@ class DeviceInfo:
         kind: ``reading`` (printed by a real device) or ``derived``.
         source: where the figure comes from (details in ``docs/devices.md``).
         aliases: short names that select it.
+        vendor: ``nvidia``, ``amd`` or ``ascend`` (whose engines and kernels run on it).
+        compute_capability: an NVIDIA part's CUDA compute capability, ``(9, 0)`` for
+            Hopper; ``None`` elsewhere. What the engines may run there follows from it
+            (:attr:`fp8_weights`, :attr:`mxfp4_layout`), never from the device's name.
     """
 
     name: str
@@ -52,13 +57,38 @@ class DeviceInfo:
     kind: str
     source: str
     aliases: tuple[str, ...] = ()
+    vendor: str = "nvidia"
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def mxfp4_layout(self) -> str:
+        """vLLM's MXFP4 MoE kernel layout here: ``hopper`` (SM 9.x), ``blackwell`` (SM 10 and
+        later) or ``marlin`` (every other part; :func:`memacct.planner.weights.mxfp4_padding`)."""
+        cc = self.compute_capability or (0, 0)
+        return "blackwell" if cc >= (10, 0) else ("hopper" if cc[0] == 9 else "marlin")
+
+    @property
+    def fp8_weights(self) -> bool:
+        """Whether vLLM runs FP8 checkpoints here: natively from Ada/Hopper (SM 8.9) on,
+        weight-only through its FP8 Marlin kernels on Ampere (SM 8.0, vLLM docs
+        ``features/quantization/fp8.md``), natively on MI300-class AMD parts; not on Turing
+        or Volta (T4, V100) nor on Ascend NPUs (vllm-ascend quantizes to int8)."""
+        if self.vendor == "nvidia":
+            return (self.compute_capability or (0, 0)) >= (8, 0)
+        return self.vendor == "amd"
+
+    @property
+    def fp8_kv_cache(self) -> bool:
+        """Whether an FP8 KV cache (``--kv-cache-dtype fp8``) is possible: vLLM stores one on
+        CUDA and ROCm parts; vllm-ascend has no FP8 KV cache."""
+        return self.vendor in ("nvidia", "amd")
 
 
 def _gib(value: float) -> int:
     return round(value * _GIB)
 
 
-_INFO = (
+_INFO: tuple[DeviceInfo, ...] = (
     DeviceInfo(
         "h100-80gb",
         85_029_158_912,
@@ -221,6 +251,23 @@ _INFO = (
     ),
 )
 
+# Vendor and compute capability of each part (NVIDIA's CUDA GPUs page,
+# developer.nvidia.com/cuda-gpus; docs/devices.md).
+_CAPABILITY: dict[str, tuple[str, tuple[int, int] | None]] = {
+    "h100-80gb": ("nvidia", (9, 0)), "h100-pcie-80gb": ("nvidia", (9, 0)),
+    "h200-141gb": ("nvidia", (9, 0)), "b200-192gb": ("nvidia", (10, 0)),
+    "a100-80gb": ("nvidia", (8, 0)), "a100-40gb": ("nvidia", (8, 0)),
+    "l40s-48gb": ("nvidia", (8, 9)), "l4-24gb": ("nvidia", (8, 9)),
+    "a10g-24gb": ("nvidia", (8, 6)), "t4-16gb": ("nvidia", (7, 5)),
+    "rtx-3090-24gb": ("nvidia", (8, 6)), "rtx-4090-24gb": ("nvidia", (8, 9)),
+    "rtx-5090-32gb": ("nvidia", (12, 0)), "mi300x-192gb": ("amd", None),
+}
+_INFO = tuple(
+    replace(info, vendor=_CAPABILITY[info.name][0], compute_capability=_CAPABILITY[info.name][1])
+    if info.name in _CAPABILITY else replace(info, vendor="ascend")
+    for info in _INFO
+)
+
 DEVICE_INFO: dict[str, DeviceInfo] = {info.name: info for info in _INFO}
 """Every device preset with its source, by name."""
 
@@ -228,6 +275,11 @@ DEVICE_PRESETS: dict[str, int] = {info.name: info.total_bytes for info in _INFO}
 """Device presets: visible capacity in bytes by name."""
 
 _ALIASES = {alias: info.name for info in _INFO for alias in info.aliases}
+
+REFERENCE_DEVICE = "h100-80gb"
+"""The device a plan assumes when none is given (an offline plan says so in its notes)."""
+
+
 def parse_memory_size(text: str) -> int:
     """Bytes of a device size such as ``24GiB``, ``80GB`` or ``25769803776`` (:func:`parse_size`).
 

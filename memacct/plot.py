@@ -19,7 +19,7 @@ from memacct.io import atomic_write_bytes
 from memacct.models import ProfileResult, TruthSource
 from memacct.units import GiB, MiB
 
-__all__ = ["KV_CACHE_PARTS", "breakdown", "plot_plan"]
+__all__ = ["FIELDS", "KV_CACHE_PARTS", "breakdown", "plot_plan", "term_label"]
 
 KV_CACHE_SIZE = "kv_cache_size"
 KV_BLOCKS = "kv_cache_size: blocks"
@@ -28,16 +28,41 @@ KV_REMAINDER = "kv_cache_size: remainder"
 KV_CACHE_PARTS = (KV_BLOCKS, KV_RESERVE, KV_REMAINDER)
 """The parts of ``kv_cache_size`` in :func:`breakdown`, which sum to it."""
 
+OTHER = "other processes"
+NON_ALLOCATOR = "non-allocator"
+WEIGHTS = "weights"
+ACTIVATION = "activation peak"
+FRAGMENTATION = "fragmentation overhead"
+GRAPHS = "CUDA graphs"
+RETAINED = "retained"
+HEADROOM = "headroom"
+
+FIELDS = {
+    OTHER: "provenance.other_processes_at_baseline",
+    NON_ALLOCATOR: "non_allocator_increase",
+    WEIGHTS: "weights_memory",
+    ACTIVATION: "activation_peak",
+    FRAGMENTATION: "activation_peak",
+    GRAPHS: "cudagraph_memory",
+    RETAINED: "retained_memory",
+    KV_BLOCKS: "kv_cache_used_bytes",
+    KV_RESERVE: "allocator_reserve_bytes",
+}
+"""The one set of names: each part of :func:`breakdown` (the table's row, the plot's segment)
+and the :class:`~memacct.planner.kvplan.KVCachePlan` JSON field it comes from."""
+
 COLORS = {
-    "other processes": "#7f7f7f",
-    "non-allocator": "#bcbd22",
-    "weights": "#1f77b4",
-    "activation peak": "#ff7f0e",
-    "fragmentation overhead": "#d62728",
+    OTHER: "#7f7f7f",
+    NON_ALLOCATOR: "#bcbd22",
+    WEIGHTS: "#1f77b4",
+    ACTIVATION: "#ff7f0e",
+    FRAGMENTATION: "#d62728",
+    GRAPHS: "#e377c2",
+    RETAINED: "#8c564b",
     KV_BLOCKS: "#2ca02c",
     KV_RESERVE: "#9467bd",
     KV_REMAINDER: "#98df8a",
-    "headroom": "#e5e5e5",
+    HEADROOM: "#e5e5e5",
 }
 
 # A part narrower than this share of the device cannot carry a label in the bar: it is
@@ -45,38 +70,61 @@ COLORS = {
 SMALL_SHARE = 0.04
 
 
-def breakdown(plan: Any, result: ProfileResult) -> list[tuple[str, int]]:
-    """Split the device's total memory into the parts of a plan, bytes, summing to total.
+def term_label(label: str, plan: Any) -> str:
+    """A part's name with what it was measured or estimated for (the table's row label)."""
+    budget = plan.budget
+    if budget is None or budget.source != "estimate":
+        return label
+    if label == WEIGHTS:
+        return f"weights ({budget.quantization or 'unquantized'}, {budget.weights_source})"
+    if label == ACTIVATION:
+        sampler = f", {budget.sampler} sampler" if budget.sampler else ""
+        return (f"activation peak ({budget.max_num_batched_tokens} tokens, "
+                f"{budget.max_num_seqs} seqs{sampler})")  # fmt: skip
+    return label
 
-    ``fragmentation overhead`` is what the allocator reserved beyond the live
-    tensors' peak, when the plan budgets it (truth source ``reserved``). The
-    three ``kv_cache_size: ...`` parts (:data:`KV_CACHE_PARTS`) sum to the
+
+def breakdown(plan: Any, result: ProfileResult | None = None) -> list[tuple[str, int]]:
+    """Split the device's total memory into every term a plan charges, bytes.
+
+    The parts sum to the device's total when the plan fits (``headroom`` is what
+    is left); for a plan that does not fit they exceed it. ``fragmentation
+    overhead`` is what the allocator reserved beyond the live tensors' peak, when
+    the plan budgets it (truth source ``reserved``); ``other processes`` and the
+    baseline's memory outside the allocator come from the profile (``result``).
+    The three ``kv_cache_size: ...`` parts (:data:`KV_CACHE_PARTS`) sum to the
     plan's ``kv_cache_size`` (``kv_cache_bytes``): the whole blocks, the
     allocator reserve left free inside the cache budget for the KV tensors' own
     rounding and the fragmentation allowance, and the remainder too small for
-    a block in every layer.
+    a block in every layer; all three are 0 for a plan that does not fit.
     """
-    other = result.baseline.other_processes or 0
-    non_allocator = result.baseline.non_allocator + result.non_allocator_increase
-    activation = result.activation_peak
+    other = 0
+    non_allocator = int(plan.non_allocator_increase)
+    activation = int(plan.activation_peak)
     overhead = 0
-    if result.truth_source is TruthSource.RESERVED:
-        overhead = max(0, activation - result.allocated_peak_increase)
-        activation -= overhead
-    blocks = int(plan.kv_cache_used_bytes)
-    reserve = int(plan.allocator_reserve_bytes)
+    if result is not None:
+        other = result.baseline.other_processes or 0
+        non_allocator += result.baseline.non_allocator
+        if result.truth_source is TruthSource.RESERVED:
+            overhead = max(0, activation - result.allocated_peak_increase)
+            activation -= overhead
+    fits = bool(getattr(plan, "fits", True))
+    blocks = int(plan.kv_cache_used_bytes) if fits else 0
+    reserve = int(plan.allocator_reserve_bytes) if fits else 0
     parts = [
-        ("other processes", other),
-        ("non-allocator", max(0, non_allocator)),
-        ("weights", result.weights_memory),
-        ("activation peak", activation),
-        ("fragmentation overhead", overhead),
+        (OTHER, other),
+        (NON_ALLOCATOR, max(0, non_allocator)),
+        (WEIGHTS, int(plan.weights_memory)),
+        (ACTIVATION, activation),
+        (FRAGMENTATION, overhead),
+        (GRAPHS, int(plan.cudagraph_memory)),
+        (RETAINED, int(plan.retained_memory)),
         (KV_BLOCKS, blocks),
         (KV_RESERVE, reserve),
-        (KV_REMAINDER, max(0, int(plan.kv_cache_bytes) - blocks - reserve)),
+        (KV_REMAINDER, max(0, int(plan.kv_cache_bytes) - blocks - reserve) if fits else 0),
     ]
     used = sum(v for _, v in parts)
-    parts.append(("headroom", max(0, int(plan.total_memory) - used)))
+    parts.append((HEADROOM, max(0, int(plan.total_memory) - used)))
     return parts
 
 
@@ -85,6 +133,11 @@ def _gib(n: float) -> str:
 
 
 def _summary(plan: Any) -> str:
+    if not getattr(plan, "fits", True):
+        return (
+            f"does not fit: {_gib(plan.shortfall_bytes)} short of one request of "
+            f"{plan.max_model_len:,} tokens"
+        )
     return (
         f"kv_cache_size {_gib(plan.kv_cache_bytes)}: {plan.num_blocks:,} blocks of "
         f"{plan.block_size} tokens ({plan.num_tokens:,} tokens), maximum concurrency "
@@ -92,13 +145,17 @@ def _summary(plan: Any) -> str:
     )
 
 
-def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "") -> Path:
+def plot_plan(
+    plan: Any, result: ProfileResult | None, path: str | Path, title: str = ""
+) -> Path:
     """Draw :func:`breakdown` as a stacked bar labelled in GiB; PNG or SVG by suffix.
 
     The top row is the whole device, with a line at the utilization target; the
     row below zooms into the parts too small to read there (non-allocator memory,
     fragmentation, the allocator reserve), each at a width of its own with its
-    size written on it. The subtitle gives the blocks and the concurrency.
+    size written on it. The subtitle gives the blocks and the concurrency, or for a
+    plan that does not fit, by how much; its bar then runs past the device's end,
+    which a red line marks. ``result`` is the plan's profile (``None`` offline).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -117,6 +174,7 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as text in SVG
     parts = [(label, value) for label, value in breakdown(plan, result) if value > 0]
     total = float(plan.total_memory)
+    span = max(total, float(sum(value for _, value in parts)))
     small = [(label, value) for label, value in parts if value / total < SMALL_SHARE]
     rows = 2 if small else 1
     fig, axes = plt.subplots(
@@ -144,11 +202,15 @@ def plot_plan(plan: Any, result: ProfileResult, path: str | Path, title: str = "
         target, 0.42, f"target {target:.2f} GiB (gpu_memory_utilization "
         f"{plan.gpu_memory_utilization:g}) ", ha="right", va="bottom", fontsize=8,
     )  # fmt: skip
-    ax.set_xlim(0, total / GiB)
+    ax.set_xlim(0, span / GiB)
+    if span > total:
+        ax.axvline(total / GiB, color="red", linewidth=2)
+        ax.text(total / GiB, -0.42, f" device total {total / GiB:.2f} GiB: does not fit",
+                color="red", ha="left", va="bottom", fontsize=8)  # fmt: skip
     ax.set_ylim(-0.45, 0.6)
     ax.set_yticks([])
     ax.set_xlabel(f"GiB of {total / GiB:.2f} GiB total")
-    device = f"{result.backend}:{result.device}"
+    device = f"{result.backend}:{result.device}" if result is not None else "the device"
     ax.set_title(f"{title or f'KV-cache plan on {device}'}\n{_summary(plan)}", fontsize=10)
     if small:
         _zoom_row(axes[1][0], small)

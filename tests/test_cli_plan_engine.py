@@ -42,7 +42,7 @@ def test_a_bad_budget_is_one_line_and_exit_2(
 def test_a_refused_budget_names_the_engines_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB"]
     assert main(argv) == 2
-    assert "largest max_model_len that fits is 8176" in capsys.readouterr().err
+    assert "largest --max-model-len that fits is 8176" in capsys.readouterr().err
 
 
 def test_the_sampler_flag_and_vllms_variable_shape_the_offline_plan(
@@ -56,11 +56,11 @@ def test_the_sampler_flag_and_vllms_variable_shape_the_offline_plan(
         assert main(base + extra) == 0
         plans[tuple(extra)] = json.loads(capsys.readouterr().out)
     sort, fi = plans[()], plans[("--sampler", "flashinfer")]
-    assert (sort["sampler"], fi["sampler"]) == ("sort", "flashinfer")
+    assert (sort["budget"]["sampler"], fi["budget"]["sampler"]) == ("sort", "flashinfer")
     assert fi["activation_peak"] < sort["activation_peak"]
     monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
     assert main(base) == 0
-    assert json.loads(capsys.readouterr().out)["sampler"] == "flashinfer"
+    assert json.loads(capsys.readouterr().out)["budget"]["sampler"] == "flashinfer"
     monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "on")
     assert main(base) == 2
     assert "VLLM_USE_FLASHINFER_SAMPLER='on' is not an integer" in capsys.readouterr().err

@@ -83,7 +83,8 @@ def test_the_cli_refuses_a_mismatch_in_one_line_and_allows_it_with_the_flag(
             "--max-num-batched-tokens", "2048", "--tensor-parallel-size", "2"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "tensor_parallel_size: profiled 1, planned 2" in err
+    assert "--tensor-parallel-size: profiled 1, planned 2" in err  # the CLI's flag
+    assert "pass --allow-mismatch to plan anyway" in err
     assert len(err.strip().splitlines()) == 1
     assert main([*args, "--allow-mismatch", "--json"]) == 0
 

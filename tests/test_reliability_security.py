@@ -100,7 +100,7 @@ def test_the_core_loads_code_only_through_the_entry_point_group() -> None:
             if called in {"import_module", "__import__", "entry_points"}:
                 found.append(f"{name}:{called}")
     assert sorted(found) == [
-        "memacct/cli.py:entry_points",
+        "memacct/cli/group.py:entry_points",
         "memacct/engines/__init__.py:import_module",
         "memacct/registry.py:entry_points",
     ]

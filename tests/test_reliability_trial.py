@@ -415,9 +415,15 @@ def test_max_model_len_beyond_the_positions_with_a_saved_profile_is_refused_unle
 # -- row 13: simulation options with a saved profile ------------------------------------
 
 
-@pytest.mark.parametrize("option", [["--allocator", "npu"], ["--max-num-seqs", "64"]])
+@pytest.mark.parametrize(
+    ("option", "why"),
+    [(["--allocator", "npu"], "--allocator 'npu' applies to the simulated device"),
+     # The sequence budget applies to a profile: checked against the one it recorded.
+     (["--max-num-seqs", "64"], "--max-num-seqs: profiled 256, planned 64")],
+)  # fmt: skip
 def test_simulation_option_with_a_saved_profile_is_an_error(
     option: list[str],
+    why: str,
     tmp_path: Path,
     profile: memacct.ProfileResult,
     capsys: pytest.CaptureFixture[str],
@@ -425,7 +431,7 @@ def test_simulation_option_with_a_saved_profile_is_an_error(
     path = save_profile(profile, tmp_path / "p.json")
     assert main(["plan", "--model", "qwen2.5-7b", "--profile", str(path), *option]) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert f"{option[0]} describes a simulated engine start" in line
+    assert why in line
 
 
 # -- row 14: the API checks at the call --------------------------------------------------

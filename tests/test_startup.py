@@ -119,12 +119,13 @@ def test_an_unknown_sampler_is_refused_with_the_choices() -> None:
 
 def test_the_plan_notes_the_default_sampler_and_how_to_change_it() -> None:
     plan = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1")
-    assert plan.sampler == "sort"
+    assert plan.budget is not None and plan.budget.sampler == "sort"
     assert any("sort (vLLM 0.10's default; FlashInfer where flashinfer is installed" in n
                and "--sampler" in n for n in plan.notes)  # fmt: skip
     env = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1",
                        flashinfer_sampler_env=True)  # fmt: skip
-    assert env.sampler == "flashinfer" and env.kv_cache_bytes > plan.kv_cache_bytes
+    assert env.budget is not None and env.budget.sampler == "flashinfer"
+    assert env.kv_cache_bytes > plan.kv_cache_bytes
 
 
 def test_releases_with_the_triton_sampler_hold_less_and_charge_graphs() -> None:
@@ -213,7 +214,7 @@ def test_a_request_longer_than_the_cache_does_not_fit_and_says_the_longest() -> 
 
 def test_quantized_gpt_oss_fits_on_an_l4() -> None:
     plan = plan_offline(load_model_preset("gpt-oss-20b"), device="l4")
-    assert plan.fits and plan.weights_memory < 15 * GIB and plan.kv_cache_dtype == "bfloat16"
+    assert plan.fits and plan.weights_memory < 15 * GIB and plan.spec.kv_dtype == "bfloat16"
 
 
 def test_sglang_plan_reads_the_utilization_as_mem_fraction_static() -> None:

@@ -17,11 +17,113 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from memacct.checks import FROZEN
+from memacct.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from memacct.planner.spec import KVCacheSpec
 
-__all__ = ["Engine", "KVGroup", "KVLayout", "KVManager", "KVSettings", "StartupModel"]
+__all__ = [
+    "BLOCK_SIZES",
+    "ENGINE_VENDORS",
+    "MODELLED_RELEASES",
+    "Engine",
+    "KVGroup",
+    "KVLayout",
+    "KVManager",
+    "KVSettings",
+    "StartupModel",
+    "check_block_size",
+    "check_release",
+    "reference_batch",
+]
+
+MODELLED_RELEASES: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "vllm": ((0, 8), (0, 33)),
+    "vllm-ascend": ((0, 8), (0, 33)),
+}
+"""The releases memacct models per engine, oldest and newest ``(major, minor)``: vLLM's V1
+engine (the default since 0.8.0; V0's start-up is not modelled) up to the rules of
+``engines/vllm``. An engine not listed models its own :attr:`Engine.version` only."""
+
+BLOCK_SIZES: dict[str, tuple[int, ...]] = {
+    "vllm": (1, 8, 16, 32, 64, 128, 256),
+    "vllm-ascend": (1, 8, 16, 32, 64, 128, 256),
+}
+"""The block sizes an engine accepts where it restricts them: vLLM 0.33's ``BlockSize``
+literal (``vllm/config/cache.py``; the engine may raise it further for hybrid models)."""
+
+
+ENGINE_VENDORS: dict[str, tuple[str, ...]] = {
+    "vllm": ("nvidia", "amd"),
+    "vllm-ascend": ("ascend",),
+    "vllm-mindspore": ("ascend",),
+    "sglang": ("nvidia", "amd"),
+}
+"""The device vendors (:attr:`memacct.devices.DeviceInfo.vendor`) each engine's model covers:
+vLLM runs on Ascend only through the vllm-ascend plugin, which runs nowhere else; SGLang's
+Ascend backend is not modelled. An engine not listed is not checked."""
+
+
+def _release(text: str) -> tuple[int, int] | None:
+    from memacct.engines.vllm.startup import parse_version
+
+    return parse_version(text)
+
+
+def check_release(engine: str, version: str | None) -> None:
+    """Refuse a release of ``engine`` memacct does not model, naming the modelled ones.
+
+    Raises:
+        InvalidInputError: not a release number, or one outside the modelled range.
+    """
+    if version is None:
+        return
+    from memacct.engines import get_engine
+
+    chosen = get_engine(engine)
+    parsed = _release(version)
+    if parsed is None:
+        raise InvalidInputError(
+            f"engine version {version!r} is not a release number: give e.g. 0.11.0"
+        )
+    span = MODELLED_RELEASES.get(engine)
+    if span is None:
+        if version.strip().lstrip("v") == chosen.version:
+            return
+        modelled = chosen.version
+    else:
+        if span[0] <= parsed <= span[1]:
+            return
+        modelled = f"{span[0][0]}.{span[0][1]} to {span[1][0]}.{span[1][1]}"
+    raise InvalidInputError(
+        f"{engine} {version} is not a release memacct models: it models {engine} {modelled} "
+        f"(give one of those with --engine-version, or leave it out for {chosen.version})"
+    )
+
+
+def check_block_size(engine: str, block_size: int) -> int:
+    """``block_size`` if ``engine`` accepts it (:data:`BLOCK_SIZES`).
+
+    Raises:
+        InvalidInputError: a block size the engine refuses at start.
+    """
+    allowed = BLOCK_SIZES.get(engine)
+    if allowed is not None and block_size not in allowed:
+        raise InvalidInputError(
+            f"block_size {block_size} is not one {engine} accepts: give one of "
+            f"{', '.join(map(str, allowed))} (vllm/config/cache.py, BlockSize)"
+        )
+    return block_size
+
+
+def reference_batch() -> tuple[int, int]:
+    """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) on the reference device
+    (:data:`memacct.devices.REFERENCE_DEVICE`): what a KV plan with no device assumes."""
+    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
+    from memacct.engines.vllm.startup import batch_defaults
+
+    reference = DEVICE_INFO[REFERENCE_DEVICE]
+    return batch_defaults(reference.total_bytes, reference.name)
 
 
 
@@ -39,7 +141,10 @@ class KVSettings(BaseModel):
         max_num_seqs: sequences one step may hold (no effect on vLLM's plan).
         async_scheduling: whether the scheduler runs one step ahead.
         enable_prefix_caching: whether prefix caching is on (Mamba groups
-            then keep extra state blocks in vLLM).
+            then keep extra state blocks in vLLM; SGLang's radix cache).
+        engine_options: engine-specific options, named as the engine's own
+            flags are (SGLang: ``swa_full_tokens_ratio``, ``mamba_ssm_dtype``,
+            ``max_running_requests``); the engine refuses a name it has not.
     """
 
     model_config = FROZEN
@@ -47,10 +152,11 @@ class KVSettings(BaseModel):
     block_size: int = Field(default=16, gt=0)
     max_model_len: int = Field(ge=-1)
     derived_max_model_len: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
-    max_num_seqs: int = Field(default=1024, gt=0)
+    max_num_batched_tokens: int = Field(default_factory=lambda: reference_batch()[0], gt=0)
+    max_num_seqs: int = Field(default_factory=lambda: reference_batch()[1], gt=0)
     async_scheduling: bool = True
     enable_prefix_caching: bool = True
+    engine_options: dict[str, float | int | str] = Field(default_factory=dict)
 
 
 class KVGroup(BaseModel):
@@ -98,6 +204,8 @@ class KVLayout(BaseModel):
         max_concurrency: requests of ``max_model_len`` that fit at once, as logged.
         groups: the KV-cache groups.
         notes: rules applied that a reader would not guess, one sentence each.
+        max_running_requests: the engine's cap on running requests, where it
+            has one (SGLang); ``max_concurrency`` never exceeds it.
         tensor_pages: bytes per block of each KV-cache tensor the engine
             allocates on the limiting rank (a tensor holds ``num_blocks`` of
             them); empty where the engine's tensors are not modelled (then
@@ -120,6 +228,7 @@ class KVLayout(BaseModel):
     groups: tuple[KVGroup, ...] = ()
     notes: tuple[str, ...] = ()
     tensor_pages: tuple[int, ...] = ()
+    max_running_requests: int | None = Field(default=None, gt=0)
 
     @property
     def used_bytes(self) -> int:
@@ -196,4 +305,20 @@ class StartupModel(Protocol):
         weights: Any = None,
     ) -> Any:
         """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget."""
+        ...
+
+    def settings(self, **common: Any) -> Any:
+        """The engine's settings from the common ones (``gpu_memory_utilization`` ``None``:
+        the engine's default; SGLang reads it as ``mem_fraction_static``)."""
+        ...
+
+    def sampler_peak(
+        self,
+        spec: KVCacheSpec,
+        config: Mapping[str, Any],
+        seqs: int,
+        version: tuple[int, int] | None = None,
+        sampler: str | None = None,
+    ) -> int:
+        """Bytes the profile run's sampler holds over ``seqs`` rows (0: it samples nothing)."""
         ...

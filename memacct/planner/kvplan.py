@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -22,9 +23,15 @@ from memacct.models import TruthSource, load_model_json
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
-__all__ = ["PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "Provenance"]
+__all__ = [
+    "PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "MemoryBudget", "Provenance", "fits_verdict",
+]
 
-PLAN_FORMAT_VERSION = 2
+PLAN_FORMAT_VERSION = 3
+"""3: the plan carries its non-KV budget (``budget``) and its verdict (``fits``, ``verdict``,
+``suggestions``); a plan that does not fit has no blocks. Version 2 plans still load."""
+
+_READS_FORMATS = (2, PLAN_FORMAT_VERSION)
 
 _NAME_WIDTH = 23  # the column vLLM's "Memory profiling results" block aligns values at
 
@@ -101,6 +108,112 @@ class Agreement(BaseModel):
         return self
 
 
+def fits_verdict(max_concurrency: float, max_model_len: int, used_bytes: int) -> str:
+    """A fitting plan's first line: requests of the longest length at once, and the cache."""
+    count = int(max_concurrency)
+    if count == 0:
+        # Only an engine that starts with a pool under one request gets here (SGLang warns).
+        return (
+            f"fits, below one request of {max_model_len:,} tokens: the engine starts and only "
+            f"warns; its pool holds {int(max_concurrency * max_model_len):,} tokens, so longer "
+            f"requests cannot be served (KV cache {format_gib(used_bytes)})"
+        )
+    return (
+        f"fits: {count} concurrent request{'' if count == 1 else 's'} of {max_model_len:,} "
+        f"tokens (KV cache {format_gib(used_bytes)})"
+    )
+
+
+class MemoryBudget(BaseModel):
+    """What one rank holds besides its KV cache, and what the engine lets it hold in all.
+
+    The one input of a plan's arithmetic (``kv_cache_bytes = target_allocation -
+    non_kv_cache_memory``), built either from a measured profile
+    (``source="profile"``) or from an engine's start-up estimated offline
+    (``source="estimate"``, :func:`memacct.engines.offline.plan_offline`). Sizes in bytes.
+
+    Attributes:
+        source: ``profile`` or ``estimate``.
+        total_memory: the device's total memory.
+        gpu_memory_utilization: the engine's fraction of it (SGLang: ``mem_fraction_static``).
+        target_allocation: what the engine may hold: ``int(total x utilization)``.
+        weights_memory: the weights on this rank.
+        activation_peak: the profile run's activation peak.
+        non_allocator_increase: memory outside the allocator gained since the engine's baseline.
+        cudagraph_memory: the CUDA-graph memory charged to the budget.
+        cudagraph_estimate: the graph memory estimated, charged or not (offline).
+        retained_memory: memory a profile region kept after it ended.
+        weights_source: where the weights' size came from.
+        quantization: the weights' quantization, ``None`` for unquantized weights.
+        sampler: the dummy sampler's top-k/top-p path charged (vLLM offline).
+        max_num_batched_tokens: the profile run's token budget.
+        max_num_seqs: the profile run's sequence budget.
+        enforce_eager: whether CUDA graphs are off (offline).
+        device: the device's preset name, ``custom``, or ``backend:index`` of a profile.
+        device_label: the device as people call it.
+        notes: how the budget's terms were chosen, one sentence each.
+    """
+
+    model_config = FROZEN
+
+    source: Literal["profile", "estimate"]
+    total_memory: int = Field(gt=0)
+    gpu_memory_utilization: float = Field(gt=0.0, le=1.0)
+    target_allocation: int = Field(ge=0)
+    weights_memory: int = Field(ge=0)
+    activation_peak: int = Field(ge=0)
+    non_allocator_increase: int = 0
+    cudagraph_memory: int = Field(default=0, ge=0)
+    cudagraph_estimate: int = Field(default=0, ge=0)
+    retained_memory: int = Field(default=0, ge=0)
+    weights_source: str = ""
+    quantization: str | None = None
+    sampler: str = ""
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    enforce_eager: bool = False
+    device: str = ""
+    device_label: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def non_kv_cache_memory(self) -> int:
+        """Everything charged besides the KV cache."""
+        return (
+            self.weights_memory + self.activation_peak + self.non_allocator_increase
+            + self.cudagraph_memory + self.retained_memory
+        )
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """What the target leaves the KV cache; negative when the rest alone exceeds it."""
+        return self.target_allocation - self.non_kv_cache_memory
+
+    @classmethod
+    def from_estimate(cls, est: Any, *, device: str, device_label: str,
+                      enforce_eager: bool = False, notes: tuple[str, ...] = ()) -> MemoryBudget:
+        """The budget of an engine's start-up estimate (``engines/<engine>/startup.py``)."""
+        return cls(
+            source="estimate",
+            total_memory=est.total_memory,
+            gpu_memory_utilization=est.gpu_memory_utilization,
+            target_allocation=est.requested_memory,
+            weights_memory=est.weights_memory,
+            activation_peak=est.activation_peak,
+            non_allocator_increase=est.non_allocator_increase,
+            cudagraph_memory=est.cudagraph_memory if est.cudagraph_charged else 0,
+            cudagraph_estimate=est.cudagraph_memory,
+            weights_source=est.weights.source,
+            quantization=est.weights.quantization,
+            sampler=est.sampler,
+            max_num_batched_tokens=est.max_num_batched_tokens,
+            max_num_seqs=est.max_num_seqs,
+            enforce_eager=enforce_eager,
+            device=device,
+            device_label=device_label,
+            notes=(*notes, *est.notes),
+        )
+
 
 class KVCachePlan(BaseModel):
     """How much of a device the KV cache gets, in bytes, blocks and tokens, and why (contract).
@@ -136,7 +249,10 @@ class KVCachePlan(BaseModel):
         async_scheduling: whether the engine schedules one step ahead.
         blocks_per_request: blocks one request of ``max_model_len`` takes.
         request_bytes: ``blocks_per_request x block_bytes``.
-        max_concurrency: the engine's "Maximum concurrency" figure.
+        max_concurrency: the engine's "Maximum concurrency" figure (SGLang:
+            capped by ``max_running_requests``).
+        max_running_requests: the engine's cap on running requests, where it
+            has one (SGLang's ``max_running_requests``), else ``None``.
         groups: the engine's KV-cache groups.
         stage_blocks: each pipeline stage's block count before the minimum.
         engine_notes: rules the engine applied, one sentence each.
@@ -154,6 +270,17 @@ class KVCachePlan(BaseModel):
             (the allocator's limit binding before ``gpu_memory_utilization``;
             ``target_allocation`` is then the non-KV memory plus what the
             limit leaves the KV cache).
+        model: the model's name, for people.
+        budget: the non-KV budget the plan was cut from (a profile's or an
+            engine's start-up estimate); ``None`` for ``kv_cache_memory_bytes`` alone.
+        fits: whether the engine starts with this cache. A plan that does not fit
+            (offline only: :func:`memacct.plan_kv_cache` raises instead) has
+            ``max_concurrency`` 0, and ``kv_cache_bytes`` may be negative: by that
+            much the rest exceeds the target.
+        verdict: one line a person reads first ("fits: ..." or "does not fit: ...").
+        suggestions: what would make it fit, most effective first, each with its figure.
+        shortfall_bytes: by how much it does not fit: the bytes the device would need
+            besides what the target gives (0 for a plan that fits).
     """
 
     model_config = FROZEN
@@ -168,13 +295,13 @@ class KVCachePlan(BaseModel):
     weights_memory: int = Field(default=0, ge=0)
     activation_peak: int = Field(default=0, ge=0)
     non_allocator_increase: int = 0
-    kv_cache_bytes: int = Field(gt=0)
+    kv_cache_bytes: int
     block_size: int = Field(gt=0)
     block_bytes: int = Field(gt=0)
-    num_blocks: int = Field(gt=0)
-    num_tokens: int = Field(gt=0)
+    num_blocks: int = Field(ge=0)
+    num_tokens: int = Field(ge=0)
     kv_tokens: int = Field(ge=0)
-    kv_cache_used_bytes: int = Field(gt=0)
+    kv_cache_used_bytes: int = Field(ge=0)
     max_model_len: int = Field(gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
@@ -182,6 +309,7 @@ class KVCachePlan(BaseModel):
     blocks_per_request: int = Field(gt=0)
     request_bytes: int = Field(gt=0)
     max_concurrency: float = Field(ge=0.0)
+    max_running_requests: int | None = Field(default=None, gt=0)
     groups: tuple[KVGroup, ...] = ()
     stage_blocks: tuple[int, ...] = ()
     engine_notes: tuple[str, ...] = ()
@@ -194,14 +322,28 @@ class KVCachePlan(BaseModel):
     retained_memory: int = Field(default=0, ge=0)
     allocator_limit: int | None = Field(default=None, gt=0)
     notes: tuple[str, ...] = ()
+    model: str = ""
+    budget: MemoryBudget | None = None
+    fits: bool = True
+    verdict: str = ""
+    suggestions: tuple[str, ...] = ()
+    shortfall_bytes: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
-        if self.format_version != PLAN_FORMAT_VERSION:
+        if self.format_version not in _READS_FORMATS:
             raise ValueError(
                 f"format_version {self.format_version} is not supported by this memacct "
-                f"(it reads version {PLAN_FORMAT_VERSION}): plan again with this version"
+                f"(it reads versions {', '.join(map(str, _READS_FORMATS))}): plan again with "
+                "this version"
             )
+        if self.fits and min(self.kv_cache_bytes, self.num_blocks, self.num_tokens,
+                             self.kv_cache_used_bytes) <= 0:
+            raise ValueError("a plan that fits has a positive KV cache, blocks and tokens")
+        if not self.fits and self.max_concurrency != 0:
+            raise ValueError("a plan that does not fit has max_concurrency 0")
+        if self.fits and self.shortfall_bytes:
+            raise ValueError("a plan that fits has no shortfall")
         checks = [
             ("non_kv_cache_memory", self.non_kv_cache_memory,
              self.weights_memory + self.activation_peak + self.non_allocator_increase
@@ -219,11 +361,15 @@ class KVCachePlan(BaseModel):
         if (self.target_allocation is not None and self.total_memory is not None
                 and self.target_allocation > self.total_memory):
             raise ValueError("target_allocation exceeds total_memory")
-        if self.kv_cache_used_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
+        if (self.kv_cache_used_bytes + self.allocator_reserve_bytes
+                > max(0, self.kv_cache_bytes)):
             raise ValueError("kv_cache_used_bytes + allocator_reserve_bytes exceeds kv_cache_bytes")
+        if not self.fits:
+            return self
         # True division of absurd integers overflows here: load_model_json reports it.
         concurrency = (
-            self.kv_tokens / self.max_model_len if self.engine == "sglang"
+            min(self.kv_tokens / self.max_model_len, self.max_running_requests or math.inf)
+            if self.engine == "sglang"
             else self.num_blocks / self.blocks_per_request
         )
         if not math.isclose(self.max_concurrency, concurrency, rel_tol=1e-9):
@@ -242,6 +388,7 @@ class KVCachePlan(BaseModel):
             max_model_len=self.max_model_len, blocks_per_request=self.blocks_per_request,
             kv_tokens=self.kv_tokens, max_concurrency=self.max_concurrency,
             groups=self.groups, notes=self.engine_notes,
+            max_running_requests=self.max_running_requests,
         )
 
     def engine_lines(self) -> list[str]:
@@ -337,6 +484,8 @@ class KVCachePlan(BaseModel):
         from memacct.engines import get_engine
 
         check_int("num_blocks", num_blocks)
+        if not self.fits:
+            raise InvalidInputError(f"this plan does not fit ({self.verdict}): it has no blocks")
         if num_blocks * self.block_bytes + self.allocator_reserve_bytes > self.kv_cache_bytes:
             raise InvalidInputError(
                 f"{num_blocks} blocks of {self.block_bytes} bytes exceed this plan's KV-cache "
@@ -351,7 +500,10 @@ class KVCachePlan(BaseModel):
             kv_tokens=layout.kv_tokens,
             kv_cache_used_bytes=num_blocks * self.block_bytes,
             max_concurrency=layout.max_concurrency,
+            max_running_requests=layout.max_running_requests,
             agreement=None if agreement is None else agreement.model_dump(),
+            verdict=fits_verdict(layout.max_concurrency, self.max_model_len,
+                                 num_blocks * self.block_bytes),
         )
         return KVCachePlan.model_validate(data)
 

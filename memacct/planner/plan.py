@@ -17,14 +17,12 @@ can save its profile and a planner can work from it later, off the device.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int
 from memacct.engines import get_engine
 from memacct.engines.base import KVLayout, KVSettings
@@ -32,7 +30,22 @@ from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, load_model_json
 from memacct.planner.guard import check_profile_matches
-from memacct.planner.kvplan import PLAN_FORMAT_VERSION, Agreement, KVCachePlan, Provenance
+from memacct.planner.kvplan import (
+    PLAN_FORMAT_VERSION,
+    Agreement,
+    KVCachePlan,
+    MemoryBudget,
+    Provenance,
+)
+from memacct.planner.pipeline import (
+    _batch_defaults,
+    _check_override_fits,
+    _device,
+    _free_at_start_message,
+    _make_plan,
+    _no_memory_message,
+    _plan_from_budget,
+)
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
@@ -40,6 +53,7 @@ __all__ = [
     "PLAN_FORMAT_VERSION",
     "Agreement",
     "KVCachePlan",
+    "MemoryBudget",
     "Provenance",
     "kv_cache_reservation",
     "load_profile",
@@ -48,10 +62,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memacct")
-
-# vllm serve's defaults on H100-class devices (docs/engines.md); SGLang pages one token.
-_DEFAULT_BATCHED_TOKENS = 8192
-_DEFAULT_NUM_SEQS = 1024
 
 
 def save_profile(result: ProfileResult, path: str | os.PathLike[str]) -> Path:
@@ -79,7 +89,7 @@ def load_profile(path: str | os.PathLike[str]) -> ProfileResult:
 
 
 def plan_kv_cache(
-    result: ProfileResult | None,
+    result: ProfileResult | MemoryBudget | None,
     spec: KVCacheSpec,
     gpu_memory_utilization: float = 0.9,
     block_size: int | None = None,
@@ -93,6 +103,7 @@ def plan_kv_cache(
     async_scheduling: bool = True,
     enable_prefix_caching: bool = True,
     allow_mismatch: bool = False,
+    engine_options: Mapping[str, float | int | str] | None = None,
 ) -> KVCachePlan:
     """Plan the KV cache of one rank as ``engine`` would size it (contract).
 
@@ -107,7 +118,9 @@ def plan_kv_cache(
     ``memacct`` at INFO.
 
     Args:
-        result: the profile of this rank, or ``None`` when
+        result: the profile of this rank; or the non-KV budget of an engine's
+            start-up estimated offline (:class:`MemoryBudget`, what
+            :func:`memacct.engines.offline.plan_offline` passes); or ``None`` when
             ``kv_cache_memory_bytes`` gives the budget.
         spec: the model's KV-cache geometry on this rank; with
             ``pipeline_parallel_size > 1`` the plan is the whole pipeline's.
@@ -121,12 +134,17 @@ def plan_kv_cache(
         kv_cache_memory_bytes: KV-cache budget of each rank in bytes.
         num_gpu_blocks_override: block count, overriding the utilization.
         max_num_batched_tokens: tokens one scheduler step may process
-            (``None``: 8192, ``vllm serve``'s default on H100-class devices).
+            (``None``: what the profile or budget recorded, else the engine's
+            default for the device, :meth:`StartupModel.defaults`; without a
+            device, for :data:`memacct.devices.REFERENCE_DEVICE`).
         max_num_seqs: sequences one step may hold (recorded; vLLM's KV plan
-            does not depend on it).
+            does not depend on it); ``None`` as ``max_num_batched_tokens``.
         async_scheduling: whether the scheduler runs a step ahead (vLLM's
             default): sliding-window layers then hold one more batch.
         enable_prefix_caching: vLLM's default; Mamba groups keep 3 state blocks.
+        engine_options: the engine's own options, named as its flags are (SGLang:
+            ``swa_full_tokens_ratio``, ``mamba_ssm_dtype``, ``max_running_requests``;
+            ``docs/engines.md``); an engine without such an option refuses it.
         allow_mismatch: plan even when the profile recorded another model, layout
             or batch budget than ``spec`` (see :mod:`memacct.planner.guard`).
 
@@ -139,15 +157,21 @@ def plan_kv_cache(
             fit as the engine counts it (``.estimated_max_model_len`` is the
             engine's estimate of the longest length that does).
     """
+    estimated = result if isinstance(result, MemoryBudget) else None
+    if estimated is not None:
+        result = None
     if result is not None and not isinstance(result, ProfileResult):
-        raise InvalidInputError(f"plan_kv_cache takes a ProfileResult, got {type(result).__name__}")
+        raise InvalidInputError(
+            f"plan_kv_cache takes a ProfileResult or a MemoryBudget, got {type(result).__name__}"
+        )
     if not isinstance(spec, KVCacheSpec):
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
     check_profile_matches(
         result, spec, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         allow_mismatch=allow_mismatch,
     )
-    kv_engine = get_engine(engine).kv
+    chosen = get_engine(engine)
+    kv_engine = chosen.kv
     utilization = check_fraction(
         "gpu_memory_utilization", gpu_memory_utilization, what=_UTILIZATION_MEANS
     )
@@ -164,20 +188,24 @@ def plan_kv_cache(
             f"give kv_cache_memory_bytes ({kv_override}) or num_gpu_blocks_override "
             f"({blocks_override}), not both: each replaces gpu_memory_utilization"
         )
-    if result is None and kv_override is None:
+    if result is None and estimated is None and kv_override is None:
         raise InvalidInputError(
             "plan_kv_cache needs a profile (result) or the KV-cache budget: pass "
             "kv_cache_memory_bytes"
         )
+    default_tokens, default_seqs = _batch_defaults(chosen, result, estimated)
     settings = KVSettings(
         block_size=block,
         max_model_len=max_len,
         derived_max_model_len=spec.position_limit,
-        max_num_batched_tokens=batched or _DEFAULT_BATCHED_TOKENS,
-        max_num_seqs=seqs or _DEFAULT_NUM_SEQS,
+        max_num_batched_tokens=batched or default_tokens,
+        max_num_seqs=seqs or default_seqs,
         async_scheduling=bool(async_scheduling),
         enable_prefix_caching=bool(enable_prefix_caching),
+        engine_options=_engine_options(kv_engine, engine, engine_options),
     )
+    if estimated is not None:
+        return _plan_from_budget(estimated, spec, settings, engine, kv_override, blocks_override)
     if result is None:
         assert kv_override is not None
         layout = kv_engine.plan(spec, kv_override, settings)
@@ -254,74 +282,6 @@ def plan_kv_cache(
         logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
     logger.info("%s", plan.report())
     return plan
-
-
-def _make_plan(
-    result: ProfileResult | None,
-    spec: KVCacheSpec,
-    layout: KVLayout,
-    settings: KVSettings,
-    kv_bytes: int,
-    target: int | None,
-    utilization: float | None,
-    overrides: tuple[str, ...],
-    reserve: int,
-    limit_note: str = "",
-) -> KVCachePlan:
-    provenance = None
-    if result is not None:
-        baseline = result.baseline
-        provenance = Provenance(
-            backend=result.backend,
-            device=result.device,
-            truth_source=result.truth_source,
-            requested_truth_source=result.requested_truth_source,
-            truth_source_reason=result.truth_source_reason,
-            fragmentation=result.fragmentation,
-            allocator_settings=dict(result.allocator_settings),
-            free_at_start=baseline.free,
-            other_processes_at_baseline=baseline.other_processes,
-            memacct_version=__version__,
-            created_at=time.time(),
-            overrides=overrides,
-            profile_warnings=result.warnings,
-        )
-    return KVCachePlan(
-        engine=layout.engine,
-        engine_version=layout.engine_version,
-        total_memory=None if result is None else result.after.total,
-        gpu_memory_utilization=utilization,
-        target_allocation=target,
-        non_kv_cache_memory=0 if result is None else result.non_kv_cache_memory,
-        weights_memory=0 if result is None else result.weights_memory,
-        activation_peak=0 if result is None else result.activation_peak,
-        non_allocator_increase=0 if result is None else result.non_allocator_increase,
-        cudagraph_memory=0 if result is None else result.cudagraph_memory,
-        retained_memory=0 if result is None else result.retained_memory,
-        kv_cache_bytes=kv_bytes,
-        block_size=layout.block_size,
-        block_bytes=layout.block_bytes,
-        num_blocks=layout.num_blocks,
-        num_tokens=layout.num_blocks * layout.block_size,
-        kv_tokens=layout.kv_tokens,
-        kv_cache_used_bytes=layout.used_bytes,
-        max_model_len=layout.max_model_len,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-        async_scheduling=settings.async_scheduling,
-        blocks_per_request=layout.blocks_per_request,
-        request_bytes=layout.request_bytes,
-        max_concurrency=layout.max_concurrency,
-        groups=layout.groups,
-        stage_blocks=layout.stage_blocks,
-        engine_notes=layout.notes,
-        profile_duration_s=None if result is None else result.duration_s,
-        spec=spec,
-        provenance=provenance,
-        allocator_reserve_bytes=reserve,
-        allocator_limit=None if result is None else result.allocator_limit,
-        notes=(limit_note,) if limit_note else (),
-    )
 
 
 _LIMIT_FIX = (
@@ -524,6 +484,21 @@ _UTILIZATION_MEANS = (
 )
 
 
+def _engine_options(
+    kv_engine: Any, engine: str, options: Mapping[str, float | int | str] | None
+) -> dict[str, float | int | str]:
+    """``options`` if ``engine`` has them (its manager's ``options``), else refused."""
+    given = dict(options or {})
+    accepted = tuple(getattr(kv_engine, "options", ()))
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise InvalidInputError(
+            f"engine option(s) {', '.join(unknown)} are not {engine} options memacct models: "
+            + (f"give {', '.join(accepted)}" if accepted else f"{engine} takes none")
+        )
+    return given
+
+
 def _resolve_max_model_len(value: object, spec: KVCacheSpec) -> int:
     if value == -1 and not isinstance(value, bool):
         return -1
@@ -536,83 +511,3 @@ def _resolve_max_model_len(value: object, spec: KVCacheSpec) -> int:
         )
     # vLLM's default max_model_len is the config's derived length (ModelConfig.position_limit).
     return spec.position_limit
-
-
-def _device(result: ProfileResult) -> str:
-    return f"{result.backend}:{result.device}"
-
-
-def _co_tenants(result: ProfileResult) -> str:
-    baseline = result.baseline
-    if baseline.other_processes is not None:
-        held = baseline.other_processes
-        own = baseline.reserved + baseline.non_allocator
-        return (
-            f"other processes hold {format_gib(held)} ({held} bytes) and this process "
-            f"held {format_gib(own)} ({own} bytes) at start"
-        )
-    return (
-        f"{format_gib(baseline.used)} ({baseline.used} bytes) was in use at start; the "
-        f"{result.backend} backend cannot attribute it to processes, so other processes' "
-        f"share could not be determined"
-    )
-
-
-def _free_at_start_message(result: ProfileResult, utilization: float, target: int) -> str:
-    free = result.baseline.free
-    total = result.after.total
-    most = math.floor(free / total * 1000) / 1000
-    fix = "free memory on the device (stop or shrink the other processes)"
-    if most > 0:
-        fix = f"decrease gpu_memory_utilization to at most {most}, or {fix}"
-    return (
-        f"Free memory on device {_device(result)} at start ({format_gib(free)}, {free} bytes) "
-        f"is less than desired memory utilization {utilization} ({format_gib(target)}, "
-        f"{target} bytes of {format_gib(total)}); {_co_tenants(result)}: {fix}"
-    )
-
-
-def _no_memory_message(
-    result: ProfileResult, utilization: float, target: int, block_size: int, block_bytes: int
-) -> str:
-    total = result.after.total
-    non_kv = result.non_kv_cache_memory
-    need = non_kv + block_bytes
-    suggestion = math.ceil(need / total * 1000) / 1000
-    if int(total * suggestion) < need:
-        suggestion = round(suggestion + 0.001, 3)
-    fix = (
-        f"Increase gpu_memory_utilization to at least {suggestion}, or"
-        if suggestion <= 1.0
-        else "The model does not fit this device at any utilization:"
-    )
-    return (
-        f"No available memory for the cache blocks on {_device(result)}: the target allocation "
-        f"is {format_gib(target)} ({target} bytes = {utilization} x {total}) and the model "
-        f"needs {format_gib(non_kv)} ({non_kv} bytes) besides the cache (weights "
-        f"{result.weights_memory} + activation peak {result.activation_peak} + non-allocator "
-        f"increase {result.non_allocator_increase}), leaving {target - non_kv} bytes, less than "
-        f"one block of {block_size} tokens ({block_bytes} bytes). {fix} reduce the model's "
-        f"memory (quantize it, shard it with tensor or pipeline parallelism, or lower "
-        f"max_num_batched_tokens)"
-    )
-
-
-def _check_override_fits(result: ProfileResult, override: str, kv_bytes: int, target: int) -> None:
-    total = result.after.total
-    non_kv = result.non_kv_cache_memory
-    if target > total:
-        raise InsufficientMemoryError(
-            f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache, but "
-            f"{_device(result)} has {total} bytes in all and the model needs {non_kv} besides "
-            f"the cache, so at most {total - non_kv} bytes can ever hold it: lower the override"
-        )
-    free = result.baseline.free
-    if target > free:
-        raise InsufficientMemoryError(
-            f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache; with "
-            f"{non_kv} bytes of non-KV memory this instance needs {target} bytes, more than "
-            f"the {free} bytes ({format_gib(free)}) free on {_device(result)} at start; "
-            f"{_co_tenants(result)}. Lower the override to at most {free - non_kv} bytes, or "
-            f"free memory on the device"
-        )

@@ -1,0 +1,297 @@
+"""``memacct plan``: a KV-cache plan from a saved profile, a budget, or offline for a device.
+
+The flags are :class:`memacct.options.PlanOptions`' fields, named as ``vllm serve``
+names them: a new option is one field there and one ``click.option`` here (its
+destination the field's name). The flags that choose the path (``--profile``, the
+device, ``--kv-cache-memory-bytes``) and those of the CLI alone (``--json``,
+``--plot``) are not options of the plan. An option that does not apply on a path is
+refused there in one line that says why (:func:`_refuse`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memacct.cli.group import app
+from memacct.engines import engine_names
+from memacct.errors import InvalidInputError
+from memacct.options import PlanOptions
+
+__all__ = ["plan_cmd"]
+
+_CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "as_json",
+             "allow_mismatch", "plot_path")  # fmt: skip
+
+
+@app.command("plan")
+@click.option("--profile", "profile_path", default=None,
+              help="A ProfileResult saved by an engine (JSON).")
+@click.option("--device", default=None,
+              help="Plan offline for this device (preset or short name: h100, rtx4090, 910b4, "
+              "...).")
+@click.option("--device-memory", default=None,
+              help="Plan offline for any other device of this total memory (e.g. 24GiB).")
+@click.option("--allocator", default=None,
+              help="Allocator preset of the simulated device (memacct bench only; refused here).")
+@click.option("--model", required=True,
+              help="Preset, config.json, checkpoint directory, .gguf file, Hugging Face Hub id "
+              "(org/name[@revision]), or 'list'.")
+@click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of --model.")
+@click.option("--gpu-memory-utilization", type=float, default=None,
+              help="Default 0.9; offline SGLang: its own mem_fraction_static for the GPU.")
+@click.option("--engine", type=click.Choice(list(engine_names())), default="vllm",
+              show_default=True, help="Whose KV-cache manager sizes the cache (docs/engines.md).")
+@click.option("--kv-cache-memory-bytes", default=None,
+              help="KV-cache budget per rank (e.g. 20GiB, 512MiB, 21474836480); with a device: do "
+              "the weights plus this cache fit? With neither --profile nor a device the plan "
+              "needs no device.")
+@click.option("--block-size", type=int, default=None,
+              help="Default: the engine's (vLLM 16, SGLang 1).")
+@click.option("--max-model-len", type=int, default=None,
+              help="Longest request; -1: the longest the cache holds (vLLM's auto-fit).")
+@click.option("--max-num-batched-tokens", type=int, default=None,
+              help="Default: the profile's, else the engine's for the device.")
+@click.option("--max-num-seqs", type=int, default=None,
+              help="Default: the profile's, else the engine's for the device.")
+@click.option("--tensor-parallel-size", type=int, default=1, show_default=True)
+@click.option("--pipeline-parallel-size", type=int, default=1, show_default=True)
+@click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (offline plan).")
+@click.option("--engine-version", default=None,
+              help="Follow this engine release offline (e.g. 0.11.0); default: the newest "
+              "modelled. An unmodelled release is refused with the modelled ones.")
+@click.option("--sampler", type=click.Choice(["auto", "sort", "triton", "flashinfer"]),
+              default="auto", show_default=True,
+              help="vLLM's top-k/top-p path in its start-up sampler run (offline plan): auto "
+              "follows the release and VLLM_USE_FLASHINFER_SAMPLER; the engine's log names it "
+              "('Using FlashInfer for top-p & top-k sampling').")
+@click.option("--truth-source", default=None,
+              help="allocated_peak, reserved or auto: applies when profiling (memacct bench, "
+              "memory_profiling); refused here, where the profile or the engine's arithmetic "
+              "already decided it.")
+@click.option("--swa-full-tokens-ratio", type=float, default=None,
+              help="SGLang: sliding-window tokens per full-attention token of its split pool "
+              "(gpt-oss, Llama 4), in (0, 1]; default 0.8.")
+@click.option("--allow-long-max-model-len", is_flag=True,
+              help="Accept a --max-model-len beyond the model's positions, as vLLM does with "
+              "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plan (one schema on every path, with format_version) as JSON.")
+@click.option("--allow-mismatch", is_flag=True,
+              help="Plan even if the profile recorded another model, layout or batch budget.")
+@click.option("--plot", "plot_path", default=None,
+              help="Draw the device's memory as a stacked bar (PNG or SVG).")
+def plan_cmd(**flags: Any) -> None:
+    """Plan the KV cache from a saved profile, or offline for a device.
+
+    Offline (no --profile): the engine's start-up is estimated from the model
+    (weights as the engine shards and quantizes them, the profile run, CUDA
+    graphs) and the first line is the verdict: "fits: N concurrent requests of
+    L tokens" or "does not fit: ..." with what to change (exit status 1).
+    With --profile: the profiling report, a breakdown and the plan.
+    """
+    from memacct.cli.render import print_plan
+    from memacct.planner import model_presets
+
+    if flags["model"] == "list":
+        for name in model_presets():
+            click.echo(name)
+        return
+    if flags["plot_path"] is not None:
+        _check_plot_path(flags["plot_path"])
+    path = _path(flags)
+    _refuse(path, flags)
+    opts, config = _options(flags, path)
+    if path == "offline":
+        from memacct.engines.offline import plan_offline
+
+        plan = plan_offline(config, opts)
+        result = None
+    else:
+        plan, result = _plan_kv(config, opts, flags, path)
+    print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
+    if not plan.fits:
+        raise click.exceptions.Exit(1)
+
+
+def _path(flags: dict[str, Any]) -> str:
+    """``profile``, ``budget`` (a KV-cache budget alone) or ``offline``."""
+    device = flags["device"] is not None or flags["device_memory"] is not None
+    if flags["profile_path"] is not None:
+        if device:
+            raise InvalidInputError("give either --profile or --device/--device-memory, not both")
+        return "profile"
+    if flags["kv_cache_memory_bytes"] is not None and not device:
+        return "budget"
+    return "offline"
+
+
+_ENGINE_ONLY = ("engine_version", "sampler", "enforce_eager")
+
+
+def _refuse(path: str, flags: dict[str, Any]) -> None:
+    """Refuse, in one line, an option that does not apply on ``path``."""
+    from memacct.models import TruthSource
+    from memacct.truth import requested_truth_source
+
+    if flags["allocator"] is not None:
+        raise InvalidInputError(
+            f"--allocator {flags['allocator']!r} applies to the simulated device (memacct bench); "
+            + ("a saved profile already measured its allocator" if path == "profile" else
+               "the plan follows the engine's own arithmetic and needs no allocator")
+        )
+    # The argument, else MEMACCT_TRUTH_SOURCE, else auto: a bad value's error names the variable.
+    requested_truth_source(flags["truth_source"], TruthSource.AUTO)
+    if flags["truth_source"] is not None:
+        why = {
+            "profile": "a saved profile already resolved its truth source (profile again to "
+                       "change it)",
+            "offline": "the offline plan follows the engine's own arithmetic, which measures "
+                       "no allocator (profile with memory_profiling to choose one)",
+            "budget": "--kv-cache-memory-bytes gives the budget itself",
+        }[path]
+        raise InvalidInputError(f"--truth-source applies when profiling; {why}")
+    given = [name for name in _ENGINE_ONLY if flags[name] not in (None, False, "auto")]
+    if path != "offline" and given:
+        shown = " and ".join("--" + name.replace("_", "-") for name in given)
+        why = ("a saved profile already measured the engine (drop --profile to plan offline)"
+               if path == "profile" else
+               "with --kv-cache-memory-bytes alone nothing is estimated (add --device to ask "
+               "whether the weights and that cache fit)")  # fmt: skip
+        raise InvalidInputError(f"{shown} shape{'s' if len(given) == 1 else ''} the offline "
+                                f"start-up estimate; {why}")
+    if path == "budget" and flags["gpu_memory_utilization"] is not None:
+        raise InvalidInputError(
+            "--gpu-memory-utilization does not apply with --kv-cache-memory-bytes alone: the "
+            "budget is given in bytes (add --device to plan the rest of the device too)"
+        )
+    if path == "budget" and flags["plot_path"] is not None:
+        raise InvalidInputError(
+            "--plot draws the device's memory, and --kv-cache-memory-bytes alone names no "
+            "device: add --device (or --device-memory), or drop --plot"
+        )
+
+
+def _options(flags: dict[str, Any], path: str) -> tuple[PlanOptions, dict[str, Any]]:
+    """The plan's options from the flags, and the model's config."""
+    from memacct.devices import parse_memory_size
+
+    config, name, table = _model_source(flags["model"], flags["revision"])
+    fields = {key: value for key, value in flags.items() if key not in _CLI_ONLY}
+    if fields["kv_cache_memory_bytes"] is not None:
+        fields["kv_cache_memory_bytes"] = _parse_bytes(fields["kv_cache_memory_bytes"])
+    if fields["device_memory"] is not None:
+        fields["device_memory"] = parse_memory_size(fields["device_memory"])
+    if fields["sampler"] == "auto":
+        fields["sampler"] = None
+    util = fields["gpu_memory_utilization"]
+    if util is not None and not 0 < util <= 1:  # NaN fails both comparisons
+        raise InvalidInputError(f"gpu_memory_utilization must be in (0, 1], got {util}")
+    extra: dict[str, Any] = {}
+    if path == "offline":
+        extra = {"checkpoint": table, "flashinfer_sampler_env": _flashinfer_sampler_env()}
+    return PlanOptions(model_name=name, **fields, **extra), config
+
+
+def _plan_kv(config: dict[str, Any], opts: PlanOptions, flags: dict[str, Any],
+             path: str) -> tuple[Any, Any]:
+    """The plan of a saved profile or of a KV-cache budget alone, and the profile."""
+    from memacct.planner import KVCacheSpec, load_profile, plan_kv_cache
+
+    if opts.max_model_len not in (None, -1) and not opts.allow_long_max_model_len:
+        _check_max_model_len(int(opts.max_model_len or 0), config)
+    spec = KVCacheSpec.from_hf_config(
+        config, kv_cache_dtype=opts.kv_cache_dtype,
+        tensor_parallel_size=opts.tensor_parallel_size,
+        pipeline_parallel_size=opts.pipeline_parallel_size,
+    )  # fmt: skip
+    result = load_profile(flags["profile_path"]) if path == "profile" else None
+    plan = plan_kv_cache(
+        result, spec, engine=opts.engine, kv_cache_memory_bytes=opts.kv_cache_memory_bytes,
+        gpu_memory_utilization=opts.gpu_memory_utilization or 0.9, block_size=opts.block_size,
+        max_model_len=opts.max_model_len, max_num_batched_tokens=opts.max_num_batched_tokens,
+        max_num_seqs=opts.max_num_seqs, allow_mismatch=flags["allow_mismatch"],
+        engine_options=opts.engine_options(),
+    )  # fmt: skip
+    return plan.model_copy(update={"model": opts.model_name}), result
+
+
+def _check_plot_path(plot_path: str) -> None:
+    """Refuse a plot path that cannot be written before any work is done (one line, exit 2)."""
+    path = Path(plot_path)
+    if path.suffix.lower() not in {".png", ".svg"}:
+        raise InvalidInputError(f"--plot {plot_path!r} must end in .png or .svg")
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InvalidInputError(f"--plot {plot_path!r} is a directory: give a file name")
+    if not parent.is_dir():
+        raise InvalidInputError(
+            f"--plot {plot_path!r}: {str(parent)!r} is not a directory: give a path in one"
+        )
+
+
+def _derived_max_model_len(config: dict[str, Any]) -> tuple[int, str] | None:
+    """The longest sequence the config supports, as vLLM derives it, and the key it came from.
+
+    One owner: :attr:`memacct.planner.config.ModelConfig.position_limit`.
+    """
+    from memacct.planner.config import ModelConfig
+
+    return ModelConfig(config, "config.json").position_limit
+
+
+def _check_max_model_len(max_model_len: int, config: dict[str, Any]) -> None:
+    derived = _derived_max_model_len(config)
+    if derived is not None and max_model_len > derived[0]:
+        raise InvalidInputError(
+            f"--max-model-len {max_model_len} is greater than the model's maximum length "
+            f"{derived[0]} ({derived[1]} in its config): vLLM refuses it too, as positions past "
+            "it give wrong outputs. Lower --max-model-len, or pass --allow-long-max-model-len "
+            "(vLLM: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) if the model really handles longer inputs"
+        )
+
+
+def _parse_bytes(text: str) -> int:
+    """``--kv-cache-memory-bytes``: ``20GiB``, ``512MiB`` or a plain byte count (at least 1)."""
+    from memacct.units import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"--kv-cache-memory-bytes {exc}") from None
+    if value < 1:
+        raise InvalidInputError(
+            f"--kv-cache-memory-bytes {text!r} is not a size the KV cache can have: give at "
+            f"least one byte, e.g. 20GiB"
+        )
+    return value
+
+
+def _model_source(model: str, revision: str | None = None) -> tuple[dict[str, Any], str, Any]:
+    """The config, a display name and the checkpoint's tensor table when one was read
+    (:func:`memacct.planner.source.resolve_model`: preset, config.json, checkpoint
+    directory, .gguf file or Hub id); the source's notes go to stderr."""
+    from memacct.planner.source import resolve_model
+
+    source = resolve_model(model, revision)
+    for note in source.notes:
+        click.echo(f"note: {note}", err=True)
+    return source.config, source.name, source.table
+
+
+def _flashinfer_sampler_env() -> bool | None:
+    """``VLLM_USE_FLASHINFER_SAMPLER`` as vLLM reads it (``bool(int(value))``); None: unset."""
+    value = os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")
+    if value is None:
+        return None
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise InvalidInputError(
+            f"VLLM_USE_FLASHINFER_SAMPLER={value!r} is not an integer (vLLM reads it as one): "
+            "set it to 1 or 0, or unset it"
+        ) from None

@@ -1,0 +1,101 @@
+"""How ``memacct plan`` prints a plan: JSON, the verdict, the report, the table, the plot.
+
+Every path prints the one :class:`~memacct.planner.kvplan.KVCachePlan`: ``--json``
+its one schema; the table and the plot its parts under the names of
+:mod:`memacct.plot` (:func:`memacct.plot.breakdown`), each beside the JSON field
+it comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from memacct.cli.common import console as _console
+from memacct.units import GiB, format_gib
+
+__all__ = ["print_plan"]
+
+
+def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) -> None:
+    """Print ``plan`` (and draw it to ``plot_path``); ``result`` is its profile, if any."""
+    if plot_path is not None:
+        from memacct.plot import plot_plan
+
+        plot_plan(plan, result, plot_path, title=_title(plan, result))
+    if as_json:
+        click.echo(plan.model_dump_json(indent=2))
+        return
+    console = _console()
+    budget = plan.budget
+    if budget is None or budget.source == "profile":
+        console.print(plan.report(), markup=False)
+    else:
+        console.print(plan.verdict, markup=False)
+        for suggestion in plan.suggestions:
+            console.print(f"  - {suggestion}", markup=False)
+        for note in plan.notes:
+            console.print(f"note: {note}", markup=False)
+    if budget is not None:
+        console.print(_breakdown_table(plan, result))
+    if plan.fits and budget is not None:
+        console.print(
+            f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
+            f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)} of "
+            f"kv_cache_size {format_gib(plan.kv_cache_bytes)}); maximum concurrency for "
+            f"{plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",
+            markup=False,
+        )
+    if plot_path is not None:
+        console.print(f"plot written to {plot_path}", markup=False)
+
+
+def _title(plan: Any, result: Any) -> str:
+    budget = plan.budget
+    if result is not None:
+        return f"{plan.model} on {result.backend}:{result.device} (saved profile)"
+    where = budget.device_label if budget is not None else plan.engine
+    return (
+        f"{plan.model} on {where} ({plan.engine} {plan.engine_version}, "
+        f"TP {plan.spec.tensor_parallel_size}, per rank)"
+    )
+
+
+def _breakdown_table(plan: Any, result: Any) -> Table:
+    from memacct.plot import FIELDS, KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown, term_label
+
+    table = Table(title=_title(plan, result) + ": device memory")
+    for column, justify in (("part", "left"), ("GiB", "right"), ("share", "right"),
+                            ("JSON field", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    total = plan.total_memory
+
+    def row(label: str, value: int, field: str = "") -> None:
+        table.add_row(label, f"{value / GiB:.2f}", f"{value / total:.1%}", field)
+
+    row("device total", total, "total_memory")
+    budget = plan.budget
+    row(f"target_allocation (gpu_memory_utilization {plan.gpu_memory_utilization:g})",
+        plan.target_allocation or 0, "target_allocation")  # fmt: skip
+    for label, value in breakdown(plan, result):
+        if label == KV_CACHE_PARTS[0]:
+            if plan.fits:
+                row(KV_CACHE_SIZE, plan.kv_cache_bytes, "kv_cache_bytes")
+            else:
+                table.add_row(
+                    f"{KV_CACHE_SIZE}: none, {format_gib(plan.shortfall_bytes)} short of one "
+                    f"request of {plan.max_model_len:,} tokens", "0.00", "0.0%",
+                    "shortfall_bytes",
+                )  # fmt: skip
+        if label in KV_CACHE_PARTS:
+            if plan.fits:
+                row("  " + label.removeprefix(KV_CACHE_SIZE + ": "), value)
+            continue
+        row(term_label(label, plan), value, FIELDS.get(label, ""))
+    if budget is not None and budget.cudagraph_estimate and not budget.cudagraph_memory:
+        table.add_row(f"(CUDA graphs estimated, not charged by {plan.engine} "
+                      f"{plan.engine_version})", f"{budget.cudagraph_estimate / GiB:.2f}", "",
+                      "budget.cudagraph_estimate")  # fmt: skip
+    return table

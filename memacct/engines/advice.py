@@ -1,0 +1,218 @@
+"""What an offline plan that does not fit says: why, by how much, and what would close the gap.
+
+:func:`refused_plan` turns the planner's refusal of an engine's start-up
+estimate into a :class:`~memacct.planner.kvplan.KVCachePlan` with ``fits``
+False. Each suggestion is a change that alone closes the gap on that device
+(an FP8 checkpoint only where the device runs FP8, an FP8 KV cache only where
+the engine stores one), with the figure it gives; they come most effective first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from memacct.errors import InsufficientMemoryError, MemacctError
+from memacct.options import PlanOptions
+from memacct.planner.kvplan import KVCachePlan, MemoryBudget
+from memacct.planner.spec import KVCacheSpec
+from memacct.units import format_gib as gib
+
+__all__ = ["refused_plan"]
+
+UTILIZATION_SUGGESTED = 0.95
+"""The utilization suggested when a higher one would close the gap."""
+
+
+def _engine_fits(spec: KVCacheSpec, engine: str, kv: int, block_size: int, max_len: int,
+                 tokens: int, seqs: int) -> bool:
+    from memacct.planner.plan import plan_kv_cache
+
+    if kv <= 0:
+        return False
+    try:
+        plan_kv_cache(None, spec, engine=engine, kv_cache_memory_bytes=kv, block_size=block_size,
+                      max_model_len=max_len, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+    except InsufficientMemoryError:
+        return False
+    return True
+
+
+def _fitting_batch(startup: Any, config: Mapping[str, Any], est: Any, spec: KVCacheSpec, *,
+                   device: Any, settings: Any, engine: str, block_size: int,
+                   max_len: int) -> tuple[int, int] | None:
+    """The largest (max_num_batched_tokens, max_num_seqs), halving from the planned ones, whose
+    profile run leaves room for one request of ``max_len`` tokens; None when even the
+    smallest batch does not (the weights, not the activation, are what does not fit).
+
+    The batch is halved where the activation comes from: the tokens while the forward
+    pass over them is the larger part of the peak, the sequences while the sampler is.
+    The token budget never drops below the sequence budget (vLLM requires it).
+    """
+    tokens, seqs = est.max_num_batched_tokens, est.max_num_seqs
+    sampler_part = startup.sampler_peak(spec, config, min(seqs, tokens), None, est.sampler or None)
+    for _ in range(64):
+        if tokens <= 1 and seqs <= 1:
+            return None
+        if tokens > seqs and (seqs <= 1 or est.activation_peak > 2 * sampler_part):
+            tokens = max(1, tokens // 2)
+        else:
+            seqs = max(1, seqs // 2)
+            tokens = max(tokens // 2, seqs) if tokens > 8192 else tokens
+        seqs = min(seqs, tokens)
+        trial = replace(settings, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+        est = startup.estimate(config, total_memory=device.total, device_name=device.name,
+                               settings=trial, weights=est.weights)  # fmt: skip
+        sampler_part = startup.sampler_peak(spec, config, seqs, None, est.sampler or None)
+        if _engine_fits(spec, engine, est.kv_cache_bytes, block_size, max_len,
+                        est.max_num_batched_tokens, est.max_num_seqs):
+            return tokens, seqs
+    return None
+
+
+def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> tuple[int, int | None]:
+    """The smallest power-of-two multiple of ``tp`` whose weights leave room for the rest,
+    and its weights per rank (``None`` where the model cannot be split that far)."""
+    from memacct.planner.weights import estimate_weights
+
+    rest = est.activation_peak + est.non_allocator_increase
+    candidate = tp * 2
+    weights: int | None = None
+    while candidate < 64:
+        try:
+            weights = estimate_weights(config, tensor_parallel_size=candidate).total_bytes
+        except MemacctError:
+            return candidate, None
+        if weights + rest < 0.9 * est.requested_memory:
+            return candidate, weights
+        candidate *= 2
+    return candidate, weights
+
+
+def refused_plan(
+    config: Mapping[str, Any],
+    opts: PlanOptions,
+    budget: MemoryBudget,
+    spec: KVCacheSpec,
+    est: Any,
+    refusal: InsufficientMemoryError,
+    *,
+    startup: Any,
+    settings: Any,
+    device: Any,
+    block_size: int,
+    max_len: int,
+) -> KVCachePlan:
+    """The plan of a start-up the engine refuses: the budget, the verdict, what would fit."""
+    auto = opts.max_model_len == -1
+    block_bytes = spec.bytes_per_block(block_size)
+    kv = budget.kv_cache_bytes
+    target = budget.target_allocation
+    if opts.kv_cache_memory_bytes is not None:
+        kv = opts.kv_cache_memory_bytes
+        target = budget.non_kv_cache_memory + kv
+    request = spec.request_bytes(max_len, block_size, min(est.max_num_batched_tokens, max_len))
+    room = kv if target <= budget.total_memory else budget.total_memory - budget.non_kv_cache_memory
+    gap = max(1, request - room) if not auto else max(1, block_bytes - room)
+    total = budget.total_memory
+    suggestions: list[tuple[int, str]] = []  # (bytes it frees, text)
+    if opts.kv_cache_memory_bytes is not None and target > total:
+        why = (
+            f"the weights and the rest ({gib(budget.non_kv_cache_memory)} per rank) plus the "
+            f"{gib(kv)} KV cache asked for exceed the {gib(total)} of the {device.label} by "
+            f"{gib(target - total)}"
+        )
+        gap = target - total
+        kv, target = total - budget.non_kv_cache_memory, total
+    elif est.weights_memory >= est.requested_memory:
+        why = (
+            f"the weights alone ({gib(est.weights_memory)} per rank) exceed "
+            f"{gib(est.requested_memory)} ({est.gpu_memory_utilization:g} of {gib(total)}) by "
+            f"{gib(est.weights_memory - est.requested_memory)}"
+        )
+    elif kv <= 0 or refusal.estimated_max_model_len is None:
+        why = (
+            f"nothing is left for the KV cache: {gib(est.requested_memory)} "
+            f"({est.gpu_memory_utilization:g} of {gib(total)}) minus weights "
+            f"{gib(est.weights_memory)}, activation peak {gib(est.activation_peak)}, "
+            f"non-torch {gib(est.non_allocator_increase)}"
+            + (f", CUDA graphs {gib(est.cudagraph_memory)}" if est.cudagraph_charged else "")
+            + f" is {gib(kv)}"
+        )
+    else:
+        best = refusal.estimated_max_model_len
+        why = (
+            f"one request of {max_len:,} tokens does not fit in the {gib(kv)} KV cache as "
+            f"{opts.engine} counts it (the longest that fits is {best:,} tokens)"
+        )
+        suggestions.append((gap, f"lower --max-model-len to {best:,} or less"))
+    batch = None
+    # The weights and fixed terms fit but the profile run's activation does not: the remedy
+    # is a smaller batch, not more ranks (the sampler's logits are whole on each).
+    fixed = est.weights_memory + est.non_allocator_increase
+    if fixed < est.requested_memory and est.activation_peak > 0:
+        batch = _fitting_batch(startup, config, est, spec, device=device, settings=settings,
+                               engine=opts.engine, block_size=block_size, max_len=max_len)
+    if batch is not None and batch != (est.max_num_batched_tokens, est.max_num_seqs):
+        tokens, seqs = batch
+        why = (
+            f"the profile run's activation peak ({gib(est.activation_peak)} for "
+            f"{est.max_num_batched_tokens:,} batched tokens and {est.max_num_seqs:,} "
+            f"sequences) leaves no room for one request of {max_len:,} tokens: {why}"
+        )
+        changes = []
+        if tokens < est.max_num_batched_tokens:
+            changes.append(f"--max-num-batched-tokens to {tokens:,}")
+        if seqs < est.max_num_seqs:
+            changes.append(f"--max-num-seqs to {seqs:,}")
+        suggestions.append((gap + 1, f"lower {' and '.join(changes)} (or less)"))
+    if batch is None or fixed >= est.requested_memory:
+        tp, weights = _fitting_tp(config, est, opts.tensor_parallel_size)
+        frees = gap if weights is None else est.weights_memory - weights
+        figure = "" if weights is None else f" ({gib(weights)} of weights per rank)"
+        suggestions.append((max(frees, gap), f"raise --tensor-parallel-size to {tp}{figure}"))
+    info = device.info
+    if est.weights.quantization is None and (spec.dtype_bytes or 2) >= 2 and (
+        info is not None and info.fp8_weights
+    ):
+        halved = est.weights_memory // 2
+        suggestions.append((halved, (
+            f"use an FP8 checkpoint (the {info.label} runs FP8 weights): about "
+            f"{gib(est.weights_memory - halved)} of weights per rank instead of "
+            f"{gib(est.weights_memory)}"
+        )))
+    if spec.kv_dtype_bytes > 1 and info is not None and info.fp8_kv_cache and not auto:
+        frees = request - request * 1 // spec.kv_dtype_bytes
+        suggestions.append((frees, (
+            f"store the KV cache in FP8 (--kv-cache-dtype fp8): one request of {max_len:,} "
+            f"tokens takes {gib(request // spec.kv_dtype_bytes)} instead of {gib(request)}"
+        )))
+    if est.gpu_memory_utilization < UTILIZATION_SUGGESTED:
+        more = int(total * UTILIZATION_SUGGESTED) - est.requested_memory
+        suggestions.append((more, (
+            f"raise --gpu-memory-utilization to {UTILIZATION_SUGGESTED} ({gib(more)} more)"
+        )))
+    if not opts.enforce_eager and est.cudagraph_charged:
+        suggestions.append((est.cudagraph_memory, (
+            f"--enforce-eager saves the {gib(est.cudagraph_memory)} of CUDA graphs"
+        )))
+    closing = sorted((s for s in suggestions if s[0] >= gap), key=lambda s: -s[0])
+    layout_blocks = max(0, kv) // block_bytes
+    return KVCachePlan(
+        engine=est.engine, engine_version=est.version, total_memory=total,
+        gpu_memory_utilization=budget.gpu_memory_utilization, target_allocation=target,
+        non_kv_cache_memory=budget.non_kv_cache_memory, weights_memory=budget.weights_memory,
+        activation_peak=budget.activation_peak,
+        non_allocator_increase=budget.non_allocator_increase,
+        cudagraph_memory=budget.cudagraph_memory, kv_cache_bytes=kv, block_size=block_size,
+        block_bytes=block_bytes, num_blocks=layout_blocks, num_tokens=layout_blocks * block_size,
+        kv_tokens=layout_blocks * block_size, kv_cache_used_bytes=layout_blocks * block_bytes,
+        max_model_len=max_len, max_num_batched_tokens=est.max_num_batched_tokens,
+        max_num_seqs=est.max_num_seqs, blocks_per_request=-(-request // block_bytes) or 1,
+        request_bytes=(-(-request // block_bytes) or 1) * block_bytes, max_concurrency=0.0,
+        spec=spec, notes=budget.notes, model=opts.model_name, budget=budget, fits=False,
+        verdict=f"does not fit: {why}", suggestions=tuple(text for _, text in closing),
+        shortfall_bytes=gap,
+    )  # fmt: skip
+

@@ -1,0 +1,148 @@
+"""The options of a plan, shared by the Python API and the command line.
+
+:class:`PlanOptions` is the one place an option of ``memacct plan`` is
+declared: :func:`memacct.engines.offline.plan_offline` takes it (or its fields
+as keywords), and the CLI builds it from its flags, which carry the same names
+(``--max-num-seqs`` is ``max_num_seqs``). A new option is one field here and
+one click option in :mod:`memacct.cli.plan`. The checks that need nothing but
+the options themselves (the engine, its release, the block size) run here;
+those that need the model or the device run in the planner.
+
+Example::
+
+    >>> PlanOptions(engine="sglang", engine_version="0.4.0")
+    Traceback (most recent call last):
+    ...
+    memacct.errors.InvalidInputError: sglang 0.4.0 is not a release memacct models: ...
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from memacct.checks import check_int, check_optional_int
+from memacct.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from memacct.engines.deployment import Deployment
+    from memacct.planner.checkpoint import TensorTable
+
+__all__ = ["PlanOptions"]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How to plan: the engine, its settings (named as ``vllm serve`` names them) and the device.
+
+    ``None`` is the engine's own default. Every field applies to the offline plan;
+    :meth:`profile_refusal` says which do not apply to a saved profile.
+
+    Attributes:
+        model_name: the model's name, for people.
+        engine: an engine of :data:`memacct.engines.ENGINE_MODULES`.
+        engine_version: the release to follow; ``None``: the newest memacct models.
+        device: a device preset or alias (:func:`memacct.devices.resolve_device`).
+        device_memory: the total memory of any other device, bytes.
+        gpu_memory_utilization: the engine's fraction of the device (SGLang:
+            ``mem_fraction_static``).
+        kv_cache_memory_bytes: the KV-cache budget itself, replacing the utilization.
+        tensor_parallel_size: ranks a layer is split across.
+        pipeline_parallel_size: pipeline stages.
+        max_model_len: the longest request; ``-1``: the longest the cache holds (vLLM's auto-fit).
+        allow_long_max_model_len: accept a length beyond the model's positions.
+        max_num_batched_tokens: tokens one step may process.
+        max_num_seqs: sequences one step may hold.
+        enforce_eager: no CUDA graphs.
+        kv_cache_dtype: the KV cache's dtype (``auto``: the model's).
+        block_size: tokens per KV-cache block.
+        sampler: vLLM's top-k/top-p path in the profile run (``None``: the release's).
+        flashinfer_sampler_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as the engine sees it.
+        swa_full_tokens_ratio: SGLang's ``--swa-full-tokens-ratio`` (sliding-window
+            tokens per full-attention token of its split pool; ``None``: 0.8).
+        checkpoint: a checkpoint directory whose safetensors headers give the weights, or
+            a tensor table already read (a Hub id's headers, a GGUF file's tensors).
+    """
+
+    model_name: str = "model"
+    engine: str = "vllm"
+    engine_version: str | None = None
+    device: str | None = None
+    device_memory: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    allow_long_max_model_len: bool = False
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    sampler: str | None = None
+    flashinfer_sampler_env: bool | None = None
+    swa_full_tokens_ratio: float | None = None
+    checkpoint: str | os.PathLike[str] | TensorTable | None = None
+    deployment: Deployment | None = None
+    """The other ``vllm serve`` settings that move memory (quantization, LoRA, speculative
+    decoding, expert/data parallelism, CPU offload, multimodal limits; vLLM only)."""
+
+    def __post_init__(self) -> None:
+        from memacct.engines import ENGINE_MODULES
+        from memacct.engines.base import check_block_size, check_release
+
+        if self.engine not in ENGINE_MODULES:
+            raise InvalidInputError(
+                f"engine {self.engine!r} is not known: use one of {', '.join(ENGINE_MODULES)}"
+            )
+        check_int("tensor_parallel_size", self.tensor_parallel_size)
+        check_int("pipeline_parallel_size", self.pipeline_parallel_size)
+        check_optional_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_optional_int("max_num_seqs", self.max_num_seqs)
+        check_optional_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        if self.max_model_len != -1:
+            check_optional_int("max_model_len", self.max_model_len)
+        if self.block_size is not None:
+            check_block_size(self.engine, check_int("block_size", self.block_size))
+        if self.device is not None and self.device_memory is not None:
+            raise InvalidInputError("give --device or --device-memory, not both")
+        check_release(self.engine, self.engine_version)
+
+    def engine_options(self) -> dict[str, float | int | str]:
+        """The engine-specific options set (``plan_kv_cache``'s ``engine_options``)."""
+        given = {"swa_full_tokens_ratio": self.swa_full_tokens_ratio}
+        return {key: value for key, value in given.items() if value is not None}
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, as keywords (the CLI's flags with ``-`` for ``_``)."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_kwargs(cls, options: PlanOptions | None = None, **kwargs: Any) -> PlanOptions:
+        """``options`` (or the defaults) with ``kwargs`` replaced; an unknown keyword is named."""
+        unknown = sorted(set(kwargs) - set(cls.names()))
+        if unknown:
+            raise InvalidInputError(
+                f"unknown plan option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+                f"the options are {', '.join(cls.names())}"
+            )
+        return replace(options, **kwargs) if options is not None else cls(**kwargs)
+
+    def given(self) -> tuple[str, ...]:
+        """The options that differ from their defaults."""
+        return tuple(f.name for f in fields(self) if getattr(self, f.name) != f.default)
+
+    def profile_refusal(self) -> str | None:
+        """Why an option given does not apply to a saved profile (``None``: they all do)."""
+        given = self.given()
+        shaping = [name for name in ("engine_version", "sampler", "enforce_eager") if name in given]
+        if shaping:
+            flags = " and ".join("--" + name.replace("_", "-") for name in shaping)
+            return (
+                f"{flags} shape{'s' if len(shaping) == 1 else ''} the offline plan; a saved "
+                "profile already measured the engine (drop --profile to plan offline)"
+            )
+        return None
