@@ -20,7 +20,7 @@ import pytest
 from hubserver import FakeHub, Repo, serve
 
 from memacct.cli import main
-from memacct.errors import ConfigError, ModelSourceError
+from memacct.errors import ConfigError, InvalidInputError, ModelSourceError
 from memacct.planner.checkpoint import safetensors_weights, table_weights
 from memacct.planner.presets import load_model_preset
 from memacct.planner.source import resolve_model
@@ -378,3 +378,23 @@ def test_cli_gated_is_one_line_exit_2(hub: FakeHub, capsys: pytest.CaptureFixtur
     assert main(["plan", "--model", REPO, "--device", "h100"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(lines) == 1 and "gated model" in lines[0]
+
+
+# ---------------------------------------------------------------- the Python API
+
+
+def test_python_api_takes_the_hub_id_wherever_a_model_is_named(
+    hub: FakeHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memacct.engines.offline import plan_offline
+    from memacct.planner import KVCacheSpec
+
+    hub.repos[REPO].branches = ("main", "v1")
+    spec = KVCacheSpec.from_hf_config(REPO, revision="v1")
+    assert spec == KVCacheSpec.from_hf_config(tiny_config(), model_name=REPO)
+    plan = plan_offline(f"{REPO}@v1", device="h100")
+    table = quiet(REPO).table
+    assert table is not None and plan.weights_memory == table_weights(table).total_bytes
+    assert "memacct: reading acme/tiny-qwen@v1" in capsys.readouterr().err
+    with pytest.raises(InvalidInputError, match="applies to a model named by its Hub id"):
+        plan_offline(tiny_config(), revision="v1")

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,12 +102,20 @@ def _check_kv_dtype(options: PlanOptions, device: OfflineDevice, kv_dtype: str) 
 
 
 def plan_offline(
-    config: Mapping[str, Any], options: PlanOptions | None = None, **kwargs: Any
+    config: Mapping[str, Any] | str | os.PathLike[str],
+    options: PlanOptions | None = None,
+    *,
+    revision: str | None = None,
+    **kwargs: Any,
 ) -> KVCachePlan:
     """Plan an engine's KV cache offline: does the model fit on the device, and how many requests.
 
     Args:
-        config: the model's ``config.json``.
+        config: the model's ``config.json``, or a model's name as ``memacct plan --model``
+            takes it (a preset, a config or checkpoint path, a ``.gguf`` file, a Hub id:
+            :func:`memacct.planner.source.resolve_model`); a checkpoint's tensor table, when
+            read, gives the weights.
+        revision: the Hub revision of a Hub id.
         options: the plan's options (:class:`memacct.options.PlanOptions`); keywords
             replace single fields (``plan_offline(config, device="l4", max_num_seqs=64)``).
             With neither ``device`` nor ``device_memory``: the engine's reference device
@@ -129,6 +138,20 @@ def plan_offline(
     from memacct.planner.plan import plan_kv_cache
     from memacct.planner.weights import estimate_weights
 
+    if not isinstance(config, Mapping):
+        from memacct.planner.source import resolve_model
+
+        source = resolve_model(config, revision)
+        config = source.config
+        if source.table is not None:
+            kwargs.setdefault("checkpoint", source.table)
+        if options is None or options.model_name == "model":
+            kwargs.setdefault("model_name", source.name)
+    elif revision is not None:
+        raise InvalidInputError(
+            f"revision {revision!r} applies to a model named by its Hub id: give the id "
+            "(plan_offline('org/name', revision=...)) instead of a config dict"
+        )
     opts = PlanOptions.from_kwargs(options, **kwargs)
     chosen = get_engine(opts.engine)
     startup = chosen.startup
