@@ -112,9 +112,9 @@ def test_full_and_sliding_layers_keep_their_own_heads_and_v_head_size() -> None:
 
 
 def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
-    config = {**load("llama-3.1-8b"), "architectures": ["Zamba2ForCausalLM"],
-              "model_type": "zamba2"}
-    with pytest.raises(ConfigError, match=r"Zamba2ForCausalLM.*refused.*llama.*"
+    config = {**load("llama-3.1-8b"), "architectures": ["Plamo2ForCausalLM"],
+              "model_type": "plamo2"}
+    with pytest.raises(ConfigError, match=r"Plamo2ForCausalLM.*refused.*llama.*"
                                           r"assume_full_attention"):
         KVCacheSpec.from_hf_config(config)
     unknown = {**config, "architectures": ["MadeUpForCausalLM"]}
@@ -123,7 +123,7 @@ def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
 
 
 def test_the_override_plans_full_attention_and_says_so() -> None:
-    config = {**load("llama-3.1-8b"), "architectures": ["Zamba2ForCausalLM"]}
+    config = {**load("llama-3.1-8b"), "architectures": ["Plamo2ForCausalLM"]}
     spec = KVCacheSpec.from_hf_config(config, assume_full_attention=True)
     assert {x.kind for x in spec.layers} == {"full"}
     assert any("assume_full_attention" in note for note in spec.notes)
@@ -198,7 +198,7 @@ def test_docs_architectures_is_generated_from_the_rules() -> None:
                           check=False, cwd=ROOT, capture_output=True, text=True)
     assert tool.returncode == 0, tool.stderr
     text = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
-    for arch in ("JambaForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM",
+    for arch in ("JambaForCausalLM", "FalconH1ForCausalLM", "Plamo2ForCausalLM",
                  "Qwen2_5_VLForConditionalGeneration", "BertModel"):
         assert f"| `{arch}` |" in text
 
@@ -217,7 +217,7 @@ def test_multimodal_configs_are_read_through_their_text_part() -> None:
             "num_key_value_heads": 4, "torch_dtype": "bfloat16"}
     assert KVCacheSpec.from_hf_config(flat).bytes_per_token == 28 * 2 * 4 * 128 * 2
     nested = {"architectures": ["LlavaForConditionalGeneration"],
-              "text_config": {"model_type": "zamba2", "hidden_size": 64,
+              "text_config": {"model_type": "plamo2", "hidden_size": 64,
                               "num_hidden_layers": 2, "num_attention_heads": 4}}
     with pytest.raises(ConfigError, match="LlavaForConditionalGeneration"):
         KVCacheSpec.from_hf_config(nested)
@@ -254,3 +254,20 @@ def test_minimax_lightning_layers_keep_a_heads_x_d_x_d_state() -> None:
     assert spec.layers[0].state_kind == "linear"
     assert spec.layers[0].state_bytes == 64 // 4 * 128 * 128 * 2
     assert spec.bytes_per_token == 2 * 2 * 128 * 2
+
+
+def test_zamba2_hybrid_layers_add_attention_and_keep_one_state_block() -> None:
+    types = ["mamba", "mamba", "hybrid", "mamba", "mamba", "hybrid"]
+    zamba = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
+             "hidden_size": 2560, "num_hidden_layers": 6, "num_attention_heads": 32,
+             "attention_head_dim": 160, "layers_block_type": types, "mamba_expand": 2,
+             "n_mamba_heads": 80, "mamba_headdim": 64, "mamba_ngroups": 1,
+             "mamba_d_state": 64, "mamba_d_conv": 4, "torch_dtype": "bfloat16"}
+    spec = KVCacheSpec.from_hf_config(zamba, tensor_parallel_size=2)
+    kinds = [(x.layer, x.kind) for x in spec.layers]
+    assert kinds.count((2, "full")) == 1 and sum(k == "mamba" for _, k in kinds) == 6
+    full = next(x for x in spec.layers if isinstance(x, FullAttention))
+    assert (full.kv_heads, full.head_size) == (16, 160)
+    state = next(x for x in spec.layers if isinstance(x, Mamba2State))
+    assert state.state_bytes == ((5120 + 2 * 2 * 64) // 2 * 3 + 80 // 2 * 64 * 64) * 2
+    assert state.blocks_per_request(8192, 0, 16, prefix_caching=True) == 1

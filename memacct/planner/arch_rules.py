@@ -49,6 +49,9 @@ class Rule:
         note: what a ``partial`` rule leaves out.
         refuse_if: a config field that, when set (truthy), takes the architecture
             outside the rule: a refusal naming it.
+        prefix_caching: whether the model supports Mamba prefix caching
+            (``SupportsMambaPrefixCaching``); without it vLLM turns prefix caching
+            off and a state keeps one block.
     """
 
     layout: str
@@ -57,6 +60,7 @@ class Rule:
     reads: frozenset[str] = frozenset()
     note: str = ""
     refuse_if: str | None = None
+    prefix_caching: bool = True
 
 
 _MODELS = "vllm/model_executor/models"
@@ -122,6 +126,11 @@ RULES: dict[str, Rule] = {
         "minimax", "minimax_text_01", "MiniMaxText01Config (attn_type_list)", "attn_type_list",
         note="lightning-attention states sized (linear_attention_state_shape); the state "
              "blocks a request keeps under prefix caching are not checked against vLLM"),
+    # zamba2.py: a Mamba2 mixer in every layer, its own KV cache in each hybrid layer;
+    # Zamba2ForCausalLM does not support Mamba prefix caching.
+    "zamba2": Rule("zamba2", "exact", f"{_MODELS}/zamba2.py, {_MAMBA}; transformers "
+                   f"Zamba2Config", frozenset({"layers_block_type", "n_mamba_heads"}),
+                   prefix_caching=False),
     "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
     "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
     "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
@@ -138,7 +147,6 @@ REFUSED: dict[str, str] = {
                      "ernie_mtp", "longcat_flash_mtp", "glm4_moe_mtp", "medusa",
                      "openpangu_mtp", "qwen3_next_mtp"), _DRAFT),
     "transformers": "runs through vLLM's Transformers backend: no model file to read",
-    "zamba2": "Mamba2 layers with shared attention blocks: no rule yet",
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "plamo3": "no rule yet",
     "kimi_linear": "Kimi delta attention (KDA) with MLA: no rule yet",

@@ -191,6 +191,12 @@ def _attention_geometry(
     cfg: ModelConfig, rule: Rule, tp: int, num_heads: int, hidden: int
 ) -> dict[str, tuple[int, int, int]]:
     """``(kv heads per rank, head size, V head size)`` per attention kind."""
+    if rule.layout == "zamba2":
+        # zamba2.py: the shared blocks' Attention keeps all its heads (no GQA) of
+        # attention_head_dim, split across the TP ranks.
+        head = cfg.required(("attention_head_dim",), _MAX_DIM)
+        _kv_heads_per_rank(cfg, num_heads, num_heads, tp)
+        return {"full": (num_heads // tp, head, head)}
     head = _head_dim(cfg, hidden, num_heads)
     total = _kv_heads(cfg, num_heads)
     if rule.layout != "mimo_v2_flash":
@@ -283,7 +289,7 @@ def spec_fields(
     ssm_bytes = ssm_dtype_bytes(cfg, model_bytes)
     geo = Geometry(tp=tp, hidden=hidden, kv_bytes=kv_bytes, model_bytes=model_bytes,
                    ssm_bytes=ssm_bytes, attention=geometry, latent=latent,
-                   latent_row_bytes=row_bytes)
+                   latent_row_bytes=row_bytes, state_checkpoints=rule.prefix_caching)
     layers = build_layers(cfg, rule.layout, num_layers, geo)
     stages = pipeline_partition(num_layers, pp)
     stage = _stage_of(layers, stages)

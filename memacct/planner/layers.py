@@ -202,12 +202,15 @@ class MambaState(LayerSpec):
 
     ``shapes`` pairs each state tensor's element count with its dtype bytes.
     A request keeps 3 state blocks with prefix caching (``mamba_cache_mode``
-    "align": two running, one checkpoint) and 1 without.
+    "align": two running, one checkpoint) and 1 without, or when the model
+    does not support Mamba prefix caching (``checkpoints`` false: vLLM turns
+    prefix caching off for it, e.g. Zamba2).
     """
 
     kind: ClassVar[str] = "mamba"
     family: ClassVar[str] = "mamba2"
     shapes: tuple[tuple[int, int], ...]
+    checkpoints: bool = True
 
     @property
     def state_bytes(self) -> int | None:
@@ -223,7 +226,10 @@ class MambaState(LayerSpec):
     def blocks_per_request(
         self, max_model_len: int, in_flight: int, block_size: int, prefix_caching: bool = True
     ) -> int:
-        return 3 if prefix_caching else 1
+        return 3 if prefix_caching and self.checkpoints else 1
+
+    def key(self) -> tuple[object, ...]:
+        return (*super().key(), self.checkpoints)
 
 
 @dataclass(frozen=True, kw_only=True)

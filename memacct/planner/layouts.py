@@ -178,6 +178,14 @@ def _minimax(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _pattern(cfg, "attn_type_list", n, {"0": ("linear", None), "1": _FULL})
 
 
+def _zamba2(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Zamba2: Mamba2 in every layer; ``hybrid`` layers add their own shared-block attention."""
+    types = cfg.get("layers_block_type")
+    if not isinstance(types, list) or len(types) != n:
+        raise ConfigError(f"{cfg.source}: layers_block_type must list one type per layer ({n})")
+    return [[_FULL, ("mamba2", None)] if t == "hybrid" else [("mamba2", None)] for t in types]
+
+
 def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """MiMo-V2-Flash: ``hybrid_layer_pattern[i] == 1`` slides with the ``swa_*`` geometry."""
     window = cfg.required(("sliding_window_size", "sliding_window"), _MAX_POSITIONS)
@@ -194,6 +202,7 @@ LAYOUTS: dict[str, Layout] = {
     "falcon_h1": _falcon_h1,
     "mimo_v2_flash": _mimo_v2_flash,
     "minimax": _minimax,
+    "zamba2": _zamba2,
     "lfm2": _decoder,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
@@ -216,6 +225,7 @@ class Geometry:
     attention: dict[str, tuple[int, int, int]]
     latent: int | None = None
     latent_row_bytes: int | None = None
+    state_checkpoints: bool = True
 
 
 def ssm_dtype_bytes(cfg: ModelConfig, model_bytes: int) -> int:
@@ -252,10 +262,12 @@ def _gdn(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
 
 
 def _mamba2(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    heads = cfg.required(("mamba_n_heads", "mamba_num_heads", "num_heads"), _MAX_HEADS)
-    head_dim = cfg.required(("mamba_d_head", "mamba_head_dim", "head_dim"), _MAX_DIM)
+    heads = cfg.required(("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "num_heads"),
+                         _MAX_HEADS)
+    head_dim = cfg.required(("mamba_d_head", "mamba_head_dim", "mamba_headdim", "head_dim"),
+                            _MAX_DIM)
     state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), _MAX_DIM)
-    groups = cfg.required(("mamba_n_groups", "n_groups"), _MAX_HEADS)
+    groups = cfg.required(("mamba_n_groups", "n_groups", "mamba_ngroups"), _MAX_HEADS)
     kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
     expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
     inner = cfg.integer(("mamba_d_ssm",), _MAX_DIM)
@@ -344,7 +356,8 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
                 cls, shape = _STATES[kind]
                 if kind not in states:
                     states[kind] = shape(cfg, geo)
-                layers.append(cls(layer=i, shapes=states[kind]))  # type: ignore[call-arg]
+                layers.append(cls(layer=i, shapes=states[kind],  # type: ignore[call-arg]
+                                  checkpoints=geo.state_checkpoints))
             elif kind == "none":
                 layers.append(NoCache(layer=i))
             else:
