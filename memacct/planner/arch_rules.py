@@ -15,7 +15,7 @@ Nothing is guessed: an architecture without a rule is refused
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -131,8 +131,11 @@ RULES: dict[str, Rule] = {
     "zamba2": Rule("zamba2", "exact", f"{_MODELS}/zamba2.py, {_MAMBA}; transformers "
                    f"Zamba2Config", frozenset({"layers_block_type", "n_mamba_heads"}),
                    prefix_caching=False),
-    "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
-    "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
+    # Lfm2ForCausalLM does not declare SupportsMambaPrefixCaching: one state block.
+    "lfm2": replace(_state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
+                    prefix_caching=False),
+    "lfm2_moe": replace(_state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
+                        prefix_caching=False),
     "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
     "mamba2": _state("mamba2", "mamba2", "Mamba2Config", "mamba_n_heads", note=_ATTENTION_FREE),
 }
