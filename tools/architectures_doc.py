@@ -70,7 +70,13 @@ from transformers' `JambaConfig.layers_block_type`: attention where
 attention and a Mamba-2 module in every layer, `falcon_h1.py`); gated delta
 net conv `(2 x k_heads x k_dim + v_heads x v_dim) / tp x (kernel - 1)` and
 `v_heads / tp x v_dim x k_dim`; short conv `(conv_L_cache - 1) x hidden / tp`
-(LFM2). MiMo-V2-Flash's sliding layers (`hybrid_layer_pattern[i] == 1`) use
+(LFM2); lightning attention `heads / tp x head_dim x head_dim` (MiniMax-Text-01,
+`attn_type_list`); Zamba2 keeps a Mamba-2 state in every layer and a KV cache
+of all its heads in each `hybrid` layer (`zamba2.py`). A state keeps 3 blocks
+per request with prefix caching (vLLM's `mamba_cache_mode` "align") when the
+model declares `SupportsMambaPrefixCaching`, else 1 (Zamba2, LFM2). A rule
+may refuse a config that sets a field it does not model (HunYuan's `use_cla`).
+MiMo-V2-Flash's sliding layers (`hybrid_layer_pattern[i] == 1`) use
 `swa_num_key_value_heads`, `swa_head_dim` and `swa_v_head_dim`, its full
 layers `num_key_value_heads`, `head_dim` and `v_head_dim`
 (`mimo_v2_flash.py`). The position limit follows `_get_and_verify_max_len`
