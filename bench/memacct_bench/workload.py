@@ -4,9 +4,10 @@ A :class:`TransformerWorkload` is the core's :class:`~memacct.engines.forward.Fo
 (the step traces the engines' offline estimates take peaks of) plus what a simulated
 engine holds around them (see ``docs/workload.md``):
 
-* :meth:`~TransformerWorkload.weight_tensors`: every parameter tensor of the
-  model at its real size, plus the engine's persistent input buffers
-  (allocated once, never freed);
+* :meth:`~TransformerWorkload.weight_tensors`: the model's weight inventory
+  (:func:`memacct.planner.weights.weight_tensors`, the tensors the offline
+  estimate sums, quantized as the engine holds them), plus the engine's
+  persistent input buffers (allocated once, never freed);
 * :meth:`~TransformerWorkload.kv_cache_tensors`: the KV cache as one tensor per
   layer (keys and values together) for a number of blocks.
 
@@ -28,7 +29,9 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from memacct.checks import check_int
@@ -37,12 +40,20 @@ from memacct.engines.forward import FLOAT32, INT32, INT64, ForwardPass
 from memacct.engines.trace import Allocator, replay
 from memacct.engines.vllm.kv import kv_tensor_pages
 from memacct.planner.spec import KVCacheSpec
+from memacct.planner.weights import WeightTensor, weight_tensors
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "Allocator", "TransformerWorkload", "replay"]
 
 DEFAULT_MAX_MODEL_LEN = 32768
 """Cap on ``max_model_len`` used to size the engine's persistent block table when the config
 allows longer contexts than an engine would serve by default."""
+
+
+@lru_cache(maxsize=64)
+def _inventory(config_json: str, tensor_parallel_size: int) -> tuple[WeightTensor, ...]:
+    """The weight inventory of a config (cached: a benchmark starts each model many times)."""
+    config = json.loads(config_json)
+    return tuple(weight_tensors(config, tensor_parallel_size=tensor_parallel_size))
 
 
 class TransformerWorkload(ForwardPass):
@@ -77,86 +88,33 @@ class TransformerWorkload(ForwardPass):
             spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
         )
         self._kv_pages: list[int] | None = None
+        self._weights = _inventory(
+            json.dumps(dict(config), sort_keys=True, default=str), spec.tensor_parallel_size
+        )
 
     # ---------------------------------------------------------------- weights
 
     def weight_tensors(self) -> list[int]:
         """Bytes of every tensor the engine holds from load to exit, in load order.
 
-        The parameters (:meth:`parameter_tensors`), then the engine's
-        persistent input buffers sized for ``max_num_batched_tokens`` and
-        ``max_num_seqs``.
+        The model's weight inventory (:meth:`parameter_tensors`), then the engine's
+        persistent input buffers sized for ``max_num_batched_tokens`` and ``max_num_seqs``.
         """
         return self.parameter_tensors() + self._persistent_buffers()
 
     def parameter_tensors(self) -> list[int]:
-        """Bytes of each parameter tensor on this rank, layer by layer.
+        """Bytes of each tensor of the model's weight inventory on this rank, in load order.
 
-        Real sizes: one rank's shard of each tensor-parallel linear layer; the
-        embedding and the LM head split by vocabulary as vLLM's vocabulary-parallel
-        layers split them (``docs/engines.md``). :mod:`memacct.planner.weights`
-        sizes the same parameters (and quantized layouts) for offline plans.
+        Exactly :func:`memacct.planner.weights.weight_tensors` of the config (the tensors
+        the offline estimate sums): quantized layers as the engine holds them, the rotary
+        cos/sin cache, a vision tower where the config has one.
         """
-        s = self.shape
-        dt = s.dtype_bytes
-        h = s.hidden_size
-        vocab_rank = -(-s.vocab_size // s.tensor_parallel_size)
-        out = [vocab_rank * h * dt]  # token embedding
-        for layer in range(s.num_layers):
-            out.extend([h * dt] * (s.norms_per_layer // 2))  # input norm(s)
-            out.extend(self._attention_weights())
-            out.extend([h * dt] * (s.norms_per_layer - s.norms_per_layer // 2))
-            out.extend(self._mlp_weights(layer))
-        out.append(h * dt)  # final norm
-        if not s.tie_word_embeddings:
-            out.append(vocab_rank * h * dt)  # LM head
-        return out
+        return [t.nbytes for t in self.weights]
 
-    def _attention_weights(self) -> list[int]:
-        s = self.shape
-        h = s.hidden_size
-        dt = s.dtype_bytes
-        wt = s.linear_weight_bytes
-        if s.attention == "mla":
-            latent = s.kv_lora_rank + s.qk_rope_head_dim
-            out: list[int] = []
-            if s.q_lora_rank:
-                out += [s.q_lora_rank * h * wt, s.q_lora_rank * dt]  # q_a_proj, q_a_layernorm
-                out.append(s.num_heads * s.head_dim * s.q_lora_rank * wt)  # q_b_proj
-            else:
-                out.append(s.num_heads * s.head_dim * h * wt)  # q_proj
-            out += [
-                latent * h * wt,  # kv_a_proj_with_mqa (replicated)
-                s.kv_lora_rank * dt,  # kv_a_layernorm
-                s.num_heads
-                * (s.head_dim - s.qk_rope_head_dim + s.v_head_dim)
-                * s.kv_lora_rank
-                * wt,  # kv_b_proj
-                h * s.num_heads * s.v_head_dim * wt,  # o_proj
-            ]
-            return out
-        qkv_out = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
-        out = [qkv_out * h * wt]
-        if s.qkv_bias:
-            out.append(qkv_out * dt)
-        out.append(h * s.num_heads * s.head_dim * wt)
-        return out
-
-    def _mlp_weights(self, layer: int) -> list[int]:
-        s = self.shape
-        h = s.hidden_size
-        wt = s.linear_weight_bytes
-        if not s.num_experts or layer < s.dense_layers:
-            return [2 * s.intermediate_size * h * wt, h * s.intermediate_size * wt]
-        i = s.moe_intermediate_size
-        out = [
-            s.num_experts * h * s.dtype_bytes,  # router gate (unquantised)
-            s.num_experts * 2 * i * h * wt,  # w13 of all experts, one fused tensor
-            s.num_experts * h * i * wt,  # w2 of all experts
-        ]
-        if s.shared_intermediate_size:
-            out += [2 * s.shared_intermediate_size * h * wt, h * s.shared_intermediate_size * wt]
-        return out
+    @property
+    def weights(self) -> tuple[WeightTensor, ...]:
+        """The model's weight inventory on this rank (role, shape and bytes of each tensor)."""
+        return self._weights
 
     def _persistent_buffers(self) -> list[int]:
         """vLLM's model runner keeps its step inputs in buffers sized for the budgets."""

@@ -1,4 +1,4 @@
-"""The planner's warnings over a benchmark run: each kind once on stderr, each plan keeps its own."""
+"""The planner's warnings over a benchmark run: each kind once on stderr, each plan its own."""
 
 from __future__ import annotations
 

@@ -29,22 +29,31 @@ def workload(config: dict[str, Any] | str, **kwargs: Any) -> TransformerWorkload
     return TransformerWorkload.from_config(cfg, tensor_parallel_size=tp, **kwargs)
 
 
+def _parameter_bytes(work: TransformerWorkload) -> int:
+    """The inventory's bytes without the rotary cos/sin cache (a buffer, not a parameter)."""
+    return sum(t.nbytes for t in work.weights if t.role != "buffers")
+
+
 def test_parameters_of_qwen25_7b_add_up_to_its_published_count() -> None:
     # Qwen2.5-7B-Instruct has 7,615,616,512 parameters (QKV biases included), in bf16.
-    assert sum(workload("qwen2.5-7b").parameter_tensors()) == 7_615_616_512 * 2
+    assert _parameter_bytes(workload("qwen2.5-7b")) == 7_615_616_512 * 2
 
 
 def test_parameters_of_llama31_8b_add_up_to_its_published_count() -> None:
-    assert sum(workload("llama-3.1-8b").parameter_tensors()) == 8_030_261_248 * 2
+    assert _parameter_bytes(workload("llama-3.1-8b")) == 8_030_261_248 * 2
+
+
+def test_the_workload_loads_the_rotary_cache_with_the_weights() -> None:
+    (rotary,) = [t for t in workload("llama-3.1-8b").weights if t.role == "buffers"]
+    assert rotary.shape == (131072, 128) and rotary.nbytes == 131072 * 128 * 2
 
 
 def test_tensor_parallelism_halves_linear_layers_and_splits_embeddings_by_vocabulary() -> None:
-    one = workload("llama-3.1-8b").parameter_tensors()
-    two = workload("llama-3.1-8b", tensor_parallel_size=2).parameter_tensors()
-    norms = (2 * 32 + 1) * 4096 * 2  # replicated on every rank
+    one, two = workload("llama-3.1-8b"), workload("llama-3.1-8b", tensor_parallel_size=2)
+    whole = (2 * 32 + 1) * 4096 * 2 + 131072 * 128 * 2  # norms and rotary cache on every rank
     # vLLM's VocabParallelEmbedding / ParallelLMHead: 128256 (a multiple of 64) / 2 per rank.
-    assert two[0] == 128256 // 2 * 4096 * 2
-    assert sum(two) - norms == (sum(one) - norms) // 2
+    assert two.parameter_tensors()[0] == 128256 // 2 * 4096 * 2
+    assert sum(two.parameter_tensors()) - whole == (sum(one.parameter_tensors()) - whole) // 2
 
 
 def test_weights_include_the_engines_persistent_input_buffers() -> None:

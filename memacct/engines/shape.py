@@ -1,8 +1,9 @@
 """One rank's shape of a decoder-only transformer, from the planner's spec and the config.
 
-:class:`TransformerShape` holds the sizes the forward pass's tensors derive
+:class:`TransformerShape` holds the sizes the forward pass's activations derive
 from (:mod:`memacct.engines.forward`): heads and KV heads on this rank, MLA
 dimensions, expert counts and widths, the vocabulary padded as vLLM pads it.
+The weights are the planner's inventory (:func:`memacct.planner.weights.weight_tensors`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Any, Literal
 from memacct.errors import ConfigError
 from memacct.planner.config import _Config, config_int
 from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import VOCAB_PADDING
+from memacct.planner.weight_rules import VOCAB_PADDING
 
 __all__ = ["TransformerShape"]
 
 
 @dataclass(frozen=True)
 class TransformerShape:
-    """One rank's view of a decoder-only transformer: what its tensors' sizes derive from.
+    """One rank's view of a decoder-only transformer: what its activations' sizes derive from.
 
     Attributes:
         num_layers: decoder layers on this rank.
@@ -31,11 +32,8 @@ class TransformerShape:
         head_dim: query/key head size (MLA: ``qk_nope_head_dim + qk_rope_head_dim``).
         v_head_dim: value head size.
         dtype_bytes: bytes per element of activations and unquantised weights.
-        linear_weight_bytes: bytes per element of the linear layers' weights
-            (1 for FP8 checkpoints).
         intermediate_size: dense MLP hidden size on this rank.
         vocab_size: vocabulary, padded as the engine pads it.
-        tie_word_embeddings: the LM head shares the embedding matrix.
         attention: ``"mha"`` or ``"mla"``.
         kv_lora_rank: MLA latent rank (0 for MHA).
         qk_rope_head_dim: MLA rotary key part (0 for MHA).
@@ -46,8 +44,6 @@ class TransformerShape:
         shared_intermediate_size: hidden size of the always-active shared
             experts on this rank (0: none).
         dense_layers: how many of the first layers have a dense MLP in a MoE model.
-        norms_per_layer: RMSNorm weight vectors per layer (2, Gemma 2/3: 4).
-        qkv_bias: the QKV projection has a bias (Qwen2, ``attention_bias``).
         tensor_parallel_size: ranks the layers are split across.
         kv_bytes_per_token_per_layer: KV-cache bytes per token of each layer on this rank.
     """
@@ -59,10 +55,8 @@ class TransformerShape:
     head_dim: int
     v_head_dim: int
     dtype_bytes: int
-    linear_weight_bytes: int
     intermediate_size: int
     vocab_size: int
-    tie_word_embeddings: bool
     attention: Literal["mha", "mla"]
     kv_lora_rank: int
     qk_rope_head_dim: int
@@ -72,8 +66,6 @@ class TransformerShape:
     moe_intermediate_size: int
     shared_intermediate_size: int
     dense_layers: int
-    norms_per_layer: int
-    qkv_bias: bool
     tensor_parallel_size: int
     kv_bytes_per_token_per_layer: tuple[int, ...] = field(repr=False)
 
@@ -92,8 +84,6 @@ class TransformerShape:
         if spec.intermediate_size is None and spec.num_experts is None:
             raise ConfigError(f"{spec.model_name}: the config has no intermediate_size; add it")
         dtype_bytes = spec.dtype_bytes or spec.kv_dtype_bytes
-        quant = cfg.get("quantization_config")
-        fp8_weights = isinstance(quant, Mapping) and str(quant.get("quant_method", "")) == "fp8"
         vocab = -(-spec.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
         heads = spec.num_attention_heads // tp
         if spec.attention == "mla":
@@ -114,7 +104,6 @@ class TransformerShape:
         per_layer_kv: list[int] = []
         for group in spec.layer_groups:
             per_layer_kv.extend([group.bytes_per_token_per_layer] * group.num_layers)
-        model_type = spec.model_type or ""
         return cls(
             num_layers=spec.num_layers,
             hidden_size=spec.hidden_size,
@@ -123,10 +112,8 @@ class TransformerShape:
             head_dim=head_dim,
             v_head_dim=v_head_dim,
             dtype_bytes=dtype_bytes,
-            linear_weight_bytes=1 if fp8_weights else dtype_bytes,
             intermediate_size=max(1, dense_i // tp),
             vocab_size=vocab,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             attention=spec.attention,
             kv_lora_rank=spec.kv_lora_rank or 0,
             qk_rope_head_dim=spec.qk_rope_head_dim or 0,
@@ -136,9 +123,6 @@ class TransformerShape:
             moe_intermediate_size=max(1, moe_i // tp) if experts else 0,
             shared_intermediate_size=(spec.num_shared_experts or 0) * moe_i // tp,
             dense_layers=min(dense_layers, spec.num_layers),
-            norms_per_layer=4 if model_type.startswith("gemma") else 2,
-            # Qwen2's attention always has QKV biases; other models say so in the config.
-            qkv_bias=model_type.startswith("qwen2") or bool(cfg.get("attention_bias", False)),
             tensor_parallel_size=tp,
             kv_bytes_per_token_per_layer=tuple(per_layer_kv),
         )

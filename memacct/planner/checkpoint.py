@@ -25,12 +25,13 @@ from memacct.planner.quant import parse_quantization
 from memacct.planner.weight_rules import (
     _DTYPE_BYTES,
     WeightEstimate,
+    WeightTensor,
     _num_kv_heads,
     _role,
-    _rotary_bytes,
     _shard_elems,
     _text,
     dtype_bytes,
+    rotary_tensor,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "header_tensors",
     "safetensors_weights",
     "shard_names",
+    "table_tensors",
     "table_weights",
 ]
 
@@ -199,14 +201,15 @@ def merge_tensors(parts: Iterable[Mapping[str, TensorInfo]]) -> dict[str, Tensor
     return merged
 
 
-def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> WeightEstimate:
-    """Weights of one rank from a checkpoint's tensor table."""
+def table_tensors(table: TensorTable, *, tensor_parallel_size: int = 1) -> list[WeightTensor]:
+    """Every weight tensor of one rank from a checkpoint's tensor table, in the table's order,
+    then the rotary cos/sin cache; a tied LM head is left out (the embedding serves it)."""
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
     config = table.config
     kv = _num_kv_heads(config)
     dt = dtype_bytes(config)
     tied = bool(_text(config).get("tie_word_embeddings", True))
-    by_role: dict[str, int] = {}
+    tensors: list[WeightTensor] = []
     for name, info in table.tensors.items():
         shape = info.shape
         role = _role(name)
@@ -217,17 +220,24 @@ def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> Weigh
             elems = 1
             for d in shape:
                 elems *= d
-            by_role[role] = by_role.get(role, 0) + (info.nbytes * shard // elems if elems else 0)
-            continue
-        size = _DTYPE_BYTES.get(info.dtype.lower(), 2)
-        # The engine casts unquantized float tensors to the serving dtype.
-        if size == 4 and info.dtype.upper() == "F32" and not name.endswith("scale"):
-            size = dt
-        by_role[role] = by_role.get(role, 0) + shard * size
-    by_role["buffers"] = by_role.get("buffers", 0) + _rotary_bytes(config)
-    quant = parse_quantization(config)
-    return WeightEstimate(
-        sum(by_role.values()), by_role, table.origin, quant.label if quant else None, tp
+            nbytes = info.nbytes * shard // elems if elems else 0
+        else:
+            size = _DTYPE_BYTES.get(info.dtype.lower(), 2)
+            # The engine casts unquantized float tensors to the serving dtype.
+            if size == 4 and info.dtype.upper() == "F32" and not name.endswith("scale"):
+                size = dt
+            nbytes = shard * size
+        tensors.append(WeightTensor(name, role, tuple(shape), nbytes))
+    tensors.append(rotary_tensor(config))
+    return tensors
+
+
+def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> WeightEstimate:
+    """Weights of one rank from a checkpoint's tensor table: the sum of :func:`table_tensors`."""
+    tensors = table_tensors(table, tensor_parallel_size=tensor_parallel_size)
+    quant = parse_quantization(table.config)
+    return WeightEstimate.of(
+        tensors, table.origin, quant.label if quant else None, tensor_parallel_size
     )
 
 

@@ -6,7 +6,9 @@ the ``memacct[hf]`` extra, imported inside :func:`meta_weights`, never at import
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from memacct.checks import check_int
@@ -15,6 +17,7 @@ from memacct.planner.quant import QuantScheme, parse_quantization
 from memacct.planner.weight_rules import (
     _COLUMN,
     WeightEstimate,
+    WeightTensor,
     _ceil_div,
     _num_kv_heads,
     _role,
@@ -22,7 +25,7 @@ from memacct.planner.weight_rules import (
     dtype_bytes,
 )
 
-__all__ = ["meta_weights"]
+__all__ = ["meta_tensors", "meta_weights"]
 
 
 def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) -> WeightEstimate:
@@ -43,6 +46,52 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 
 
 def _count(config: Mapping[str, Any], tp: int) -> WeightEstimate:
+    quant = parse_quantization(config)
+    tensors = meta_tensors(config, tensor_parallel_size=tp)
+    return WeightEstimate.of(tensors, "transformers", quant.label if quant else None, tp)
+
+
+def meta_tensors(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) -> list[WeightTensor]:
+    """Every weight tensor of one rank of the model ``transformers`` builds on the meta device,
+    in its parameters' order (a tied LM head left out); arguments and errors as
+    :func:`meta_weights`. The model's parameter list is built once per config per process."""
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
+    # The quantization changes no parameter's shape: one model serves every scheme.
+    unquantized = {k: v for k, v in config.items() if k != "quantization_config"}
+    params, tied = _parameters(json.dumps(unquantized, sort_keys=True, default=str))
+    quant = parse_quantization(config)
+    dt = dtype_bytes(config)
+    kv = _num_kv_heads(config)
+    tensors: list[WeightTensor] = []
+    for name, shape in params:
+        role = _role(name)
+        if role == "lm_head" and tied:
+            continue
+        elems = _shard_elems(name, shape, tp, kv)
+        nbytes = elems * dt
+        module = name.rsplit(".", 1)[0]
+        fused_expert = role == "experts" and len(shape) == 3
+        if quant is not None and (name.endswith("weight") or fused_expert) and not quant.skips(
+            module
+        ):
+            if role == "experts" and len(shape) == 3:
+                nbytes = _quantized_experts(quant, name, shape, tp)
+            elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
+                out_f, in_f = shape
+                if _COLUMN.search(name.lower()):
+                    out_f = _ceil_div(out_f, tp)
+                else:
+                    in_f = _ceil_div(in_f, tp)
+                nbytes = quant.linear_bytes(out_f, in_f)
+        tensors.append(WeightTensor(name, role, shape, nbytes))
+    return tensors
+
+
+@lru_cache(maxsize=8)
+def _parameters(config_json: str) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]:
+    """The (name, shape) of every parameter of the meta-device model, and whether it ties its
+    LM head to the embedding."""
+    config = json.loads(config_json)
     try:
         import torch
         import transformers
@@ -51,7 +100,7 @@ def _count(config: Mapping[str, Any], tp: int) -> WeightEstimate:
             f"sizing from the architecture needs transformers ({exc.name} is missing): "
             "pip install 'memacct[hf]'"
         ) from None
-    cfg_dict = {k: v for k, v in config.items() if k != "quantization_config"}
+    cfg_dict = dict(config)
     model_type = cfg_dict.get("model_type")
     try:
         hf_config = transformers.AutoConfig.for_model(
@@ -69,35 +118,10 @@ def _count(config: Mapping[str, Any], tp: int) -> WeightEstimate:
             f"transformers cannot build model_type {model_type!r} ({type(exc).__name__}: {exc}); "
             "memacct falls back to its own formulas"
         ) from None
-    quant = parse_quantization(config)
-    dt = dtype_bytes(config)
-    kv = _num_kv_heads(config)
-    by_role: dict[str, int] = {}
-    for name, param in model.named_parameters():
-        shape = tuple(int(d) for d in param.shape)
-        role = _role(name)
-        elems = _shard_elems(name, shape, tp, kv)
-        nbytes = elems * dt
-        module = name.rsplit(".", 1)[0]
-        fused_expert = role == "experts" and len(shape) == 3
-        if quant is not None and (name.endswith("weight") or fused_expert) and not quant.skips(
-            module
-        ):
-            if role == "experts" and len(shape) == 3:
-                nbytes = _quantized_experts(quant, name, shape, tp)
-            elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
-                out_f, in_f = shape
-                if _COLUMN.search(name.lower()):
-                    out_f = _ceil_div(out_f, tp)
-                else:
-                    in_f = _ceil_div(in_f, tp)
-                nbytes = quant.linear_bytes(out_f, in_f)
-        by_role[role] = by_role.get(role, 0) + nbytes
-    if getattr(model.config, "tie_word_embeddings", False):
-        by_role.pop("lm_head", None)
-    return WeightEstimate(
-        sum(by_role.values()), by_role, "transformers", quant.label if quant else None, tp
+    params = tuple(
+        (name, tuple(int(d) for d in param.shape)) for name, param in model.named_parameters()
     )
+    return params, bool(getattr(model.config, "tie_word_embeddings", False))
 
 
 def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp: int) -> int:

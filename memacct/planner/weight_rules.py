@@ -11,14 +11,14 @@ and the formulas in :mod:`memacct.planner.weights`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
 from memacct.planner.config import _Config
 
-__all__ = ["VOCAB_PADDING", "WeightEstimate", "dtype_bytes"]
+__all__ = ["VOCAB_PADDING", "WeightEstimate", "WeightTensor", "dtype_bytes", "rotary_tensor"]
 
 VOCAB_PADDING = 64
 """vLLM pads the vocabulary of its embedding and LM head to a multiple of this."""
@@ -55,6 +55,25 @@ _DTYPE_BYTES = {
 
 
 @dataclass(frozen=True)
+class WeightTensor:
+    """One weight tensor of one tensor-parallel rank, as the serving engine holds it.
+
+    Attributes:
+        name: the parameter's name (the checkpoint's, the model's, or the formulas' own).
+        role: ``embedding``, ``lm_head``, ``attention``, ``mlp``, ``experts``, ``router``,
+            ``norms``, ``vision`` or ``buffers`` (the rotary cos/sin cache).
+        shape: its shape (this rank's where a source knows it; a checkpoint's tensor keeps
+            the checkpoint's shape, ``nbytes`` is this rank's share of it).
+        nbytes: bytes on this rank, quantization tensors (scales, zero points) included.
+    """
+
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class WeightEstimate:
     """The weights of one rank.
 
@@ -72,6 +91,20 @@ class WeightEstimate:
     source: str = "formula"
     quantization: str | None = None
     tensor_parallel_size: int = 1
+
+    @classmethod
+    def of(
+        cls,
+        tensors: Iterable[WeightTensor],
+        source: str,
+        quantization: str | None,
+        tensor_parallel_size: int,
+    ) -> WeightEstimate:
+        """The estimate a weight inventory sums to: every tensor's bytes, and by role."""
+        by_role: dict[str, int] = {}
+        for tensor in tensors:
+            by_role[tensor.role] = by_role.get(tensor.role, 0) + tensor.nbytes
+        return cls(sum(by_role.values()), by_role, source, quantization, tensor_parallel_size)
 
 
 def dtype_bytes(config: Mapping[str, Any]) -> int:
@@ -179,7 +212,7 @@ def _num_kv_heads(config: Mapping[str, Any]) -> int | None:
     )
 
 
-def _rotary_bytes(config: Mapping[str, Any]) -> int:
+def rotary_tensor(config: Mapping[str, Any]) -> WeightTensor:
     """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
     in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
     cfg = _text(config)
@@ -193,4 +226,10 @@ def _rotary_bytes(config: Mapping[str, Any]) -> int:
     if isinstance(factor, (int, float)) and 0 < factor < 1:
         rotary = int(rotary * factor)
     positions = _int(cfg, "max_position_embeddings", default=0) or 0
-    return positions * rotary * dtype_bytes(config)
+    nbytes = positions * rotary * dtype_bytes(config)
+    return WeightTensor("rotary_emb.cos_sin_cache", "buffers", (positions, rotary), nbytes)
+
+
+def _rotary_bytes(config: Mapping[str, Any]) -> int:
+    """The bytes of :func:`rotary_tensor`."""
+    return rotary_tensor(config).nbytes

@@ -1,0 +1,265 @@
+"""A model's weight inventory on one tensor-parallel rank: every tensor with its role, shape, bytes.
+
+One inventory serves every use of the weights: the offline estimate is its sum
+(:func:`memacct.planner.weights.estimate_weights`), and the simulated engine of
+the harness allocates exactly its tensors, one allocation each. Each source of
+the weights gives the same structure, a list of :class:`WeightTensor`: the
+checkpoint's tensor table (:func:`memacct.planner.checkpoint.table_tensors`),
+the model ``transformers`` builds on the meta device
+(:func:`memacct.planner.meta.meta_tensors`), and the per-family formulas over
+``config.json`` here (:func:`formula_tensors`: dense, MoE, MLA, multimodal
+towers). :func:`memacct.planner.weights.weight_tensors` picks the source as
+``estimate_weights`` does.
+
+A quantized linear layer is one tensor holding its packed weight and its
+scales, zero points and index tensors (:mod:`memacct.planner.quant`); ``shape``
+is the layer's (out, in) on this rank, ``nbytes`` what the engine holds for it.
+
+Example::
+
+    >>> from memacct.planner import load_model_preset
+    >>> tensors = formula_tensors(load_model_preset("qwen2.5-7b"))
+    >>> tensors[0].role, tensors[0].shape
+    ('embedding', (152064, 3584))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memacct.checks import check_int
+from memacct.errors import ConfigError
+from memacct.planner.config import _Config
+from memacct.planner.quant import QuantScheme, parse_quantization
+from memacct.planner.weight_rules import (
+    WeightTensor,
+    _ceil_div,
+    _int,
+    _need,
+    _padded_vocab,
+    _text,
+    dtype_bytes,
+    rotary_tensor,
+)
+
+__all__ = ["WeightTensor", "formula_tensors", "rotary_tensor"]
+
+
+def _moe_layers(cfg: _Config, layers: int, experts: int) -> set[int]:
+    if not experts:
+        return set()
+    first_dense = _int(cfg, "first_k_dense_replace", default=0) or 0
+    step = _int(cfg, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
+    mlp_only = cfg.get("mlp_only_layers") or []
+    only = {int(i) for i in mlp_only if isinstance(i, int)}
+    return {i for i in range(layers) if i >= first_dense and (i + 1) % step == 0 and i not in only}
+
+
+def _refuse_state_layers(cfg: _Config) -> None:
+    # Mamba and linear-attention layers (Granite 4.0-H, Qwen3-Next, Nemotron-H, Jamba) carry
+    # projections, convolutions and gates the formulas do not model: the meta-device count
+    # or the checkpoint's headers size them (both exact), never a guess.
+    kinds = {str(kind) for kind in cfg.get("layer_types") or () if isinstance(kind, str)}
+    keys = [key for key in cfg.written_keys() if key.startswith(("mamba_", "linear_", "ssm_"))]
+    if kinds & {"mamba", "linear_attention"} or keys:
+        raise ConfigError(
+            f"{cfg.get('model_type', 'this model')} has Mamba or linear-attention layers, "
+            f"which memacct's per-family formulas do not size: install memacct[hf] "
+            f"(transformers) or give the checkpoint directory"
+        )
+
+
+class _Inventory:
+    """Tensors in load order, with the model's dtype and quantization for the linear layers."""
+
+    def __init__(self, dt: int, quant: QuantScheme | None) -> None:
+        self.dt = dt
+        self.quant = quant
+        self.tensors: list[WeightTensor] = []
+
+    def add(self, name: str, role: str, shape: tuple[int, ...], nbytes: int | None = None) -> None:
+        """One tensor; ``nbytes`` default: its elements in the model's dtype."""
+        if nbytes is None:
+            nbytes = self.dt
+            for d in shape:
+                nbytes *= d
+        self.tensors.append(WeightTensor(name, role, shape, int(nbytes)))
+
+    def linear(
+        self, module: str, out_f: int, in_f: int, role: str, name: str | None = None
+    ) -> None:
+        """A linear layer's weight on this rank, quantized unless the checkpoint skips
+        ``module`` (the name its ``ignore`` list uses); ``name`` default ``module.weight``."""
+        quant = self.quant
+        quantized = quant is not None and not quant.experts_only and not quant.skips(module)
+        nbytes = quant.linear_bytes(out_f, in_f) if quant is not None and quantized else None
+        self.add(name or f"{module}.weight", role, (out_f, in_f), nbytes)
+
+
+def _attention(inv: _Inventory, cfg: _Config, p: str, h: int, tp: int) -> None:
+    """One layer's attention: MLA (DeepSeek) or MHA/GQA, with its biases, norms and sinks."""
+    model_type = str(cfg.get("model_type", ""))
+    heads = _need(cfg, "num_attention_heads", "num_attention_heads", "n_head")
+    kv_heads = _int(cfg, "num_key_value_heads", default=heads) or heads
+    head_dim = _int(cfg, "head_dim", default=h // heads) or h // heads
+    h_rank = max(1, heads // tp)
+    if cfg.get("kv_lora_rank") is not None:
+        rank = _need(cfg, "kv_lora_rank", "kv_lora_rank")
+        rope = _int(cfg, "qk_rope_head_dim", default=64) or 64
+        nope = _int(cfg, "qk_nope_head_dim", default=128) or 128
+        v_dim = _int(cfg, "v_head_dim", default=nope) or nope
+        q_rank = _int(cfg, "q_lora_rank", default=0) or 0
+        if q_rank:
+            inv.linear(f"{p}.self_attn.q_a_proj", q_rank, h, "attention")
+            inv.add(f"{p}.self_attn.q_a_layernorm.weight", "norms", (q_rank,))
+            inv.linear(f"{p}.self_attn.q_b_proj", h_rank * (nope + rope), q_rank, "attention")
+        else:
+            inv.linear(f"{p}.self_attn.q_proj", h_rank * (nope + rope), h, "attention")
+        inv.linear(f"{p}.self_attn.kv_a_proj_with_mqa", rank + rope, h, "attention")
+        inv.add(f"{p}.self_attn.kv_a_layernorm.weight", "norms", (rank,))
+        inv.linear(f"{p}.self_attn.kv_b_proj", h_rank * (nope + v_dim), rank, "attention")
+        inv.linear(f"{p}.self_attn.o_proj", h, h_rank * v_dim, "attention")
+        return
+    kv_rank = max(1, kv_heads // tp)
+    qkv_out = (h_rank + 2 * kv_rank) * head_dim
+    qkv_bias = model_type.startswith("qwen2") or bool(cfg.get("attention_bias", False))
+    o_bias = bool(cfg.get("attention_bias", False)) and not model_type.startswith("qwen2")
+    # One fused QKV layer, skipped or quantized as the checkpoint's q_proj is.
+    inv.linear(f"{p}.self_attn.q_proj", qkv_out, h, "attention", f"{p}.self_attn.qkv_proj.weight")
+    inv.linear(f"{p}.self_attn.o_proj", h, h_rank * head_dim, "attention")
+    if qkv_bias:
+        inv.add(f"{p}.self_attn.qkv_proj.bias", "attention", (qkv_out,))
+    if o_bias:
+        inv.add(f"{p}.self_attn.o_proj.bias", "attention", (h,))
+    if model_type.startswith("qwen3") or model_type in ("olmo2", "gemma3", "gemma3_text"):
+        inv.add(f"{p}.self_attn.q_norm.weight", "norms", (head_dim,))
+        inv.add(f"{p}.self_attn.k_norm.weight", "norms", (head_dim,))
+    if model_type == "gpt_oss":
+        inv.add(f"{p}.self_attn.sinks", "attention", (h_rank,))
+
+
+def _experts(
+    inv: _Inventory, p: str, experts: int, im: int, h: int, mxfp4_pad: tuple[int, int]
+) -> None:
+    """A MoE layer's routed experts on this rank: fused gate/up (w13) and down (w2) tensors."""
+    quant = inv.quant
+    name = f"{p}.mlp.experts"
+    if quant is None or not (quant.experts_only or not quant.skips(name)):
+        inv.add(f"{name}.w13_weight", "experts", (experts, 2 * im, h))
+        inv.add(f"{name}.w2_weight", "experts", (experts, h, im))
+        return
+    w13 = quant.experts_bytes(experts, 2 * im, h, mxfp4_pad=(2 * mxfp4_pad[0], mxfp4_pad[1]))
+    w2 = quant.experts_bytes(experts, h, im, mxfp4_pad=(mxfp4_pad[1], mxfp4_pad[0]))
+    inv.add(f"{name}.w13_weight", "experts", (experts, 2 * im, h), w13)
+    inv.add(f"{name}.w2_weight", "experts", (experts, h, im), w2)
+    if quant.method == "mxfp4":
+        im_p = _ceil_div(im, mxfp4_pad[0]) * mxfp4_pad[0]
+        h_p = _ceil_div(h, mxfp4_pad[1]) * mxfp4_pad[1]
+        # The MXFP4 kernels keep the experts' biases in bf16, padded as the weights are.
+        inv.add(f"{name}.w13_bias", "experts", (experts, 2 * im_p), experts * 2 * im_p * 2)
+        inv.add(f"{name}.w2_bias", "experts", (experts, h_p), experts * h_p * 2)
+
+
+def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: int) -> None:
+    """A ViT tower plus its projector: attention (4 h^2) and MLP (2 h i) split across ranks,
+    norms whole, the patch embedding, and the projector into the text model."""
+    vision_cfg = _Config(vision, "vision_config")
+    vh = _int(vision_cfg, "hidden_size", "embed_dim", "width", default=0) or 0
+    depth = _int(vision_cfg, "num_hidden_layers", "depth", "num_layers", default=0) or 0
+    vi = _int(vision_cfg, "intermediate_size", "mlp_dim", default=4 * vh) or 4 * vh
+    patch = _int(vision_cfg, "patch_size", default=14) or 14
+    channels = _int(vision_cfg, "num_channels", "in_channels", default=3) or 3
+    if not vh or not depth:
+        return
+    dt = inv.dt
+    for i in range(depth):
+        p = f"vision_tower.layers.{i}"
+        linears = _ceil_div(4 * vh * vh + 2 * vh * vi, tp)
+        inv.add(f"{p}.linears", "vision", (linears,), linears * dt)
+        inv.add(f"{p}.norms", "vision", (4, vh))
+    inv.add("vision_tower.patch_embedding.weight", "vision", (vh, channels, patch, patch))
+    projector = _ceil_div(vh * text_hidden + text_hidden * text_hidden, tp)
+    inv.add("multi_modal_projector", "vision", (projector,), projector * dt)
+
+
+def formula_tensors(
+    config: Mapping[str, Any],
+    *,
+    tensor_parallel_size: int = 1,
+    mxfp4_pad: tuple[int, int] = (256, 1),
+) -> list[WeightTensor]:
+    """Every weight tensor of one rank from per-family formulas over ``config.json``.
+
+    In load order: the embedding (and an untied LM head), each layer's norms,
+    attention and MLP or experts, the final norm, the rotary cos/sin cache and a
+    vision tower. Shapes are this rank's (the vocabulary padded and split, the
+    linear layers split as vLLM splits them).
+
+    Args:
+        config: the model's ``config.json``.
+        tensor_parallel_size: ranks the layers are split across.
+        mxfp4_pad: (intermediate, hidden) alignment the engine's MXFP4 MoE
+            kernel pads expert matrices to (:func:`memacct.planner.weights.mxfp4_padding`).
+
+    Raises:
+        ConfigError: a size the formulas need is missing.
+        UnknownQuantizationError: the quantization method is not known.
+    """
+    tp = check_int("tensor_parallel_size", tensor_parallel_size)
+    cfg = _text(config)
+    _refuse_state_layers(cfg)
+    inv = _Inventory(dtype_bytes(config), parse_quantization(config))
+    h = _need(cfg, "hidden_size", "hidden_size", "d_model", "n_embd")
+    layers = _need(cfg, "num_hidden_layers", "num_hidden_layers", "num_layers", "n_layer")
+    vocab = _need(cfg, "vocab_size", "vocab_size")
+    model_type = str(cfg.get("model_type", ""))
+    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
+    intermediate = (
+        _int(cfg, "intermediate_size", "intermediate_size_mlp", "ffn_dim", default=0) or 0
+    )
+    dense_i = _int(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
+    moe_i = _int(cfg, "moe_intermediate_size", default=intermediate) or intermediate
+    if not experts and not dense_i:
+        raise ConfigError(
+            "intermediate_size: the config has no MLP width; add it to config.json or give the "
+            "checkpoint directory"
+        )
+    pv = _padded_vocab(vocab, tp)
+    inv.add("model.embed_tokens.weight", "embedding", (pv, h))
+    # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied.
+    if not cfg.get("tie_word_embeddings", True):
+        inv.add("lm_head.weight", "lm_head", (pv, h))
+    norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
+    moe = _moe_layers(cfg, layers, experts)
+    shared_i = (_int(cfg, "shared_expert_intermediate_size", default=0) or 0) or (
+        (_int(cfg, "n_shared_experts", default=0) or 0) * moe_i
+    )
+    if model_type.startswith("llama4"):
+        shared_i = intermediate  # Llama 4's MoE layers add one shared expert of the same width
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        inv.add(f"{p}.norms", "norms", (norms, h))
+        _attention(inv, cfg, p, h, tp)
+        if i in moe:
+            inv.add(f"{p}.mlp.gate.weight", "router", (experts, h))
+            if model_type == "gpt_oss":
+                inv.add(f"{p}.mlp.gate.bias", "router", (experts,))
+            _experts(inv, p, experts, _ceil_div(moe_i, tp), h, mxfp4_pad)
+            if shared_i:
+                si = _ceil_div(shared_i, tp)
+                inv.linear(f"{p}.mlp.shared_experts.gate_up_proj", 2 * si, h, "mlp")
+                inv.linear(f"{p}.mlp.shared_experts.down_proj", h, si, "mlp")
+                if cfg.get("shared_expert_intermediate_size"):
+                    inv.add(f"{p}.mlp.shared_expert_gate.weight", "router", (1, h))
+        else:
+            di = _ceil_div(dense_i, tp)
+            inv.linear(f"{p}.mlp.gate_up_proj", 2 * di, h, "mlp")
+            inv.linear(f"{p}.mlp.down_proj", h, di, "mlp")
+    inv.add("model.norm.weight", "norms", (h,))
+    inv.tensors.append(rotary_tensor(config))
+    vision = config.get("vision_config")
+    if isinstance(vision, Mapping):
+        _vision(inv, vision, h, tp)
+    return inv.tensors
+
