@@ -14,7 +14,9 @@ names, so ``--strict-markers`` passes even where a plugin is not installed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +92,25 @@ def memacct_backend(request: pytest.FixtureRequest) -> Iterator[DeviceBackend]:
         # otherwise (no GPU for torch.cuda, CANN missing): a skip with that reason too.
         pytest.skip(str(exc))
     yield backend
+
+
+@pytest.fixture
+def device_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Path]:
+    """``device_files("nvidia0", ...)``: a ``/dev`` for ``memacct.plugin`` (Linux) holding these.
+
+    For tests of a backend's ``availability()``: what the drivers would have created.
+    Returns the folder; called again, it adds files.
+    """
+    from memacct import plugin
+
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    monkeypatch.setattr(plugin, "DEVICE_DIR", str(folder))
+    monkeypatch.setattr(sys, "platform", "linux")
+
+    def make(*names: str) -> Path:
+        for name in names:
+            (folder / name).touch()
+        return folder
+
+    return make

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +36,7 @@ from memacct_nvml import Nvml
 from memacct_nvml.fake import FakeGpu, FakePynvml
 
 import memacct
-from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource, plugin
+from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
 from memacct.testing import Allocator, BackendConformance, torch_allocator
@@ -282,18 +283,10 @@ def test_built_on_a_gpu_build_without_driver_refuses_with_torchs_diagnosis(
         CudaBackend()
 
 
-def devices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> None:
-    """A /dev holding ``names``: what the drivers would have created."""
-    for name in names:
-        (tmp_path / name).touch()
-    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "platform", "linux")
-
-
 def test_gpu_build_with_a_gpu_device_file_is_available_without_importing_torch(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, device_files: Callable[..., Path]
 ) -> None:
-    devices(monkeypatch, tmp_path, "nvidia0", "nvidiactl")
+    device_files("nvidia0", "nvidiactl")
     monkeypatch.setitem(sys.modules, "torch", None)  # importing it would fail
     monkeypatch.setattr("memacct_cuda.installed", lambda name: True)
     avail = torch_cuda_availability(lambda name: "2.13.0+cu128")
@@ -304,30 +297,28 @@ def test_gpu_build_with_a_gpu_device_file_is_available_without_importing_torch(
 
 
 def test_gpu_build_without_a_gpu_device_file_names_the_files_and_the_cause(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    device_files: Callable[..., Path],
 ) -> None:
-    devices(monkeypatch, tmp_path, "nvidiactl", "kfd")
+    dev = device_files("nvidiactl", "kfd")
     avail = torch_cuda_availability(lambda name: "2.13.0")
     assert not avail.available
     assert avail.reason.startswith(
         f"torch 2.13.0 is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
-        f"... in {tmp_path}): no NVIDIA driver is loaded"
+        f"... in {dev}): no NVIDIA driver is loaded"
     )
 
 
-def test_rocm_build_looks_for_the_rocm_device_file(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    devices(monkeypatch, tmp_path, "nvidia0")
+def test_rocm_build_looks_for_the_rocm_device_file(device_files: Callable[..., Path]) -> None:
+    device_files("nvidia0")
     assert "no AMD GPU (no kfd" in torch_cuda_availability(lambda name: "2.5.1+rocm6.2").reason
-    devices(monkeypatch, tmp_path, "kfd")
+    device_files("kfd")
     assert torch_cuda_availability(lambda name: "2.5.1+rocm6.2").available
 
 
 def test_cuda_visible_devices_that_hides_every_gpu_is_named(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, device_files: Callable[..., Path]
 ) -> None:
-    devices(monkeypatch, tmp_path, "nvidia0")
+    device_files("nvidia0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert torch_cuda_availability(lambda name: "2.13.0").reason == (
         "torch 2.13.0 is installed but CUDA_VISIBLE_DEVICES='' hides every GPU from this process"

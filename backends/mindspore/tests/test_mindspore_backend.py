@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,7 +27,7 @@ from memacct_mindspore import (
 )
 
 import memacct
-from memacct import BackendError, BackendUnavailableError, InvalidInputError, TruthSource, plugin
+from memacct import BackendError, BackendUnavailableError, InvalidInputError, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
 from memacct.testing import Allocator, BackendConformance
@@ -183,15 +184,14 @@ def test_building_here_says_the_cpu_target_has_no_ascend_or_gpu() -> None:
 
 
 def test_availability_without_a_device_file_names_both_kinds(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    device_files: Callable[..., Path],
 ) -> None:
-    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "platform", "linux")
+    dev = device_files()
     avail = MindSporeBackend.availability()
     assert not avail.available
     assert avail.reason.startswith(
         f"mindspore {ms.__version__} is installed but this machine has no Ascend NPU (no "
-        f"davinci0, davinci1, ... in {tmp_path})"
+        f"davinci0, davinci1, ... in {dev})"
     )
     assert "; no NVIDIA GPU (no nvidia0" in avail.reason
     assert avail.reason.endswith("memacct-mindspore needs MindSpore on Ascend or GPU")
@@ -199,11 +199,9 @@ def test_availability_without_a_device_file_names_both_kinds(
 
 @pytest.mark.parametrize("device_file", ["davinci0", "nvidia3"])
 def test_availability_with_an_npu_or_gpu_is_told_without_importing_mindspore(
-    device_file: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    device_file: str, device_files: Callable[..., Path]
 ) -> None:
-    (tmp_path / device_file).touch()
-    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "platform", "linux")
+    device_files(device_file)
     avail = mindspore_install_availability(find_spec=lambda name: name == "mindspore")
     assert avail.available and "is installed and a device is present" in avail.reason
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from memacct_npu import NPU_QUIRKS, AscendBackend, npu_availability, npu_install_availability
 
 import memacct
-from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource, plugin
+from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import ALLOCATOR_PRESETS, SimDevice
 from memacct.testing import Allocator, BackendConformance, torch_allocator
@@ -152,15 +153,14 @@ def test_torch_npu_with_npus_is_available() -> None:
 
 
 def test_installed_torch_npu_without_an_npu_device_file_is_told_without_importing_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, device_files: Callable[..., Path]
 ) -> None:
-    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "platform", "linux")
+    device_files()
     monkeypatch.setitem(sys.modules, "torch_npu", None)  # importing it would fail
     avail = npu_install_availability(find_spec=lambda name: True)
     assert not avail.available
     assert "is installed but this machine has no Ascend NPU (no davinci0" in avail.reason
-    (tmp_path / "davinci0").touch()
+    device_files("davinci0")
     assert npu_install_availability(find_spec=lambda name: True).available
 
 

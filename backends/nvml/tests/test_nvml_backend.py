@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pynvml
@@ -31,7 +31,6 @@ from memacct import (
     InvalidInputError,
     MemacctError,
     ProfilingError,
-    plugin,
 )
 from memacct.testing import BackendConformance
 from memacct.units import GiB, MiB
@@ -113,23 +112,16 @@ def test_building_here_names_the_missing_nvml_library() -> None:
     assert "no NVIDIA driver is installed" in str(caught.value)
 
 
-def gpu_device_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> None:
-    for name in names:
-        (tmp_path / name).touch()
-    monkeypatch.setattr(plugin, "DEVICE_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "platform", "linux")
-
-
 def test_availability_without_a_gpu_device_file_says_so_without_loading_nvml(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, device_files: Callable[..., Path]
 ) -> None:
-    gpu_device_file(monkeypatch, tmp_path, "nvidiactl")
+    dev = device_files("nvidiactl")
     monkeypatch.setattr(pynvml, "nvmlInit", raiser(AssertionError))  # NVML must not start
     avail = NvmlBackend.availability()
     assert (avail.available, avail.reason) == (
         False,
         f"nvidia-ml-py is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
-        f"... in {tmp_path}): no NVIDIA driver is loaded, or this container was started "
+        f"... in {dev}): no NVIDIA driver is loaded, or this container was started "
         "without its GPUs (docker run --gpus all)",
     )
 
@@ -141,9 +133,9 @@ def test_missing_binding_is_told_without_importing_it() -> None:
 
 
 def test_gpu_device_file_lists_nvml_and_building_it_gives_nvmls_reason(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, device_files: Callable[..., Path]
 ) -> None:
-    gpu_device_file(monkeypatch, tmp_path, "nvidia0")
+    device_files("nvidia0")
     monkeypatch.setattr(pynvml, "nvmlInit", raiser(pynvml.NVMLError_DriverNotLoaded))
     info = {b.name: b for b in memacct.available_backends()}["nvml"]
     assert (info.available, info.distribution, info.priority) == (True, "memacct-nvml", 0)
