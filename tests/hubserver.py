@@ -78,7 +78,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._send(status, body, {"X-Error-Code": code, "Content-Type": "application/json"},
                        head)  # fmt: skip
 
-        def _repo(self, repo_id: str, head: bool) -> Repo | None:
+        def _repo(self, repo_id: str, revision: str, head: bool) -> Repo | None:
+            """The repository at ``revision``, or ``None`` after answering the Hub's error."""
             repo = hub.repos.get(repo_id)
             authorized = self.headers.get("Authorization") == f"Bearer {hub.token}"
             if repo is None or (repo.private and not authorized):
@@ -86,6 +87,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return None
             if repo.gated and not authorized:
                 self._error(403 if self.headers.get("Authorization") else 401, "GatedRepo", head)
+                return None
+            if revision not in (*repo.branches, repo.commit):
+                self._error(404, "RevisionNotFound", head)
                 return None
             return repo
 
@@ -106,11 +110,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "NotFound", head)
 
         def _model_info(self, repo_id: str, revision: str, head: bool) -> None:
-            repo = self._repo(repo_id, head)
+            repo = self._repo(repo_id, revision, head)
             if repo is None:
-                return
-            if revision not in (*repo.branches, repo.commit):
-                self._error(404, "RevisionNotFound", head)
                 return
             info = {
                 "id": repo_id,
@@ -124,11 +125,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
 
         def _resolve(self, repo_id: str, revision: str, filename: str, head: bool) -> None:
-            repo = self._repo(repo_id, head)
+            repo = self._repo(repo_id, revision, head)
             if repo is None:
-                return
-            if revision not in (*repo.branches, repo.commit):
-                self._error(404, "RevisionNotFound", head)
                 return
             data = repo.files.get(filename)
             if data is None:
