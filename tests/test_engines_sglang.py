@@ -332,3 +332,51 @@ def test_the_cli_takes_swa_full_tokens_ratio_for_sglang_only(
     assert f"KV Cache is allocated. #tokens: {tokens}" in capsys.readouterr().out
     assert main([*base, "--engine", "vllm"]) == 2
     assert "--swa-full-tokens-ratio" in capsys.readouterr().err
+
+
+def _golden() -> list[dict[str, object]]:
+    import json
+    from pathlib import Path
+
+    lines = (Path(__file__).parent / "data/golden/sglang-0.5.23.json").read_text().splitlines()
+    assert json.loads(lines[0])["sglang"] == "0.5.23"
+    return [json.loads(line) for line in lines[1:]]
+
+
+def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tools/golden_sglang.py ran SGLang 0.5.23's pool functions from its wheel."""
+    monkeypatch.delenv("SGLANG_MAMBA_CONV_DTYPE", raising=False)
+    rows = _golden()
+    mismatches = []
+    for row in rows:
+        budget, model = int(str(row["budget_bytes"])), str(row["model"])
+        if row["kind"] == "swa":
+            page, ratio = int(str(row["page"])), float(str(row["swa_full_tokens_ratio"]))
+            options: dict[str, float | int | str] = {"swa_full_tokens_ratio": ratio}
+            try:
+                layout = SGLANG.plan(KVCacheSpec.from_preset(model), budget, KVSettings(
+                    max_model_len=8192, block_size=page, engine_options=options))
+            except InsufficientMemoryError:
+                got: dict[str, object] = {"refused": True}
+            else:
+                swa = next(int(n.split()[2]) for n in layout.notes if n.startswith("sliding"))
+                got = {"refused": False, "full_tokens": layout.kv_tokens, "swa_tokens": swa}
+            want = {k: row[k] for k in got}
+        else:
+            env = row["ssm_env"]
+            if env is None:
+                monkeypatch.delenv("SGLANG_MAMBA_SSM_DTYPE", raising=False)
+            else:
+                monkeypatch.setenv("SGLANG_MAMBA_SSM_DTYPE", str(env))
+            spec = KVCacheSpec.from_preset(
+                model, tensor_parallel_size=int(str(row["tensor_parallel_size"])))
+            layout = SGLANG.plan(spec, budget, KVSettings(
+                max_model_len=int(str(row["max_model_len"])), block_size=1,
+                enable_prefix_caching=bool(row["radix"])))
+            got = {"kv_tokens": layout.kv_tokens,
+                   "max_running_requests": layout.max_running_requests}
+            want = {k: row[k] for k in got}
+        if got != want:
+            mismatches.append((row, got))
+    assert len(rows) == 234
+    assert not mismatches, mismatches[:3]

@@ -1,0 +1,328 @@
+"""Golden table of SGLang 0.5.23's own pool code (run by hand, never in ``make test``).
+
+SGLang's sizing classes import its CUDA build and a live server's argument groups, so this
+tool runs its functions' *source* from the wheel, not a copy of memacct's rules:
+
+* ``configs/mamba_utils.py`` is imported whole (``mamba2_state_dtype``,
+  ``Mamba2StateShape.create``, ``Mamba2CacheParams.mamba_cache_per_req``), with stand-ins
+  for the two modules it imports (``distributed.utils.divide``, ``environ.envs``);
+* the methods ``HybridSWAPoolConfigurator`` (``_recompute_cell_size``, ``_full_cell_bytes``,
+  ``_swa_cell_bytes``, ``calculate_pool_sizes``, ``_solve_pool_sizes``,
+  ``_make_pool_config``, ``validate_swa_pool_size``) and ``KVCacheConfigurator``
+  (``_handle_max_mamba_cache``, ``_calculate_mamba_ratio``, ``resolve_max_num_reqs``)
+  are compiled from ``pool_configurator.py`` / ``kv_cache_configurator.py`` and run on
+  objects holding exactly the attributes they read (``get_schedule()`` & co. answer the
+  server's defaults: page 1, ratio 0.8, ``mamba_full_memory_ratio`` 0.9, overlap on, no
+  speculative decoding, no DP attention, no unified memory).
+
+The configs' sizes are the presets' ``config.json`` (and ``tests/data/golden/models``).
+Usage::
+
+    pip download sglang==0.5.23 --no-deps -d /tmp/sgl && unzip -q /tmp/sgl/sglang-*.whl \\
+        'sglang/*' -d /tmp/sgl/src
+    .venv/bin/python tools/golden_sglang.py --sglang-src /tmp/sgl/src \\
+        --out tests/data/golden/sglang-0.5.23.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import math
+import os
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+GiB = 1 << 30
+SRT = "sglang/srt"
+
+
+class _Env:
+    """``envs.X.get()`` as ``environ.py`` declares the few variables the functions read."""
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
+        "SGLANG_MAMBA_CONV_DTYPE": "bfloat16",
+        "SGLANG_MAMBA_SSM_DTYPE": None,
+        "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False,
+    }
+
+    def __getattr__(self, name: str) -> Any:
+        default = self._DEFAULTS[name]
+
+        class _Var:
+            @staticmethod
+            def get() -> Any:
+                return os.environ.get(name, default)
+
+        return _Var
+
+
+def _load_mamba_utils(src: Path) -> types.ModuleType:
+    for name in ("sglang", "sglang.srt", "sglang.srt.distributed", "sglang.srt.configs"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    dist = types.ModuleType("sglang.srt.distributed.utils")
+
+    def divide(a: int, b: int) -> int:
+        assert a % b == 0, (a, b)
+        return a // b
+
+    dist.divide = divide  # type: ignore[attr-defined]
+    sys.modules["sglang.srt.distributed.utils"] = dist
+    environ = types.ModuleType("sglang.srt.environ")
+    environ.envs = _Env()  # type: ignore[attr-defined]
+    sys.modules["sglang.srt.environ"] = environ
+    spec = importlib.util.spec_from_file_location(
+        "sglang.srt.configs.mamba_utils", src / SRT / "configs/mamba_utils.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _methods(path: Path, cls: str, names: set[str], env: dict[str, Any]) -> dict[str, Any]:
+    """Compile the named methods of ``cls`` in ``path`` into functions over ``env``."""
+    tree = ast.parse(path.read_text())
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in names:
+                    item.decorator_list = []
+                    module = ast.Module(body=[item], type_ignores=[])
+                    scope: dict[str, Any] = {}
+                    exec(compile(module, str(path), "exec"), env, scope)
+                    out[item.name] = scope[item.name]
+    missing = names - set(out)
+    assert not missing, missing
+    return out
+
+
+@dataclass
+class _Schedule:
+    swa_full_tokens_ratio: float = 0.8
+    mamba_full_memory_ratio: float = 0.9
+    max_mamba_cache_size: int | None = None
+    max_running_requests: int | None = None
+    disable_overlap_schedule: bool = False
+
+
+@dataclass
+class MemoryPoolConfig:
+    max_total_num_tokens: int
+    full_max_total_num_tokens: int | None = None
+    swa_max_total_num_tokens: int | None = None
+    unified_memory_pool_bytes: int | None = None
+
+
+@dataclass
+class _Ctx:
+    schedule: _Schedule
+    radix: bool = True
+    extra_buffer: bool = True
+
+    def env(self, logger: Any) -> dict[str, Any]:
+        ns = types.SimpleNamespace
+        ctx = self
+
+        class _Context:
+            @staticmethod
+            def override(_key: str, **values: Any) -> None:
+                for k, v in values.items():
+                    setattr(ctx.schedule, k, v)
+
+        def tracking_slots(*, extra_buffer: bool, overlap: bool, lazy: bool = False) -> int:
+            # mem_cache/allocation_sizing.py get_mamba_tracking_slots, compiled below.
+            raise AssertionError("replaced")
+
+        return {
+            "get_schedule": lambda: self.schedule,
+            "get_memory": lambda: ns(disable_radix_cache=not self.radix,
+                                     enable_unified_memory=False),
+            "get_exec": lambda: ns(mamba=ns(enable_mamba_extra_buffer=self.extra_buffer,
+                                            enable_mamba_extra_buffer_lazy=False,
+                                            enable_linear_replayssm_spec=False)),
+            "get_context": lambda: _Context,
+            "get_spec": lambda: ns(speculative_num_draft_tokens=None),
+            "envs": _Env(),
+            "logger": logger,
+            "logging": logger,
+            "MemoryPoolConfig": MemoryPoolConfig,
+            "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO": 3,
+            "MAMBA_CACHE_BASE_RATIO_DROP_ON_SKIP": 1,
+            "MAMBA_CACHE_V2_ADDITIONAL_RATIO_NO_BUFFER": 1,
+            "_pd_prefill_skips_mamba_spec_state": lambda: False,
+            "get_pp_indices": None,
+            "get_mamba_tracking_slots": tracking_slots,
+            "math": math,
+        }
+
+
+class _Logger:
+    def info(self, *_a: Any, **_k: Any) -> None: ...
+    def warning(self, *_a: Any, **_k: Any) -> None: ...
+
+
+def _sglang(src: Path, ctx: _Ctx) -> dict[str, Any]:
+    env = ctx.env(_Logger())
+    tracking = _methods_free(src / SRT / "mem_cache/allocation_sizing.py",
+                             "get_mamba_tracking_slots", env)
+    env["get_mamba_tracking_slots"] = tracking
+    swa = _methods(src / SRT / "model_executor/pool_configurator.py",
+                   "HybridSWAPoolConfigurator",
+                   {"_recompute_cell_size", "_full_cell_bytes", "_swa_cell_bytes",
+                    "calculate_pool_sizes", "_solve_pool_sizes", "_make_pool_config"}, env)
+    base = _methods(src / SRT / "model_executor/pool_configurator.py",
+                    "MemoryPoolConfigurator", {"validate_swa_pool_size"}, env)
+    kvc = _methods(src / SRT / "mem_cache/kv_cache_configurator.py", "KVCacheConfigurator",
+                   {"_handle_max_mamba_cache", "_calculate_mamba_ratio",
+                    "resolve_max_num_reqs"}, env)
+    return {**swa, **base, **kvc}
+
+
+def _methods_free(path: Path, name: str, env: dict[str, Any]) -> Any:
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            scope: dict[str, Any] = {}
+            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"),
+                 env, scope)
+            return scope[name]
+    raise AssertionError(name)
+
+
+def swa_row(src: Path, per_token: int, full_layers: int, swa_layers: int, window: int,
+            budget: int, page: int, ratio: float) -> dict[str, Any]:
+    """gpt-oss-style hybrid SWA: HybridSWAPoolConfigurator's sizes, or its refusal."""
+    ctx = _Ctx(_Schedule(swa_full_tokens_ratio=ratio))
+    fns = _sglang(src, ctx)
+    self = types.SimpleNamespace(
+        _full_per_token=per_token, _swa_per_token=per_token, _full_layers_num=full_layers,
+        _swa_layers_num=swa_layers, _draft_full_layers_num=0, _draft_swa_layers_num=0,
+        _draft_swa_full_layers_num=0, _draft_cell_size=0, _fused_full_entry=None,
+        _fused_swa_entry=None, _swa_full_tokens_ratio=ratio, _sliding_window_size=window,
+        _page_size=page, _enable_unified_memory=False,
+    )
+    for key in ("_full_cell_bytes", "_swa_cell_bytes", "_solve_pool_sizes",
+                "_make_pool_config"):
+        setattr(self, key, types.MethodType(fns[key], self))
+    self.validate_swa_pool_size = fns["validate_swa_pool_size"]
+    fns["_recompute_cell_size"](self)
+    try:
+        config = fns["calculate_pool_sizes"](self, budget, page)
+    except ValueError:
+        return {"refused": True}
+    return {"refused": False, "full_tokens": config.full_max_total_num_tokens,
+            "swa_tokens": config.swa_max_total_num_tokens}
+
+
+def mamba_row(src: Path, mamba_utils: types.ModuleType, cfg: dict[str, Any], tp: int,
+              attention_token: int, budget: int, context_len: int, radix: bool,
+              extra_buffer: bool, config_obj: Any) -> dict[str, Any]:
+    """A GDN/Mamba2 hybrid: the state pool, the KV tokens and max_running_requests."""
+    ctx = _Ctx(_Schedule(), radix=radix, extra_buffer=extra_buffer)
+    fns = _sglang(src, ctx)
+    shape = mamba_utils.Mamba2StateShape.create(tp_world_size=tp, **cfg["shape"])
+    params = mamba_utils.Mamba2CacheParams(
+        shape=shape, layers=cfg["layers"], dtype=mamba_utils.mamba2_state_dtype(config_obj))
+    ns = types.SimpleNamespace
+    self = ns(mambaish_config=ns(mamba2_cache_params=params), pp_size=1,
+              fused_entry_bytes=lambda _name: None, spec_algorithm=ns(is_none=lambda: True),
+              hybrid_gdn_config=None, hybrid_kda_config=None, extra_mamba_cache_bytes_per_req=0,
+              attn_dp_size=1, model_config=ns(context_len=context_len))
+    self._calculate_mamba_ratio = types.MethodType(fns["_calculate_mamba_ratio"], self)
+    rest_gib = fns["_handle_max_mamba_cache"](self, budget / GiB)
+    rest = int(rest_gib * GiB)
+    tokens = rest // attention_token
+    running = fns["resolve_max_num_reqs"](self, tokens)
+    return {"per_request": params.mamba_cache_per_req, "slots": ctx.schedule.max_mamba_cache_size,
+            "kv_tokens": tokens, "max_running_requests": running}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sglang-src", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    src: Path = args.sglang_src
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from memacct.planner import load_model_preset
+
+    mamba_utils = _load_mamba_utils(src)
+    rows: list[dict[str, Any]] = []
+    gpt = load_model_preset("gpt-oss-20b")
+    per_token = gpt["num_key_value_heads"] * gpt["head_dim"] * 2 * 2
+    window = gpt["sliding_window"] - 1  # models/gpt_oss.py get_attention_sliding_window_size
+    for budget in (20 * GiB, 7 * GiB + 12345, 3 * GiB, 40 * 1024 * 1024, 7166361, 7166362):
+        for page in (1, 16, 64):
+            for ratio in (0.8, 0.5, 1.0, 0.25, 0.05, 0.01):
+                row = swa_row(src, per_token, 12, 12, window, budget, page, ratio)
+                rows.append({"kind": "swa", "model": "gpt-oss-20b", "budget_bytes": budget,
+                             "page": page, "swa_full_tokens_ratio": ratio, **row})
+    qwen = load_model_preset("qwen3-next-80b-a3b")
+    gdn = {"shape": {
+        "intermediate_size": qwen["linear_value_head_dim"] * qwen["linear_num_value_heads"],
+        "n_groups": qwen["linear_num_key_heads"], "num_heads": qwen["linear_num_value_heads"],
+        "head_dim": qwen["linear_value_head_dim"], "state_size": qwen["linear_key_head_dim"],
+        "conv_kernel": qwen["linear_conv_kernel_dim"]},
+        "layers": [i for i in range(qwen["num_hidden_layers"]) if (i + 1) % 4]}
+    for ssm in (None, "bfloat16", "float16"):
+        if ssm is None:
+            os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
+        else:
+            os.environ["SGLANG_MAMBA_SSM_DTYPE"] = ssm
+        for tp in (1, 2, 4):
+            token = 12 * max(1, qwen["num_key_value_heads"] // tp) * qwen["head_dim"] * 2 * 2
+            for budget in (20 * GiB, 60 * GiB, 7 * GiB + 999):
+                for radix, extra in ((True, True), (False, False)):
+                    for length in (8192, 262144):
+                        row = mamba_row(src, mamba_utils, gdn, tp, token, budget, length,
+                                        radix, extra, None)
+                        rows.append({"kind": "mamba", "model": "qwen3-next-80b-a3b",
+                                     "tensor_parallel_size": tp, "budget_bytes": budget,
+                                     "ssm_env": ssm, "radix": radix, "max_model_len": length,
+                                     **row})
+        granite = load_model_preset("granite-4.0-h-small")
+        mamba2 = {"shape": {
+            "intermediate_size": granite["mamba_expand"] * granite["hidden_size"],
+            "n_groups": granite["mamba_n_groups"], "num_heads": granite["mamba_n_heads"],
+            "head_dim": granite["mamba_d_head"], "state_size": granite["mamba_d_state"],
+            "conv_kernel": granite["mamba_d_conv"]},
+            "layers": [i for i, t in enumerate(granite["layer_types"]) if t == "mamba"]}
+        attention = granite["layer_types"].count("attention")
+        head = granite["hidden_size"] // granite["num_attention_heads"]
+        for tp in (1, 2, 4):
+            token = attention * max(1, granite["num_key_value_heads"] // tp) * head * 2 * 2
+            for budget in (20 * GiB, 60 * GiB):
+                # configs/granitemoehybrid.py: Mamba2CacheParams without the config's dtype.
+                row = mamba_row(src, mamba_utils, mamba2, tp, token, budget, 8192, True,
+                                True, None)
+                rows.append({"kind": "mamba", "model": "granite-4.0-h-small",
+                             "tensor_parallel_size": tp, "budget_bytes": budget,
+                             "ssm_env": ssm, "radix": True, "max_model_len": 8192, **row})
+    os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
+    header = {
+        "sglang": "0.5.23",
+        "source": "sglang-0.5.23 wheel: configs/mamba_utils.py imported; "
+                  "HybridSWAPoolConfigurator, MemoryPoolConfigurator.validate_swa_pool_size, "
+                  "KVCacheConfigurator._handle_max_mamba_cache/_calculate_mamba_ratio/"
+                  "resolve_max_num_reqs and allocation_sizing.get_mamba_tracking_slots "
+                  "compiled from the wheel's source",
+        "emulated": "page_size as given, overlap scheduler on, no speculative decoding, "
+                    "no DP attention, no unified memory, PP 1; gpt-oss window = "
+                    "sliding_window - 1; Qwen3-Next: extra buffer with the radix cache",
+        "rows": len(rows),
+    }
+    args.out.write_text(
+        json.dumps(header) + "\n" + "".join(json.dumps(r) + "\n" for r in rows)
+    )
+    print(f"{len(rows)} rows -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
