@@ -33,16 +33,15 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 
     Needs the ``memacct[hf]`` extra (``transformers`` and ``torch``), imported here, never at
     import time. Quantized linear layers are sized from their shapes by the checkpoint's
-    quantization scheme. The count is kept per config in the user's cache directory
-    (:mod:`memacct.planner.meta_cache`): a config counted before answers in milliseconds.
+    quantization scheme. The model's parameter list is kept per config in the user's cache
+    directory (:mod:`memacct.planner.meta_cache`): a config built before answers in
+    milliseconds, without importing torch or transformers.
 
     Raises:
         ConfigError: ``transformers`` is missing or does not know the architecture.
     """
-    from memacct.planner.meta_cache import cached
-
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
-    return cached(config, tp, lambda: _count(config, tp))
+    return _count(config, tp)
 
 
 def _count(config: Mapping[str, Any], tp: int) -> WeightEstimate:
@@ -90,7 +89,13 @@ def meta_tensors(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 @lru_cache(maxsize=8)
 def _parameters(config_json: str) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]:
     """The (name, shape) of every parameter of the meta-device model, and whether it ties its
-    LM head to the embedding."""
+    LM head to the embedding; from the user's cache when this config was built before."""
+    from memacct.planner.meta_cache import cached_parameters
+
+    return cached_parameters(config_json, lambda: _build_parameters(config_json))
+
+
+def _build_parameters(config_json: str) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]:
     config = json.loads(config_json)
     try:
         import torch

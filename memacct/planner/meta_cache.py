@@ -1,11 +1,10 @@
-"""The meta-device weight count, kept per config in the user's cache directory.
+"""The meta-device model's parameter list, kept per config in the user's cache directory.
 
 Building a model on the ``meta`` device costs seconds (importing ``torch`` and
-``transformers``, then constructing every module); its answer depends only on
-the config, the tensor-parallel size, the ``transformers`` release and
-memacct's own per-rank rules. So :func:`cached` keys the
-:class:`~memacct.planner.weight_rules.WeightEstimate` by a hash of all four and
-keeps it as JSON under :func:`memacct.io.user_cache_dir` (``MEMACCT_CACHE_DIR``,
+``transformers``, then constructing every module); the list of its parameters'
+names and shapes depends only on the config and the ``transformers`` release.
+So :func:`cached_parameters` keys that list by a hash of both and keeps it as
+JSON under :func:`memacct.io.user_cache_dir` (``MEMACCT_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/memacct``; ``MEMACCT_CACHE_DIR=off`` turns it off),
 written atomically. Finding the ``transformers`` release reads package
 metadata only: a cached answer imports neither torch nor transformers.
@@ -20,31 +19,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from functools import lru_cache
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from memacct.errors import ConfigError
 from memacct.io import atomic_write_text, loads_json_object, read_text, user_cache_dir
-from memacct.planner.weight_rules import WeightEstimate
+from memacct.units import MiB
 
-__all__ = ["cache_path", "cached"]
+__all__ = ["Parameters", "cache_path", "cached_parameters"]
 
-_SCHEMA = 1
-# The modules whose rules shape the count: a change to any of them is a new key.
-_RULE_MODULES = ("meta.py", "weight_rules.py", "quant.py", "meta_cache.py")
+Parameters = tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]
+"""The meta-device model's (name, shape) of every parameter, and whether its LM head is tied."""
 
-
-@lru_cache(maxsize=1)
-def _rules_digest() -> str:
-    digest = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in _RULE_MODULES:
-        with contextlib.suppress(OSError):
-            digest.update((here / name).read_bytes())
-    return digest.hexdigest()[:16]
+_SCHEMA = 2
+_LIMIT = 256 * MiB
 
 
 def _transformers_release() -> str | None:
@@ -54,68 +44,67 @@ def _transformers_release() -> str | None:
         return None
 
 
-def cache_path(config: Mapping[str, Any], tensor_parallel_size: int) -> Path | None:
-    """Where the count of ``config`` at ``tensor_parallel_size`` is kept; ``None``: no cache
-    (caching off, transformers not installed, or a config that is not plain JSON)."""
+def cache_path(config_json: str) -> Path | None:
+    """Where the parameters of ``config_json`` (a config as sorted JSON) are kept; ``None``:
+    no cache (caching off, or transformers not installed)."""
     release = _transformers_release()
-    base = user_cache_dir("meta-weights")
+    base = user_cache_dir("meta-parameters")
     if release is None or base is None:
         return None
-    try:
-        text = json.dumps(
-            [_SCHEMA, release, _rules_digest(), tensor_parallel_size, config],
-            sort_keys=True, allow_nan=False,
-        )  # fmt: skip
-    except (TypeError, ValueError):
-        return None
-    return base / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+    key = json.dumps([_SCHEMA, release, config_json])
+    return base / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
 
 
-def _load(path: Path, tp: int) -> WeightEstimate | None:
+def _load(path: Path) -> Parameters | None:
     try:
-        data = loads_json_object(read_text(path, "meta-weights cache", 1 << 20), str(path))
+        data = loads_json_object(read_text(path, "meta-parameters cache", _LIMIT), str(path))
     except ConfigError:
         return None
     refusal = data.get("refusal")
     if isinstance(refusal, str) and refusal:
         raise ConfigError(refusal)  # transformers could not build it last time either
-    by_role = data.get("by_role")
-    quant = data.get("quantization")
-    if not (
-        isinstance(by_role, dict)
-        and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in by_role.items())
-        and (quant is None or isinstance(quant, str))
-        and data.get("tensor_parallel_size") == tp
-    ):
+    params, tied = data.get("parameters"), data.get("tied")
+    if not isinstance(params, list) or not isinstance(tied, bool):
         return None
-    return WeightEstimate(sum(by_role.values()), by_role, "transformers", quant, tp)
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for entry in params:
+        ok = (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], list)
+            and all(type(d) is int and d >= 0 for d in entry[1])
+        )
+        if not ok:
+            return None
+        out.append((entry[0], tuple(entry[1])))
+    return tuple(out), tied
 
 
-def cached(
-    config: Mapping[str, Any], tensor_parallel_size: int, count: Callable[[], WeightEstimate]
-) -> WeightEstimate:
-    """The cached count of ``config``, else ``count()`` (then kept for the next run)."""
-    path = cache_path(config, tensor_parallel_size)
+def cached_parameters(config_json: str, build: Callable[[], Parameters]) -> Parameters:
+    """The kept parameters of ``config_json``, else ``build()`` (then kept for the next run).
+
+    Raises:
+        ConfigError: ``build`` refused the config (now, or on the run that kept the refusal).
+    """
+    path = cache_path(config_json)
     if path is not None and path.is_file():
-        hit = _load(path, tensor_parallel_size)
+        hit = _load(path)
         if hit is not None:
             return hit
     try:
-        estimate = count()
+        params = build()
     except ConfigError as exc:
         if path is not None and not str(exc).startswith("sizing from the architecture needs"):
             _store(path, {"refusal": str(exc)})
         raise
     if path is not None:
-        _store(path, {
-            "by_role": dict(estimate.by_role),
-            "quantization": estimate.quantization,
-            "tensor_parallel_size": estimate.tensor_parallel_size,
-        })  # fmt: skip
-    return estimate
+        _store(path, {"parameters": [[n, list(shape)] for n, shape in params[0]],
+                      "tied": params[1]})  # fmt: skip
+    return params
 
 
 def _store(path: Path, entry: dict[str, Any]) -> None:
     # An unwritable cache costs the next run the meta-device build, nothing more.
     with contextlib.suppress(ConfigError):
-        atomic_write_text(path, json.dumps(entry), "meta-weights cache", make_parents=True)
+        atomic_write_text(path, json.dumps(entry), "meta-parameters cache", make_parents=True)
