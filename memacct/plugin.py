@@ -101,8 +101,8 @@ class DeviceKind(NamedTuple):
 
 DEVICE_FILES: dict[str, DeviceKind] = {
     "NVIDIA GPU": DeviceKind(
-        r"nvidia\d+",
-        "nvidia0, nvidia1, ...",
+        r"nvidia\d+|dxg|nvhost-ctrl-gpu|nvgpu",
+        "nvidia0, nvidia1, ..., dxg (WSL2), nvhost-ctrl-gpu or nvgpu (Jetson)",
         "no NVIDIA driver is loaded, or this container was started without its GPUs "
         "(docker run --gpus all)",
     ),
@@ -116,8 +116,9 @@ DEVICE_FILES: dict[str, DeviceKind] = {
 }
 """Each device kind: its device files in ``/dev`` and the usual cause when there are none.
 
-The NVIDIA driver creates ``/dev/nvidia0`` ... per GPU, Ascend's ``/dev/davinci0`` ...,
-ROCm one ``/dev/kfd``."""
+The NVIDIA driver creates ``/dev/nvidia0`` ... per GPU (WSL2 exposes GPUs as ``/dev/dxg``,
+Jetson's integrated GPU as ``/dev/nvhost-ctrl-gpu`` or ``/dev/nvgpu/``), Ascend's
+``/dev/davinci0`` ..., ROCm one ``/dev/kfd``."""
 
 
 def installed(module: str) -> bool:

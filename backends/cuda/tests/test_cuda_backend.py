@@ -304,7 +304,7 @@ def test_gpu_build_without_a_gpu_device_file_names_the_files_and_the_cause(
     assert not avail.available
     assert avail.reason.startswith(
         f"torch 2.13.0 is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
-        f"... in {dev}): no NVIDIA driver is loaded"
+        f"..., dxg (WSL2), nvhost-ctrl-gpu or nvgpu (Jetson) in {dev}): no NVIDIA driver is loaded"
     )
 
 
@@ -527,3 +527,11 @@ def test_default_allocator_rounds_each_tensor_to_2_mib(monkeypatch: pytest.Monke
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     quirks = CudaBackend(SimDevice().api, attribution=False).quirks
     assert (quirks.growth_rounding, quirks.growth_granularity_bytes) == ("multiple", 2 * 2**20)
+
+
+@pytest.mark.parametrize("device_file", ["nvidia0", "dxg", "nvhost-ctrl-gpu", "nvgpu"])
+def test_a_gpu_is_told_by_the_device_files_of_linux_wsl2_and_jetson(
+    device_file: str, device_files: Callable[..., Path]
+) -> None:
+    device_files(device_file)
+    assert torch_cuda_availability(lambda name: "2.13.0").available

@@ -121,8 +121,8 @@ def test_availability_without_a_gpu_device_file_says_so_without_loading_nvml(
     assert (avail.available, avail.reason) == (
         False,
         f"nvidia-ml-py is installed but this machine has no NVIDIA GPU (no nvidia0, nvidia1, "
-        f"... in {dev}): no NVIDIA driver is loaded, or this container was started "
-        "without its GPUs (docker run --gpus all)",
+        f"..., dxg (WSL2), nvhost-ctrl-gpu or nvgpu (Jetson) in {dev}): no NVIDIA driver is "
+        "loaded, or this container was started without its GPUs (docker run --gpus all)",
     )
 
 
