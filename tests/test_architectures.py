@@ -271,3 +271,19 @@ def test_zamba2_hybrid_layers_add_attention_and_keep_one_state_block() -> None:
     state = next(x for x in spec.layers if isinstance(x, Mamba2State))
     assert state.state_bytes == ((5120 + 2 * 2 * 64) // 2 * 3 + 80 // 2 * 64 * 64) * 2
     assert state.blocks_per_request(8192, 0, 16, prefix_caching=True) == 1
+
+
+def test_a_language_model_in_llm_config_is_read_by_its_model_type() -> None:
+    internvl = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+                "llm_config": {"model_type": "qwen2", "hidden_size": 3584,
+                               "num_hidden_layers": 28, "num_attention_heads": 28,
+                               "num_key_value_heads": 4, "torch_dtype": "bfloat16",
+                               "max_position_embeddings": 32768},
+                "vision_config": {"hidden_size": 1024}}
+    spec = KVCacheSpec.from_hf_config(internvl)
+    assert spec.bytes_per_token == 28 * 2 * 4 * 128 * 2
+    assert spec.position_limit == 32768
+    flat = {key: value for key, value in internvl.items() if key != "llm_config"}
+    with pytest.raises(ConfigError, match="InternVLChatModel"):
+        KVCacheSpec.from_hf_config({**flat, "hidden_size": 64, "num_hidden_layers": 2,
+                                    "num_attention_heads": 4})

@@ -162,15 +162,7 @@ REFUSED: dict[str, str] = {
     "hunyuan_vision": "HunYuan's text part: no rule yet",
     "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
-    "qwen2_5_omni_thinker": "the thinker's text config (thinker_config) is not read yet",
-    "qwen3_omni_moe_thinker": "the thinker's text config (thinker_config) is not read yet",
-    "hyperclovax_vision": "its language model config (language_config) is not read yet",
 }
-for _name in ("internvl", "h2ovl", "nvlm_d", "skyworkr1v", "nemotron_vl", "ovis", "ovis2_5",
-              "bagel", "deepseek_ocr", "isaac", "rvl", "bee", "kimi_audio", "midashenglm",
-              "glmasr", "audioflamingo3", "nano_nemotron_vl", "dots_ocr", "paddleocr_vl"):
-    REFUSED[_name] = "its language model config (llm_config or its own layout) is not read yet"
-
 # Multimodal modules whose text part is a text_config (or the top level) of a model type
 # with a rule of its own: planned through that rule, the encoder's start-up left out. The
 # value reads a flat config (text keys at the top level, the multimodal model_type).
@@ -186,6 +178,14 @@ _MULTIMODAL: dict[str, str] = {
     "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "minicpmv": "qwen2", "minicpmo": "qwen2",
     "phi3v": "phi3", "phi4mm": "phi3", "qwen_vl": "qwen", "molmo": "llama",
     "minimax_vl_01": "minimax_text_01",
+    # The text part in llm_config / language_config / thinker_config.text_config: read
+    # by its model type only (no flat fallback, "").
+    **dict.fromkeys((
+        "internvl", "h2ovl", "nvlm_d", "skyworkr1v", "nemotron_vl", "ovis", "ovis2_5",
+        "bagel", "deepseek_ocr", "isaac", "rvl", "bee", "kimi_audio", "midashenglm",
+        "glmasr", "audioflamingo3", "nano_nemotron_vl", "dots_ocr", "paddleocr_vl",
+        "hyperclovax_vision", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
+    ), ""),
 }  # fmt: skip
 _MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up is the "
                     "engine's (memacct/engines/vllm/multimodal.py: Qwen2-VL and Qwen2.5-VL)")
@@ -201,6 +201,8 @@ _TEXT_TYPES = {
     "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "ernie4_5": "ernie45",
     "ernie4_5_moe": "ernie45_moe", "phi4mm": "phi3", "phi3_v": "phi3",
     "minimax": "minimax_text_01", "minimax_m1": "minimax_text_01",
+    "qwen2_5_omni_text": "qwen2", "qwen2_5_omni_thinker": "qwen2",
+    "qwen3_omni_moe_text": "qwen3_moe", "qwen3_omni_moe_thinker": "qwen3_moe",
 }  # fmt: skip
 
 
@@ -265,7 +267,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     if multimodal and module is not None:
         # The text part: text_config's model type, or the flat config's own decoder.
         flat = not cfg.text
-        module = _text_module(cfg.model_type) or (_MULTIMODAL[module] if flat else None)
+        module = _text_module(cfg.model_type) or (_MULTIMODAL[module] if flat else None) or None
     rule = RULES.get(module or "")
     reason = REFUSED.get(module or "", "no rule")
     if arch is not None and _module_of(arch) is None:

@@ -90,6 +90,7 @@ _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
 _KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _DTYPE_KEYS = ("torch_dtype", "dtype")
+_TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
 # vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).
 _LENGTH_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -182,10 +183,16 @@ class ModelConfig:
     def __init__(self, root: Mapping[str, Any], source: str) -> None:
         self.source = source
         self.root = root
-        text = root.get("text_config")
+        # The language model's section: text_config, or InternVL/Ovis's llm_config,
+        # DeepSeek-VL2's language_config, Qwen-Omni's thinker_config.text_config.
+        key, text = next(((k, root[k]) for k in _TEXT_SECTIONS if root.get(k) is not None),
+                         ("text_config", None))
+        thinker = root.get("thinker_config")
+        if text is None and isinstance(thinker, Mapping) and thinker.get("text_config"):
+            key, text = "thinker_config.text_config", thinker["text_config"]
         if text is not None and not isinstance(text, Mapping):
             raise ConfigError(
-                f"{source}: text_config must be a JSON object, got {type(text).__name__}"
+                f"{source}: {key} must be a JSON object, got {type(text).__name__}"
             )
         self.text: Mapping[str, Any] = text or {}
         model_type = self.text.get("model_type", root.get("model_type"))
