@@ -156,8 +156,8 @@ def estimate_deployment(
         w = _stage_weights(cfg, d, plain, stage, layers, pad, given, notes)
         est = startup.estimate(cfg, total_memory=total_memory, device_name=device_name,
                                settings=plain, weights=w)  # fmt: skip
-        est = _adjust(startup, cfg, est, spec, plain, d, last=stage == pp - 1,
-                      layer_share=layers / total_layers)  # fmt: skip
+        est = _adjust(startup, cfg, est, spec, plain, d, first=stage == 0,
+                      last=stage == pp - 1, layer_share=layers / total_layers)  # fmt: skip
         # Every stage gets the blocks of the one with the least room; memacct sizes blocks
         # by the largest stage's (the spec's), so the least room decides.
         if best is None or est.kv_cache_bytes < best.kv_cache_bytes:
@@ -172,7 +172,7 @@ def estimate_deployment(
 
 def _adjust(
     startup: VllmStartup, cfg: Mapping[str, Any], est: StartupEstimate, spec: KVCacheSpec,
-    s: StartupSettings, d: Deployment, *, last: bool, layer_share: float,
+    s: StartupSettings, d: Deployment, *, first: bool, last: bool, layer_share: float,
 ) -> StartupEstimate:  # fmt: skip
     """The activation and graph terms of one stage's rank under ``d``."""
     from memacct.engines.vllm.startup import (
@@ -196,8 +196,10 @@ def _adjust(
             spec, cfg, rows, version, est.sampler or None) + rejection_sampler_bytes(
             rows, int(spec.vocab_size or 0), dt)  # fmt: skip
         activation = max(forward, sampler)
-    mm = encoder_profile(cfg, d.multimodal, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-                         max_model_len=s.max_model_len, dtype_bytes=dt)  # fmt: skip
+    # The encoder runs on the first pipeline stage, which embeds the inputs.
+    mm = None if not first else encoder_profile(
+        cfg, d.multimodal, max_num_batched_tokens=tokens, max_num_seqs=seqs,
+        max_model_len=s.max_model_len, dtype_bytes=dt)  # fmt: skip  # fmt: skip
     notes = list(est.notes)
     if mm is not None:
         activation = max(mm.peak_bytes, activation + mm.held_bytes)
