@@ -42,7 +42,7 @@ FIELDS = {
     NON_ALLOCATOR: "non_allocator_increase",
     WEIGHTS: "weights_memory",
     ACTIVATION: "activation_peak",
-    FRAGMENTATION: "activation_peak",
+    FRAGMENTATION: "activation_peak (its reserved part)",
     GRAPHS: "cudagraph_memory",
     RETAINED: "retained_memory",
     KV_BLOCKS: "kv_cache_used_bytes",

@@ -18,6 +18,8 @@ from memacct.units import GiB, format_gib
 
 __all__ = ["print_plan"]
 
+_SHOWN_WHEN_HELD = ("other processes", "fragmentation overhead", "retained")
+
 
 def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) -> None:
     """Print ``plan`` (and draw it to ``plot_path``); ``result`` is its profile, if any."""
@@ -64,6 +66,8 @@ def _title(plan: Any, result: Any) -> str:
 
 
 def _breakdown_table(plan: Any, result: Any) -> Table:
+    """Every part of :func:`memacct.plot.breakdown` (the parts that may be absent, only when
+    present), each with its share of the device and the JSON field it comes from."""
     from memacct.plot import FIELDS, KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown, term_label
 
     table = Table(title=_title(plan, result) + ": device memory")
@@ -93,7 +97,8 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
             if plan.fits:
                 row("  " + label.removeprefix(KV_CACHE_SIZE + ": "), value)
             continue
-        row(term_label(label, plan), value, FIELDS.get(label, ""))
+        if value or label not in _SHOWN_WHEN_HELD:
+            row(term_label(label, plan), value, FIELDS.get(label, ""))
     if budget is not None and budget.cudagraph_estimate and not budget.cudagraph_memory:
         table.add_row(f"(CUDA graphs estimated, not charged by {plan.engine} "
                       f"{plan.engine_version})", f"{budget.cudagraph_estimate / GiB:.2f}", "",

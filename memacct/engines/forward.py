@@ -63,8 +63,8 @@ class ForwardPass:
         spec: KVCacheSpec,
         config: Mapping[str, Any],
         *,
-        max_num_batched_tokens: int = 8192,
-        max_num_seqs: int = 256,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
     ) -> None:
         for name, value in (
             ("max_num_batched_tokens", max_num_batched_tokens),

@@ -80,7 +80,7 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
             raise InvalidInputError(
                 f"--engine {options.engine} does not run on the {info.label} ({info.name}, an "
                 f"{info.vendor} device): plan it with --engine {' or '.join(runs_on) or '...'}, "
-                f"or give a {' or '.join(vendors)} device"
+                f"or give one of its devices ({', '.join(vendors)})"
             )
         return OfflineDevice(info.total_bytes, info.name, info.label, info)
     info = DEVICE_INFO[REFERENCE_DEVICE]

@@ -25,7 +25,7 @@ from typing import Any
 
 from memacct.checks import check_fraction, check_int, check_optional_int
 from memacct.engines import get_engine
-from memacct.engines.base import KVLayout, KVSettings
+from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, load_model_json
@@ -178,6 +178,8 @@ def plan_kv_cache(
     block = check_int(
         "block_size", block_size if block_size is not None else kv_engine.default_block_size
     )
+    if block_size is not None:
+        check_block_size(engine, block)
     max_len = _resolve_max_model_len(max_model_len, spec)
     batched = check_optional_int("max_num_batched_tokens", max_num_batched_tokens)
     seqs = check_optional_int("max_num_seqs", max_num_seqs)

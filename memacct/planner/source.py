@@ -23,6 +23,7 @@ shipped preset copies is planned from that preset, with a note saying so.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -164,7 +165,25 @@ def _local(path: Path) -> ModelSource:
             table = checkpoint_table(path)
             return ModelSource(config, path.name, "checkpoint", str(path), table)
         return ModelSource(config, path.name, "config", str(path / "config.json"))
-    return ModelSource(read_config_file(path), path.stem, "config", str(path))
+    config = read_config_file(path)
+    return ModelSource(config, config_file_name(config, path), "config", str(path))
+
+
+def config_file_name(config: Mapping[str, Any], path: Path) -> str:
+    """How a bare config file is named (``config.json`` names nothing): its ``_name_or_path``,
+    else the directory holding it, else its architecture."""
+    named = config.get("_name_or_path")
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    parent = path.resolve().parent.name
+    if path.stem.lower() != "config":
+        return path.stem
+    if parent:
+        return parent
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return str(config.get("model_type") or path.stem)
 
 
 def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
