@@ -24,7 +24,7 @@ Example::
     >>> from memacct.planner import load_model_preset
     >>> w = estimate_weights(load_model_preset("llama-3.1-8b"), tensor_parallel_size=2)
     >>> round(w.total_bytes / 2**30, 2)
-    7.49
+    7.51
 """
 
 from __future__ import annotations
