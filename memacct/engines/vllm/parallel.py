@@ -1,9 +1,10 @@
 """The weights one vLLM rank holds under a deployment: online quantization, expert, data and
 pipeline parallelism, CPU offload (:class:`~memacct.engines.deployment.Deployment`).
 
-Each term is a small function over the model's ``config.json`` and the per-family weight
-formulas (:func:`memacct.planner.weights.formula_weights`); the rules and their vLLM 0.33
-sources are in docs/engines.md ("Deployment settings"):
+Each term is a small function over the model's weight inventory
+(:func:`memacct.planner.weights.weight_tensors`: every tensor of a rank with its role and
+name, from a checkpoint's tensor table or the per-family formulas); the rules and their
+vLLM 0.33 sources are in docs/engines.md ("Deployment settings"):
 
 * :func:`serving_config`: ``--quantization fp8`` on an unquantized checkpoint adds vLLM's
   ``Fp8Config`` (``vllm/model_executor/layers/quantization/fp8.py``: ``Fp8LinearMethod``
@@ -21,6 +22,7 @@ sources are in docs/engines.md ("Deployment settings"):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -29,7 +31,12 @@ from memacct.engines.deployment import Deployment
 from memacct.errors import InvalidInputError
 from memacct.planner.config import _Config
 from memacct.planner.geometry import pipeline_partition
-from memacct.planner.weights import WeightEstimate, dtype_bytes, formula_weights
+from memacct.planner.weights import (
+    WeightEstimate,
+    dtype_bytes,
+    estimate_weights,
+    weight_tensors,
+)
 
 __all__ = [
     "LAYER_ROLES",
@@ -100,12 +107,6 @@ def with_layers(config: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     return copy
 
 
-def _roles(config: Mapping[str, Any], num_layers: int, tp: int,
-           pad: tuple[int, int]) -> dict[str, int]:  # fmt: skip
-    return dict(formula_weights(with_layers(config, num_layers), tensor_parallel_size=tp,
-                                mxfp4_pad=pad).by_role)  # fmt: skip
-
-
 def local_experts(num_experts: int, ep_size: int) -> int:
     """Experts on the fullest rank: vLLM's ``determine_expert_map`` gives ``E // ep`` to each
     rank and one more to the first ``E % ep``."""
@@ -117,67 +118,94 @@ def _num_experts(config: Mapping[str, Any]) -> int:
     return cfg.first_int(("num_experts", "num_local_experts", "n_routed_experts"), 0) or 0
 
 
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+def _layer_of(name: str) -> int | None:
+    """The decoder layer a tensor of the inventory belongs to (``None``: none)."""
+    match = _LAYER.search(name)
+    return int(match.group(1)) if match else None
+
+
+def _in_stage(name: str, start: int, end: int) -> bool:
+    layer = _layer_of(name)
+    return layer is not None and start <= layer < end
+
+
 def rank_weights(
-    config: Mapping[str, Any],
+    model: Any,
     deployment: Deployment,
     *,
     tensor_parallel_size: int,
     stage: int = 0,
     mxfp4_pad: tuple[int, int] = (256, 1),
 ) -> WeightEstimate:
-    """The weights of one rank of pipeline stage ``stage`` (formulas; see the module notes).
+    """The weights of one rank of pipeline stage ``stage``, summed from the weight inventory
+    (:func:`memacct.planner.weights.weight_tensors`: a checkpoint's tensor table, else the
+    formulas; see the module notes).
+
+    Args:
+        model: a ``config.json`` dict, a checkpoint directory or a tensor table.
+        deployment: the pipeline, data and expert parallelism to split by.
+        tensor_parallel_size: ranks each layer is split across.
+        stage: the pipeline stage (0 first).
+        mxfp4_pad: MXFP4 expert padding.
 
     Raises:
         InvalidInputError: more pipeline stages than layers.
-        ConfigError: a size the formulas need is missing.
+        ConfigError: a size the weights need is missing.
     """
     tp, pp = tensor_parallel_size, deployment.pipeline_parallel_size
-    whole = formula_weights(config, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
-    cfg = _Config(config, "config.json")
-    layers = cfg.first_int(("num_hidden_layers", "num_layers", "n_layer"), 0) or 0
+    tensors = weight_tensors(model, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
+    indices = [i for t in tensors if (i := _layer_of(t.name)) is not None]
+    layers = max(indices) + 1 if indices else 1
     parts = pipeline_partition(layers, pp) if pp > 1 else (layers,)
     start = sum(parts[:stage])
     end = start + parts[stage]
-    roles: dict[str, int] = dict(whole.by_role)
-    if pp > 1:
-        final_norm = (cfg.first_int(("hidden_size", "d_model", "n_embd"), 0) or 0) * dtype_bytes(
-            config)  # fmt: skip
-        # A prefix of n layers carries the final norm too: the first stage's lower end is it.
-        low = _prefix(config, start, tp, mxfp4_pad) if start else {"norms": final_norm}
-        high = _prefix(config, end, tp, mxfp4_pad)
-        for role in LAYER_ROLES:
-            roles[role] = high.get(role, 0) - low.get(role, 0)
-        first, last = stage == 0, stage == pp - 1
-        tied = "lm_head" not in whole.by_role
-        if not (first or (last and tied)):
-            roles.pop("embedding", None)
-        if last:
-            roles["norms"] += final_norm
+    first, last = stage == 0, stage == pp - 1
+    tied = not any(t.role == "lm_head" for t in tensors)
+    roles: dict[str, int] = {}
+    for t in tensors:
+        layer = _layer_of(t.name)
+        if layer is not None:
+            keep = start <= layer < end
+        elif t.role == "embedding":
+            keep = first or (last and tied)
+        elif t.role in ("lm_head", "norms"):
+            keep = last  # the LM head and the final norm
         else:
-            roles.pop("lm_head", None)
-    experts = _num_experts(config)
+            keep = True  # the rotary table and a vision tower: every stage builds them
+        if keep:
+            roles[t.role] = roles.get(t.role, 0) + t.nbytes
+    experts = sum(1 for t in tensors if t.role == "experts")
     if experts and (deployment.data_parallel_size > 1 or deployment.enable_expert_parallel):
-        roles["experts"] = _expert_bytes(config, deployment, tp, start, end, experts, mxfp4_pad)
+        roles["experts"] = _expert_bytes(model, deployment, tp, start, end, mxfp4_pad)
     clean = {k: v for k, v in roles.items() if v}
+    whole = estimate_weights(model, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
     return replace(whole, total_bytes=sum(clean.values()), by_role=clean)
 
 
-def _prefix(config: Mapping[str, Any], num_layers: int, tp: int,
-            pad: tuple[int, int]) -> dict[str, int]:  # fmt: skip
-    """Roles of the first ``num_layers`` layers plus the rest of the model (none: empty)."""
-    return _roles(config, num_layers, tp, pad) if num_layers else {}
-
-
-def _expert_bytes(config: Mapping[str, Any], deployment: Deployment, tp: int, start: int,
-                  end: int, experts: int, pad: tuple[int, int]) -> int:  # fmt: skip
-    """This rank's expert weights of layers ``[start, end)`` with experts over TP x DP ranks."""
+def _expert_bytes(model: Any, deployment: Deployment, tp: int, start: int, end: int,
+                  pad: tuple[int, int]) -> int:  # fmt: skip
+    """This rank's expert weights of layers ``[start, end)`` with the experts over TP x DP
+    ranks: TP slices of each (the MoE layer's TP is TP x DP), or whole experts with EP."""
     ranks = tp * deployment.data_parallel_size
-    shard = 1 if deployment.enable_expert_parallel else ranks
-    stage = _prefix(config, end, shard, pad).get("experts", 0) - _prefix(
-        config, start, shard, pad).get("experts", 0)  # fmt: skip
-    if deployment.enable_expert_parallel:
-        return stage * local_experts(experts, ranks) // experts
-    return stage
+    ep = deployment.enable_expert_parallel
+    tensors = weight_tensors(model, tensor_parallel_size=1 if ep else ranks, mxfp4_pad=pad)
+    chosen = [t for t in tensors if t.role == "experts" and _in_stage(t.name, start, end)]
+    if not ep:
+        return sum(t.nbytes for t in chosen)
+    # Whole experts: the fused tensors hold every expert (their first dimension); a checkpoint
+    # lists one tensor per expert (``experts.<i>.``).
+    per_expert = [t for t in chosen if _EXPERT.search(t.name)]
+    count = 1 + max((int(m.group(1)) for t in per_expert if (m := _EXPERT.search(t.name))),
+                    default=-1)  # fmt: skip
+    total = 0
+    for t in chosen:
+        experts = count if _EXPERT.search(t.name) else (t.shape[0] if t.shape else 1)
+        total += t.nbytes * local_experts(experts, ranks) // experts
+    return total
 
 
 def layer_parameters(config: Mapping[str, Any], tensor_parallel_size: int) -> list[int] | None:
