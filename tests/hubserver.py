@@ -41,6 +41,7 @@ class Repo:
     gated: bool = False
     private: bool = False
     branches: tuple[str, ...] = ("main",)
+    ignore_range: bool = False  # answer a range request with the whole file, as some mirrors do
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             }
             wanted = self.headers.get("Range")
             match = _RANGE.fullmatch(wanted or "")
-            if match and not head:
+            if match and not head and not repo.ignore_range:
                 start = int(match.group(1))
                 end = min(int(match.group(2) or len(data) - 1), len(data) - 1)
                 headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"

@@ -177,6 +177,15 @@ def test_sharded_repo_costs_a_fixed_number_of_requests(hub: FakeHub) -> None:
     assert hub.count() == 8
 
 
+def test_a_server_that_ignores_range_still_gives_each_header(hub: FakeHub) -> None:
+    repo = sharded_repo()  # shard 2's header is past the first 100,000 bytes
+    repo.ignore_range = True
+    hub.repos[REPO] = repo
+    source = quiet(REPO)
+    assert source.table is not None
+    assert len(source.table.tensors) == len(tiny_tensors(tiny_config())) + 1500
+
+
 def test_second_run_asks_only_for_the_file_list(hub: FakeHub) -> None:
     hub.repos[REPO] = sharded_repo()
     first = quiet(REPO)
