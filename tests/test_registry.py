@@ -253,3 +253,23 @@ def test_import_memacct_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_no_device_names_the_first_party_plugins_not_installed_with_their_pip_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the core-only install (pip install memacct) says: which plugin to install.
+    import importlib.metadata
+
+    from memacct import registry
+
+    installed = importlib.metadata.entry_points(group="memacct.backends")
+    sim_only = [ep for ep in installed if ep.name == "sim" and ep.dist is not None]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: sim_only)
+    registry.refresh()
+    with pytest.raises(BackendUnavailableError) as caught:
+        memacct.get_backend()
+    for name, dist in [("cuda", "memacct-cuda"), ("npu", "memacct-npu"),
+                       ("mindspore", "memacct-mindspore"), ("nvml", "memacct-nvml")]:  # fmt: skip
+        assert f"{name}: not installed (pip install {dist}: " in str(caught.value)
+    assert "sim:" not in str(caught.value)
