@@ -291,3 +291,14 @@ def test_pipeline_plan_gives_every_stage_the_fewest_blocks_any_stage_has_room_fo
     # Half the layers per stage: about twice the blocks of one GPU holding them all.
     one = plan_offline(config, device="h100", max_model_len=8192)
     assert 1.9 * one.num_blocks < plan.num_blocks < 2.3 * one.num_blocks
+
+
+def test_speculative_decoding_captures_graphs_for_1_plus_k_tokens_per_request() -> None:
+    # max_num_seqs 64: without a drafter vLLM captures up to 128 tokens; with 4 speculative
+    # tokens up to min(64 x 5 x 2, 512) = 512 (vllm/config/vllm.py, _set_cudagraph_sizes).
+    base = _estimate("llama-3.1-8b", None, max_num_seqs=64)
+    ngram = _estimate("llama-3.1-8b", Deployment(speculative=Speculative("ngram", 4)),
+                      max_num_seqs=64)  # fmt: skip
+    as_many = _estimate("llama-3.1-8b", None, max_num_seqs=64 * 5)
+    assert ngram.cudagraph_memory > base.cudagraph_memory
+    assert ngram.cudagraph_memory == as_many.cudagraph_memory

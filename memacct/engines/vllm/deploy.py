@@ -206,7 +206,14 @@ def _adjust(
         notes.append(mm.note)
     graphs = est.cudagraph_memory
     if graphs:
-        count = len(capture_sizes(seqs)) + len(full_capture_sizes(seqs))
+        batch = seqs
+        if d.speculative is not None:
+            # A decode step carries 1 + k tokens per request: vLLM sizes the captured graphs
+            # up to max_num_seqs x (1 + k) x 2 (at most 512; vllm/config/vllm.py,
+            # _set_cudagraph_sizes), as for that many sequences.
+            batch = seqs * (1 + d.speculative.num_speculative_tokens)
+            graphs = startup.cudagraph_memory(cfg, spec, batch, tokens, s)
+        count = len(capture_sizes(batch)) + len(full_capture_sizes(batch))
         per_graphs = GRAPH_BYTES_PER_LAYER_WIDTH * spec.num_layers * spec.hidden_size * count
         sets = LORA_GRAPH_SETS if d.lora is not None else 1
         graphs = graphs - per_graphs + int(per_graphs * layer_share * sets)
