@@ -287,3 +287,15 @@ def test_a_language_model_in_llm_config_is_read_by_its_model_type() -> None:
     with pytest.raises(ConfigError, match="InternVLChatModel"):
         KVCacheSpec.from_hf_config({**flat, "hidden_size": 64, "num_hidden_layers": 2,
                                     "num_attention_heads": 4})
+
+
+def test_the_cli_flag_plans_an_unruled_architecture_as_full_attention(tmp_path: Path) -> None:
+    from memacct.cli import main
+
+    config = {**load("llama-3.1-8b"), "architectures": ["Plamo2ForCausalLM"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    argv = ["plan", "--model", str(path), "--kv-cache-memory-bytes", "20GiB",
+            "--max-model-len", "8192", "--json"]
+    assert main(argv) == 2
+    assert main([*argv, "--assume-full-attention"]) == 0

@@ -24,7 +24,7 @@ from memacct.options import PlanOptions
 __all__ = ["plan_cmd"]
 
 _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "as_json",
-             "allow_mismatch", "plot_path")  # fmt: skip
+             "allow_mismatch", "plot_path", "assume_full_attention")  # fmt: skip
 
 
 @app.command("plan")
@@ -79,6 +79,9 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
 @click.option("--allow-long-max-model-len", is_flag=True,
               help="Accept a --max-model-len beyond the model's positions, as vLLM does with "
               "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+@click.option("--assume-full-attention", is_flag=True,
+              help="Plan an architecture memacct has no rule for as full attention on every "
+              "layer (a guess, said in the plan's notes); without it such a model is refused.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan (one schema on every path, with format_version) as JSON.")
 @click.option("--allow-mismatch", is_flag=True,
@@ -181,6 +184,10 @@ def _options(flags: dict[str, Any], path: str) -> tuple[PlanOptions, dict[str, A
     from memacct.devices import parse_memory_size
 
     config, name, table = _model_source(flags["model"], flags["revision"])
+    if flags["assume_full_attention"]:
+        from memacct.planner.arch_rules import ASSUME_FULL_ATTENTION
+
+        config = {**config, ASSUME_FULL_ATTENTION: True}
     fields = {key: value for key, value in flags.items() if key not in _CLI_ONLY}
     if fields["kv_cache_memory_bytes"] is not None:
         fields["kv_cache_memory_bytes"] = _parse_bytes(fields["kv_cache_memory_bytes"])

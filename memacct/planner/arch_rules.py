@@ -24,6 +24,7 @@ from memacct.errors import ConfigError
 from memacct.planner.config import ModelConfig
 
 __all__ = [
+    "ASSUME_FULL_ATTENTION",
     "REFUSED",
     "RULES",
     "Rule",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 Status = Literal["exact", "partial"]
+
+# A config carrying this key set to true is planned as full attention when its architecture has
+# no rule, on every path that reads it (the CLI's --assume-full-attention sets it).
+ASSUME_FULL_ATTENTION = "_memacct_assume_full_attention"
 
 
 @dataclass(frozen=True)
@@ -247,13 +252,15 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     """The rule that reads ``cfg``, or a refusal naming the architecture.
 
     A config that names neither an architecture nor a model type is read as a
-    standard decoder, with a note. ``assume_full_attention`` plans an
-    architecture without a rule as full attention on every layer, with a note.
+    standard decoder, with a note. ``assume_full_attention`` (or the config key
+    :data:`ASSUME_FULL_ATTENTION` set to true) plans an architecture without a
+    rule as full attention on every layer, with a note.
 
     Raises:
         ConfigError: no rule reads the architecture; the message names it, lists
             the supported modules and the override.
     """
+    assume_full_attention = assume_full_attention or cfg.root.get(ASSUME_FULL_ATTENTION) is True
     arch = cfg.architecture
     module = _module_of(arch) if arch else None
     if module is None and arch is None:
