@@ -231,6 +231,26 @@ def test_model_downloaded_by_another_tool_is_found_offline(
     assert source.table is not None and "lm_head.weight" in source.table.tensors
 
 
+def test_hf_hub_cache_is_where_the_files_go(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    commit = hub.repos[REPO].commit
+    quiet(REPO)
+    snapshot = tmp_path / "elsewhere" / "models--acme--tiny-qwen" / "snapshots" / commit
+    assert (snapshot / "config.json").is_file()
+    assert not (tmp_path / "hf" / "hub").exists()
+
+
+def test_local_checkpoint_whose_index_climbs_out_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(tiny_config()))
+    index = {"weight_map": {"w": "../outside.safetensors"}}
+    (tmp_path / "ckpt" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConfigError, match="outside the checkpoint"):
+        resolve_model(str(tmp_path / "ckpt"))
+
+
 def test_unreachable_hub_is_one_line(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
