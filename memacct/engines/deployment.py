@@ -201,7 +201,8 @@ class Multimodal:
         limit_mm_per_prompt: per modality, the most items a prompt may carry, in vLLM's
             count form (``{"image": 2}``) or size form (``{"image": {"count": 1,
             "width": 512, "height": 512}}``, ``{"video": {"count": 1, "num_frames": 16}}``).
-            A modality left out keeps vLLM's default of 1 (999 in vLLM's offline ``LLM``).
+            A modality left out takes vLLM's default of 999 items
+            (``vllm/config/multimodal.py``, ``MultiModalConfig.get_limit_per_prompt``).
         mm_processor_kwargs: ``--mm-processor-kwargs`` (``max_pixels``, ``min_pixels``, ...).
         skip_mm_profiling: ``--skip-mm-profiling``: no encoder pass in the profile run.
     """
@@ -228,7 +229,7 @@ class Multimodal:
             if key in self.mm_processor_kwargs:
                 check_int(f"--mm-processor-kwargs {key}", self.mm_processor_kwargs[key])
 
-    def count(self, modality: str, default: int = 1) -> int:
+    def count(self, modality: str, default: int = 999) -> int:
         """The most items of ``modality`` one prompt may carry."""
         limit = self.limit_mm_per_prompt.get(modality, default)
         return int(limit.get("count", 1)) if isinstance(limit, Mapping) else int(limit)

@@ -10,7 +10,8 @@ follows. The budget (``vllm/multimodal/encoder_budget.py``, ``MultiModalBudget``
   the largest image by ``max_pixels`` (12,845,056 by default, ``--mm-processor-kwargs``
   overrides it) on the 28-pixel grid of 14-pixel patches merged 2 x 2, and the largest video
   by as many frames of that size as ``max_model_len`` holds (``_get_max_video_frames``,
-  at most ``_MAX_FRAMES_PER_VIDEO`` = 600), two frames per temporal patch; the size form of
+  at most ``_MAX_FRAMES_PER_VIDEO`` = 600; the budget asks with a count of 1 per modality
+  whatever the limit, vllm-project/vllm#38465), two frames per temporal patch; the size form of
   ``--limit-mm-per-prompt`` (``width``, ``height``, ``num_frames``) replaces the largest
   item;
 * the encoder budget: ``max(max_num_batched_tokens, largest item)``, and
@@ -129,7 +130,9 @@ def item_tokens(
         frames = 0
         while ((frames + 1 + (frames + 1) % temporal) // temporal) * frame_tokens <= max_model_len:
             frames += 1
-        frames = max(1, min(frames // max(1, mm.count("video")), MAX_FRAMES_PER_VIDEO))
+        # The budget sizes one item with a count of 1 per modality whatever the limit
+        # (encoder_budget.py, get_mm_max_toks_per_item; vllm-project/vllm#38465).
+        frames = max(1, min(frames, MAX_FRAMES_PER_VIDEO))
     groups = max(1, (frames + frames % temporal) // temporal)
     return groups * frame_tokens, groups * frame_patches
 
