@@ -13,7 +13,7 @@ by the architecture rules (:mod:`memacct.planner.arch_rules`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -38,6 +38,10 @@ __all__ = [
     "ShortConvState",
     "SlidingWindow",
 ]
+
+
+# Where a module sits, not what it is: left out of the spec's identity.
+_PLACEMENT = frozenset({"layer", "shares_kv_with"})
 
 
 def _ceil(a: int, b: int) -> int:
@@ -100,8 +104,10 @@ class LayerSpec:
         return _ceil(max_model_len, block_size)
 
     def key(self) -> tuple[object, ...]:
-        """Modules with equal keys have equal specs (one bucket when grouping)."""
-        return (self.kind, self.bytes_per_token, self.window, self.chunk, self.state_bytes)
+        """Modules with equal keys have equal specs (one bucket when grouping): the class and
+        every geometry field, as vLLM compares its spec dataclasses."""
+        return (type(self).__name__, *(
+            getattr(self, f.name) for f in fields(self) if f.name not in _PLACEMENT))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,8 +234,6 @@ class MambaState(LayerSpec):
     ) -> int:
         return 3 if prefix_caching and self.checkpoints else 1
 
-    def key(self) -> tuple[object, ...]:
-        return (*super().key(), self.checkpoints)
 
 
 @dataclass(frozen=True, kw_only=True)
