@@ -302,3 +302,12 @@ def test_speculative_decoding_captures_graphs_for_1_plus_k_tokens_per_request() 
     as_many = _estimate("llama-3.1-8b", None, max_num_seqs=64 * 5)
     assert ngram.cudagraph_memory > base.cudagraph_memory
     assert ngram.cudagraph_memory == as_many.cudagraph_memory
+
+
+def test_every_pipeline_stage_builds_the_vision_tower_and_splits_only_decoder_layers() -> None:
+    d = Deployment(pipeline_parallel_size=2)
+    whole = formula_weights(QWEN25_VL_3B)
+    stages = [rank_weights(QWEN25_VL_3B, d, tensor_parallel_size=1, stage=i) for i in (0, 1)]
+    for w in stages:
+        assert w.by_role["vision"] == whole.by_role["vision"]
+    assert sum(w.by_role["mlp"] for w in stages) == whole.by_role["mlp"]

@@ -158,7 +158,7 @@ def rank_weights(
     """
     tp, pp = tensor_parallel_size, deployment.pipeline_parallel_size
     tensors = weight_tensors(model, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
-    indices = [i for t in tensors if (i := _layer_of(t.name)) is not None]
+    indices = [i for t in tensors if t.role != "vision" and (i := _layer_of(t.name)) is not None]
     layers = max(indices) + 1 if indices else 1
     parts = pipeline_partition(layers, pp) if pp > 1 else (layers,)
     start = sum(parts[:stage])
@@ -167,8 +167,10 @@ def rank_weights(
     tied = not any(t.role == "lm_head" for t in tensors)
     roles: dict[str, int] = {}
     for t in tensors:
-        layer = _layer_of(t.name)
-        if layer is not None:
+        layer = None if t.role == "vision" else _layer_of(t.name)
+        if t.role == "vision":
+            keep = True  # the vision tower (its own layers): every stage builds it
+        elif layer is not None:
             keep = start <= layer < end
         elif t.role == "embedding":
             keep = first or (last and tied)
