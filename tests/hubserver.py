@@ -8,8 +8,8 @@ It serves the endpoints memacct's Hub reader uses, as the Hub answers them:
   ``ETag``, ``X-Linked-Size`` and ``Content-Length``; ``Range: bytes=a-b`` answered with
   ``206 Partial Content``;
 * errors as the Hub sends them: ``401`` + ``X-Error-Code: RepoNotFound`` for a missing or
-  private repository without a token, ``403`` + ``GatedRepo`` for a gated one, ``404`` +
-  ``RevisionNotFound`` / ``EntryNotFound``.
+  private repository without a token, ``401``/``403`` + ``GatedRepo`` for a gated one's
+  files (its model info stays public), ``404`` + ``RevisionNotFound`` / ``EntryNotFound``.
 
 Every request is recorded (method, path, Range) so a test can count them (but
 huggingface_hub's own ``/api/agent-harnesses`` look-up). It binds to
@@ -79,14 +79,18 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._send(status, body, {"X-Error-Code": code, "Content-Type": "application/json"},
                        head)  # fmt: skip
 
-        def _repo(self, repo_id: str, revision: str, head: bool) -> Repo | None:
-            """The repository at ``revision``, or ``None`` after answering the Hub's error."""
+        def _repo(self, repo_id: str, revision: str, head: bool,
+                  files: bool = True) -> Repo | None:  # fmt: skip
+            """The repository at ``revision``, or ``None`` after answering the Hub's error.
+
+            As on the Hub, a gated repository's model info is public; its files are not.
+            """
             repo = hub.repos.get(repo_id)
             authorized = self.headers.get("Authorization") == f"Bearer {hub.token}"
             if repo is None or (repo.private and not authorized):
                 self._error(401, "RepoNotFound", head)
                 return None
-            if repo.gated and not authorized:
+            if repo.gated and not authorized and files:
                 self._error(403 if self.headers.get("Authorization") else 401, "GatedRepo", head)
                 return None
             if revision not in (*repo.branches, repo.commit):
@@ -111,7 +115,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "NotFound", head)
 
         def _model_info(self, repo_id: str, revision: str, head: bool) -> None:
-            repo = self._repo(repo_id, revision, head)
+            repo = self._repo(repo_id, revision, head, files=False)
             if repo is None:
                 return
             info = {
