@@ -299,3 +299,17 @@ def test_the_cli_flag_plans_an_unruled_architecture_as_full_attention(tmp_path: 
             "--max-model-len", "8192", "--json"]
     assert main(argv) == 2
     assert main([*argv, "--assume-full-attention"]) == 0
+
+
+def test_kimi_linear_kda_layers_and_mla_layers() -> None:
+    kimi = {"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
+            "hidden_size": 2304, "num_hidden_layers": 4, "num_attention_heads": 32,
+            "kv_lora_rank": 512, "qk_rope_head_dim": 64, "torch_dtype": "bfloat16",
+            "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4],
+                                   "num_heads": 32, "head_dim": 128,
+                                   "short_conv_kernel_size": 4}}
+    spec = KVCacheSpec.from_hf_config(kimi, tensor_parallel_size=2)
+    assert [x.kind for x in spec.layers] == ["mamba", "mamba", "mamba", "mla"]
+    assert spec.layers[0].state_kind == "kda"
+    assert spec.layers[0].state_bytes == 3 * 32 * 128 // 2 * 3 * 2 + 16 * 128 * 128 * 4
+    assert spec.bytes_per_token == (512 + 64) * 2

@@ -137,6 +137,10 @@ RULES: dict[str, Rule] = {
                    f"Zamba2Config", frozenset({"layers_block_type", "n_mamba_heads"}),
                    prefix_caching=False),
     # Lfm2ForCausalLM does not declare SupportsMambaPrefixCaching: one state block.
+    "kimi_linear": _state(
+        "kimi_linear", "kimi_linear", "KimiLinearConfig (is_kda_layer)", "linear_attn_config",
+        note="KDA states sized by kda_state_shape (conv of q, k, v; fp32 recurrent state); "
+             "the model file's call and its prefix-caching support are not checked"),
     "lfm2": replace(_state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
                     prefix_caching=False),
     "lfm2_moe": replace(_state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
@@ -157,7 +161,6 @@ REFUSED: dict[str, str] = {
     "transformers": "runs through vLLM's Transformers backend: no model file to read",
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "plamo3": "no rule yet",
-    "kimi_linear": "Kimi delta attention (KDA) with MLA: no rule yet",
     "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
     "longcat_flash": "two attention blocks per layer: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.planner.config import (
@@ -26,6 +27,7 @@ from memacct.planner.layers import (
     ChunkedLocalAttention,
     FullAttention,
     GatedDeltaNetState,
+    KimiDeltaState,
     LayerSpec,
     LinearAttentionState,
     Mamba1State,
@@ -178,6 +180,21 @@ def _minimax(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _pattern(cfg, "attn_type_list", n, {"0": ("linear", None), "1": _FULL})
 
 
+def _linear_config(cfg: ModelConfig) -> dict[str, Any]:
+    section = cfg.get("linear_attn_config")
+    if not isinstance(section, dict):
+        raise ConfigError(f"{cfg.source}: linear_attn_config must be a JSON object")
+    return section
+
+
+def _kimi_linear(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Kimi-Linear: ``linear_attn_config.kda_layers`` (1-based) are KDA, the rest MLA."""
+    kda = _linear_config(cfg).get("kda_layers") or []
+    if not isinstance(kda, list):
+        raise ConfigError(f"{cfg.source}: linear_attn_config.kda_layers must be a list")
+    return _each([("kda", None) if i + 1 in kda else _FULL for i in range(n)])
+
+
 def _zamba2(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Zamba2: Mamba2 in every layer; ``hybrid`` layers add their own shared-block attention."""
     types = cfg.get("layers_block_type")
@@ -203,6 +220,7 @@ LAYOUTS: dict[str, Layout] = {
     "mimo_v2_flash": _mimo_v2_flash,
     "minimax": _minimax,
     "zamba2": _zamba2,
+    "kimi_linear": _kimi_linear,
     "lfm2": _decoder,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
@@ -306,6 +324,21 @@ def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     return ((heads // geo.tp * head_dim * head_dim, geo.model_bytes),)
 
 
+def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # mamba_utils.py kda_state_shape / kda_state_dtype: a conv state of q, k and v
+    # (3 x heads x head_dim / tp x (kernel - 1)) in the model dtype, heads / tp x hd x hd in fp32.
+    section = _linear_config(cfg)
+    heads = cfg.check_int("linear_attn_config.num_heads", section.get("num_heads"),
+                          high=_MAX_HEADS)
+    head_dim = cfg.check_int("linear_attn_config.head_dim", section.get("head_dim"),
+                             high=_MAX_DIM)
+    kernel = cfg.check_int("linear_attn_config.short_conv_kernel_size",
+                           section.get("short_conv_kernel_size", 4), high=_MAX_DIM)
+    _check_divides(cfg, geo.tp, {"KDA heads": heads})
+    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
+    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+
+
 _STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
     tuple[int, int], ...]]]] = {
     "gdn": (GatedDeltaNetState, _gdn),
@@ -313,6 +346,7 @@ _STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tupl
     "mamba1": (Mamba1State, _mamba1),
     "short_conv": (ShortConvState, _short_conv),
     "linear": (LinearAttentionState, _linear),
+    "kda": (KimiDeltaState, _kda),
 }
 
 
