@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memacct.engines.offline import plan_offline  # noqa: E402
+from memacct.engines.offline import plan_capacity, plan_offline  # noqa: E402
 from memacct.planner import load_model_preset  # noqa: E402
 
 CASES = (
@@ -67,7 +67,34 @@ def main() -> int:
               f"(median of {args.runs})")  # fmt: skip
     print(f"slowest command: {1000 * slowest:.0f} ms wall, {1000 * slowest_cpu:.0f} ms CPU "
           "(target < 1000 ms)")  # fmt: skip
+    capacity(memacct, args.runs)
     return 0
+
+
+CAPACITY = ("llama-3.1-70b", ("h100-80gb", "a100-80gb", "l4-24gb", "t4-16gb"), (1, 2, 4, 8))
+"""The capacity plan timed: one model over 4 devices x 4 tensor-parallel degrees."""
+
+
+def capacity(memacct: Path, runs: int) -> None:
+    """Time the capacity plan in process and as a command (target < 2 s for 4 x 4)."""
+    model, devices, degrees = CAPACITY
+    start = time.perf_counter()
+    plan_capacity(load_model_preset(model), devices, degrees, model_name=model)
+    warm = time.perf_counter() - start
+    argv = [str(memacct), "plan", "--model", model, "--device", ",".join(devices),
+            "--tensor-parallel-size", ",".join(map(str, degrees)), "--json"]  # fmt: skip
+    times, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(argv, check=False, capture_output=True)
+        times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    print(f"capacity plan {model} on {len(devices)} devices x {len(degrees)} degrees: "
+          f"{1000 * warm:.0f} ms in process, command {1000 * statistics.median(times):.0f} ms "
+          f"wall / {1000 * statistics.median(cpu):.0f} ms CPU (median of {runs}; target < 2000 "
+          "ms)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from memacct.io import atomic_write_bytes
 from memacct.models import ProfileResult, TruthSource
 from memacct.units import GiB, MiB
 
-__all__ = ["FIELDS", "KV_CACHE_PARTS", "breakdown", "plot_plan", "term_label"]
+__all__ = ["FIELDS", "KV_CACHE_PARTS", "breakdown", "plot_capacity", "plot_plan", "term_label"]
 
 KV_CACHE_SIZE = "kv_cache_size"
 KV_BLOCKS = "kv_cache_size: blocks"
@@ -157,21 +157,9 @@ def plot_plan(
     plan that does not fit, by how much; its bar then runs past the device's end,
     which a red line marks. ``result`` is the plan's profile (``None`` offline).
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in {".png", ".svg"}:
-        raise InvalidInputError(f"plot file {str(path)!r} must end in .png or .svg")
-    try:
-        import matplotlib
+    path, plt = _pyplot(path)
+    from matplotlib.patches import Patch
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
-    except ImportError as exc:
-        raise MemacctError(
-            f"drawing needs matplotlib ({exc}): pip install 'memacct[plot]'"
-        ) from None
-    matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as text in SVG
     parts = [(label, value) for label, value in breakdown(plan, result) if value > 0]
     total = float(plan.total_memory)
     span = max(total, float(sum(value for _, value in parts)))
@@ -224,12 +212,73 @@ def plot_plan(
         frameon=False,
     )
     fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(parts) > 8), 1, 1))
+    return _save(fig, plt, path)
+
+
+def _pyplot(path: str | Path) -> tuple[Path, Any]:
+    """The checked path and matplotlib's pyplot (imported here: ``memacct[plot]``)."""
+    path = Path(path)
+    if path.suffix.lower() not in {".png", ".svg"}:
+        raise InvalidInputError(f"plot file {str(path)!r} must end in .png or .svg")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MemacctError(
+            f"drawing needs matplotlib ({exc}): pip install 'memacct[plot]'"
+        ) from None
+    matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as text in SVG
+    return path, plt
+
+
+def _save(fig: Any, plt: Any, path: Path) -> Path:
     buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, format=suffix[1:])
+        fig.savefig(buffer, format=path.suffix.lower()[1:])
     finally:
         plt.close(fig)
     return atomic_write_bytes(path, buffer.getvalue(), "plot")
+
+
+def plot_capacity(rows: list[Any], path: str | Path, title: str = "",
+                  marked: Any = None) -> Path:
+    """A capacity plan as one chart: the requests served at once per device, one bar per
+    tensor-parallel degree (:func:`memacct.engines.offline.plan_capacity`); a configuration
+    that does not fit is marked with a cross, the ``marked`` one outlined."""
+    path, plt = _pyplot(path)
+    devices = list(dict.fromkeys(row.device for row in rows))
+    degrees = list(dict.fromkeys(row.tensor_parallel_size for row in rows))
+    width = 0.8 / max(1, len(degrees))
+    fig, ax = plt.subplots(figsize=(2.5 + 1.6 * len(devices), 4.5), dpi=100)
+    for i, tp in enumerate(degrees):
+        for j, device in enumerate(devices):
+            row = next((r for r in rows if r.device == device and r.tensor_parallel_size == tp),
+                       None)  # fmt: skip
+            if row is None:
+                continue
+            x = j + (i - (len(degrees) - 1) / 2) * width
+            value = row.concurrency
+            ax.bar([x], [value], width=width * 0.9, color=f"C{i}",
+                   edgecolor="black" if row is marked else "none",
+                   linewidth=2 if row is marked else 0)  # fmt: skip
+            ax.text(x, value, f"{value:.1f}x" if value else "x", ha="center", va="bottom",
+                    fontsize=8, color="black" if value else "red")  # fmt: skip
+    ax.set_xticks(range(len(devices)))
+    ax.set_xticklabels(devices)
+    ax.set_ylabel("requests of max_model_len served at once")
+    ax.set_title(title or "capacity plan", fontsize=10)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=f"C{i}", label=f"TP {tp}") for i, tp in enumerate(degrees)]
+    if marked is not None:
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=2,
+                             label=f"smallest serving: {marked.device} x "
+                             f"{marked.tensor_parallel_size}"))  # fmt: skip
+    ax.legend(handles=handles, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, plt, path)
 
 
 def _small(n: int) -> str:

@@ -286,3 +286,46 @@ def test_row12_cli_errors_name_the_cli_flags(
     # A keyword inside a path or a longer name is left alone.
     assert cli_wording("see docs/max_model_len.md and engine_options") == (
         "see docs/max_model_len.md and engine_options")
+
+
+# ---------------------------------------------------------------- capacity plan (issue 22)
+
+CAPACITY = ["plan", "--model", "llama-3.1-70b", "--device", "h100,a100-80gb,l4",
+            "--tensor-parallel-size", "1,2,4,8"]  # fmt: skip
+
+
+def test_a_capacity_plan_is_one_table_marking_the_smallest_that_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "capacity.png"
+    assert main([*CAPACITY, "--min-concurrency", "4", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"│ (h100|a100|l4)", line)]
+    assert len(rows) == 12
+    marked = [line for line in rows if "<- smallest serving" in line]
+    assert len(marked) == 1 and "h100-80gb" in marked[0] and "│  8 │" in marked[0]
+    assert "smallest configuration serving 4 requests: h100-80gb x 8" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*CAPACITY, "--min-concurrency", "50"]) == 1  # nothing here serves 50
+
+
+def test_a_capacity_plan_prints_a_list_in_json_and_answers_quickly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import time
+
+    from memacct.engines.offline import plan_capacity
+
+    assert main([*CAPACITY, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, list) and len(data) == 12
+    one = next(row for row in data if row["device"] == "h100-80gb"
+               and row["tensor_parallel_size"] == 4)  # fmt: skip
+    plan = memacct.KVCachePlan.model_validate(one["plan"])
+    single = _json(capsys, ["plan", "--model", "llama-3.1-70b", "--device", "h100",
+                            "--tensor-parallel-size", "4"])  # fmt: skip
+    assert one["fits"] and plan.num_blocks == single["num_blocks"]
+    config = memacct.load_model_preset("llama-3.1-70b")
+    start = time.process_time()
+    plan_capacity(config, ("h100", "a100-80gb", "l4", "t4"), (1, 2, 4, 8))
+    assert time.process_time() - start < 2.0  # 4 devices x 4 degrees (issue 22)

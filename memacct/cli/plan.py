@@ -24,7 +24,7 @@ from memacct.options import PlanOptions
 __all__ = ["plan_cmd"]
 
 _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "as_json",
-             "allow_mismatch", "plot_path", "assume_full_attention")  # fmt: skip
+             "allow_mismatch", "plot_path", "assume_full_attention", "min_concurrency")  # fmt: skip
 
 
 @app.command("plan")
@@ -32,7 +32,7 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
               help="A ProfileResult saved by an engine (JSON).")
 @click.option("--device", default=None,
               help="Plan offline for this device (preset or short name: h100, rtx4090, 910b4, "
-              "...).")
+              "...); a comma list (h100,a100-80gb,l4) plans each: a capacity plan.")
 @click.option("--device-memory", default=None,
               help="Plan offline for any other device of this total memory (e.g. 24GiB).")
 @click.option("--allocator", default=None,
@@ -57,7 +57,11 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
               help="Default: the profile's, else the engine's for the device.")
 @click.option("--max-num-seqs", type=int, default=None,
               help="Default: the profile's, else the engine's for the device.")
-@click.option("--tensor-parallel-size", type=int, default=1, show_default=True)
+@click.option("--tensor-parallel-size", default="1", show_default=True,
+              help="Ranks a layer is split across; a comma list (1,2,4,8) plans each degree.")
+@click.option("--min-concurrency", type=float, default=None,
+              help="Capacity plan: mark the smallest configuration that serves this many "
+              "requests of --max-model-len at once.")
 @click.option("--pipeline-parallel-size", type=int, default=1, show_default=True)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (offline plan).")
@@ -106,7 +110,20 @@ def plan_cmd(**flags: Any) -> None:
         return
     if flags["plot_path"] is not None:
         _check_plot_path(flags["plot_path"])
+    devices = tuple(d.strip() for d in (flags["device"] or "").split(",") if d.strip())
+    degrees = _degrees(flags["tensor_parallel_size"])
+    flags["device"] = devices[0] if devices else None
+    flags["tensor_parallel_size"] = degrees[0]
+    capacity = len(devices) > 1 or len(degrees) > 1 or flags["min_concurrency"] is not None
     path = _path(flags)
+    if capacity:
+        from memacct.cli.capacity import capacity_cmd
+
+        _refuse_in_capacity(path, flags)
+        _refuse("offline", flags)
+        opts, config = _options(flags, "offline")
+        capacity_cmd(config, opts, devices or ("h100-80gb",), degrees, flags)
+        return
     _refuse(path, flags)
     opts, config = _options(flags, path)
     if path == "offline":
@@ -119,6 +136,26 @@ def plan_cmd(**flags: Any) -> None:
     print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
     if not plan.fits:
         raise click.exceptions.Exit(1)
+
+
+def _degrees(text: str) -> tuple[int, ...]:
+    """``--tensor-parallel-size``: one degree or a comma list of them."""
+    try:
+        degrees = tuple(int(part) for part in str(text).split(","))
+    except ValueError:
+        raise InvalidInputError(
+            f"--tensor-parallel-size {text!r} is not a degree nor a comma list of them: give "
+            "e.g. 2 or 1,2,4,8"
+        ) from None
+    return degrees
+
+
+def _refuse_in_capacity(path: str, flags: dict[str, Any]) -> None:
+    if path == "profile" or flags["device_memory"] is not None:
+        raise InvalidInputError(
+            "a capacity plan (a list of devices or degrees, or --min-concurrency) plans "
+            "presets offline: drop --profile and --device-memory, or give one device and degree"
+        )
 
 
 def _path(flags: dict[str, Any]) -> str:

@@ -31,7 +31,15 @@ from memacct.planner.kvplan import KVCachePlan, MemoryBudget
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
-__all__ = ["OfflineDevice", "plan_offline", "position_limit", "resolve_offline_device"]
+__all__ = [
+    "CapacityRow",
+    "OfflineDevice",
+    "plan_capacity",
+    "plan_offline",
+    "position_limit",
+    "resolve_offline_device",
+    "smallest_serving",
+]
 
 DEFAULT_MAX_MODEL_LEN = 32768
 """The longest request planned for a config that states no position limit."""
@@ -224,3 +232,66 @@ def plan_offline(
         )  # fmt: skip
     # The release followed is the start-up's (its KV-cache manager's rules are the newest).
     return plan.model_copy(update={"model": opts.model_name, "engine_version": est.version})
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """One configuration of a capacity plan: a device and a tensor-parallel degree.
+
+    ``plan`` is ``None`` where the configuration is refused before any plan (a degree
+    the model's heads do not divide, an engine that does not run on the device);
+    ``refusal`` then says why.
+    """
+
+    device: str
+    tensor_parallel_size: int
+    plan: KVCachePlan | None
+    refusal: str = ""
+
+    @property
+    def concurrency(self) -> float:
+        """Requests of ``max_model_len`` served at once (0 where it does not fit)."""
+        return self.plan.max_concurrency if self.plan is not None and self.plan.fits else 0.0
+
+
+def plan_capacity(
+    config: Mapping[str, Any],
+    devices: tuple[str, ...],
+    tensor_parallel_sizes: tuple[int, ...],
+    options: PlanOptions | None = None,
+    **kwargs: Any,
+) -> list[CapacityRow]:
+    """Plan every device x tensor-parallel degree: does the model fit, with how much KV cache
+    and for how many requests. ``options`` (or keywords) as for :func:`plan_offline`;
+    its ``device`` and ``tensor_parallel_size`` are replaced per row.
+
+    Raises:
+        InvalidInputError: an unknown device, or options wrong on every row alike.
+    """
+    from memacct.devices import resolve_device
+
+    opts = PlanOptions.from_kwargs(options, **kwargs)
+    rows = []
+    for device in devices:
+        name = resolve_device(device).name
+        for tp in tensor_parallel_sizes:
+            one = PlanOptions.from_kwargs(opts, device=name, tensor_parallel_size=tp)
+            try:
+                rows.append(CapacityRow(name, tp, plan_offline(config, one)))
+            except InvalidInputError as exc:
+                rows.append(CapacityRow(name, tp, None, str(exc)))
+    return rows
+
+
+def smallest_serving(rows: list[CapacityRow], min_concurrency: float) -> CapacityRow | None:
+    """The configuration with the fewest devices (then the least memory on each) whose plan
+    serves ``min_concurrency`` requests of its ``max_model_len`` at once; ``None``: none does."""
+    serving = [row for row in rows if row.concurrency >= min_concurrency]
+    if not serving:
+        return None
+
+    def size(row: CapacityRow) -> tuple[int, int]:
+        assert row.plan is not None and row.plan.total_memory is not None
+        return row.tensor_parallel_size, row.plan.total_memory
+
+    return min(serving, key=size)

@@ -1,0 +1,82 @@
+"""``memacct plan --device h100,a100-80gb,l4 --tensor-parallel-size 1,2,4,8``: a capacity plan.
+
+One row per device and degree (:func:`memacct.engines.offline.plan_capacity`): does the
+model fit, the KV cache per rank, the requests of ``--max-model-len`` served at once;
+``--min-concurrency N`` marks the smallest configuration that serves N
+(:func:`memacct.engines.offline.smallest_serving`). ``--json`` prints the rows as a
+list (each with its whole plan), ``--plot`` one chart.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from memacct.cli.common import console as _console
+from memacct.options import PlanOptions
+from memacct.units import GiB
+
+__all__ = ["capacity_cmd"]
+
+MARK = "<- smallest serving"
+
+
+def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, ...],
+                 degrees: tuple[int, ...], flags: dict[str, Any]) -> None:
+    """Plan every device x degree and print the table (exit 1 when none fits)."""
+    from memacct.engines.offline import plan_capacity, smallest_serving
+
+    rows = plan_capacity(config, devices, degrees, opts)
+    wanted = flags["min_concurrency"]
+    marked = None if wanted is None else smallest_serving(rows, wanted)
+    if flags["plot_path"] is not None:
+        from memacct.plot import plot_capacity
+
+        plot_capacity(rows, flags["plot_path"], title=f"{opts.model_name}: capacity plan",
+                      marked=marked)  # fmt: skip
+    if flags["as_json"]:
+        click.echo(json.dumps([
+            {"device": row.device, "tensor_parallel_size": row.tensor_parallel_size,
+             "fits": row.plan is not None and row.plan.fits,
+             "serves_min_concurrency": row is marked, "refusal": row.refusal,
+             "plan": None if row.plan is None else row.plan.model_dump(mode="json")}
+            for row in rows
+        ], indent=2))  # fmt: skip
+    else:
+        _console().print(_table(rows, opts, marked, wanted))
+        if wanted is not None:
+            click.echo(
+                f"smallest configuration serving {wanted:g} requests: {marked.device} x "
+                f"{marked.tensor_parallel_size}" if marked is not None else
+                f"no configuration here serves {wanted:g} concurrent requests"
+            )  # fmt: skip
+        if flags["plot_path"] is not None:
+            click.echo(f"plot written to {flags['plot_path']}")
+    if not any(row.plan is not None and row.plan.fits for row in rows) or (
+        wanted is not None and marked is None
+    ):
+        raise click.exceptions.Exit(1)
+
+
+def _table(rows: list[Any], opts: PlanOptions, marked: Any, wanted: float | None) -> Table:
+    lengths = {row.plan.max_model_len for row in rows if row.plan is not None}
+    length = f"{lengths.pop():,} tokens" if len(lengths) == 1 else "--max-model-len"
+    table = Table(title=f"{opts.model_name}: capacity plan ({opts.engine}, per rank)")
+    for column in ("device", "TP", "fits", "KV GiB", f"concurrency at {length}", ""):
+        table.add_column(column, justify="left" if column in ("device", "") else "right")
+    for row in rows:
+        plan = row.plan
+        if plan is None:
+            table.add_row(row.device, str(row.tensor_parallel_size), "refused", "-", "-",
+                          row.refusal)  # fmt: skip
+            continue
+        kv = f"{plan.kv_cache_used_bytes / GiB:.2f}" if plan.fits else "-"
+        short = "" if plan.fits else f"{plan.shortfall_bytes / GiB:.2f} GiB short"
+        table.add_row(
+            row.device, str(row.tensor_parallel_size), "yes" if plan.fits else "no", kv,
+            f"{plan.max_concurrency:.2f}x" if plan.fits else "0", MARK if row is marked else short,
+        )  # fmt: skip
+    return table
