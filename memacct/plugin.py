@@ -76,6 +76,7 @@ from a guess (``pyproject.toml`` entry points of this repository; a test checks 
 FIRST_PARTY: dict[str, str] = {name: known.distribution for name, known in KNOWN_BACKENDS.items()}
 """Each first-party backend name and the distribution that owns it."""
 
+
 def install_hint(name: str) -> str | None:
     """``pip install <distribution>`` for a first-party backend name; ``None`` for other names.
 
@@ -88,7 +89,6 @@ def install_hint(name: str) -> str | None:
 
 DEVICE_DIR = "/dev"
 """Where the drivers create their device files (tests point it elsewhere)."""
-
 
 
 class DeviceKind(NamedTuple):
@@ -154,9 +154,7 @@ def device_files(kind: str) -> list[str] | None:
         names = os.listdir(DEVICE_DIR)
     except OSError:
         return None
-    return sorted(
-        os.path.join(DEVICE_DIR, name) for name in names if pattern.fullmatch(name)
-    )
+    return sorted(os.path.join(DEVICE_DIR, name) for name in names if pattern.fullmatch(name))
 
 
 def missing_device(*kinds: str) -> str | None:
