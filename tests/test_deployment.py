@@ -32,7 +32,7 @@ def _estimate(name: str, d: Deployment | None, tp: int = 1, total: int = 80 * GI
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"quantization": "awq"}, ["--quantization", "'awq'", "fp8"]),
+        ({"quantization": "a w q"}, ["--quantization", "'a w q'", "fp8"]),
         ({"dtype": "float32"}, ["--dtype", "'float32'", "bfloat16"]),
         ({"dtype": "int8"}, ["--dtype", "'int8'"]),
         ({"cpu_offload_gb": -1}, ["--cpu-offload-gb", "-1"]),
@@ -87,9 +87,16 @@ def test_online_fp8_quantizes_linear_layers_and_keeps_embeddings_in_bf16() -> No
     for role in ("attention", "mlp"):
         assert abs(fp8.by_role[role] / bf16.by_role[role] - 0.5) < 0.001
     # A checkpoint already quantized another way is refused, as vLLM refuses it.
-    awq = {**config, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    awq = {**config, "quantization_config": {"quant_method": "awq", "bits": 4,
+                                             "group_size": 128, "zero_point": True}}  # fmt: skip
     with pytest.raises(InvalidInputError, match="awq"):
         serving_config(awq, Deployment(quantization="fp8"))
+    # The checkpoint's own method, with or without vLLM's kernel suffix, is accepted as is.
+    for name in ("awq", "awq_marlin"):
+        assert serving_config(awq, Deployment(quantization=name)) == awq
+    # Online quantization other than FP8 is refused, naming what is sized.
+    with pytest.raises(InvalidInputError, match="fp8"):
+        serving_config(config, Deployment(quantization="awq"))
 
 
 def test_pipeline_stages_split_layers_and_place_embedding_and_lm_head() -> None:

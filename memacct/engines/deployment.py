@@ -44,7 +44,8 @@ __all__ = [
 QUANTIZATIONS = ("fp8",)
 """``--quantization`` values memacct sizes as online quantization of an unquantized
 checkpoint. A checkpoint that carries its own ``quantization_config`` is sized from it;
-``--quantization`` must then name the same method (vLLM refuses a mismatch)."""
+``--quantization`` may then name its method (``awq``, ``gptq_marlin``, ``modelopt``,
+``compressed-tensors``, ...; vLLM refuses another)."""
 
 SERVE_DTYPES = ("auto", "bfloat16", "float16", "half")
 """``--dtype`` values memacct plans (all 16-bit: the weights, KV cache and activations keep
@@ -253,7 +254,8 @@ class Deployment:
     """The ``vllm serve`` settings beyond batch and cache sizes that change a memory term.
 
     Attributes:
-        quantization: ``--quantization`` (:data:`QUANTIZATIONS`), ``None``: the checkpoint's.
+        quantization: ``--quantization``: :data:`QUANTIZATIONS` online, or the checkpoint's
+            own method; ``None``: the checkpoint's.
         dtype: ``--dtype`` (:data:`SERVE_DTYPES`).
         lora: ``--enable-lora`` with its sizes, ``None``: LoRA off.
         speculative: ``--speculative-config``, ``None``: off.
@@ -277,11 +279,11 @@ class Deployment:
     multimodal: Multimodal = field(default_factory=Multimodal)
 
     def __post_init__(self) -> None:
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise _bad("--quantization", self.quantization,
-                       f"is not an online quantization memacct sizes: give "
-                       f"{', '.join(QUANTIZATIONS)}, or a pre-quantized checkpoint whose "
-                       "config.json carries its quantization_config")  # fmt: skip
+        q = self.quantization
+        if q is not None and (not isinstance(q, str) or not q or not all(
+                c.isalnum() or c in "-_" for c in q)):  # fmt: skip
+            raise _bad("--quantization", q, "is not a quantization method name: give fp8, or "
+                       "the method of the checkpoint's quantization_config")  # fmt: skip
         if self.dtype not in SERVE_DTYPES:
             fix = ("doubles weights, KV cache and activations; memacct plans 16-bit serving: "
                    "give bfloat16 or float16") if self.dtype in ("float32", "float") else (

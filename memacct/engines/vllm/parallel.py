@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from memacct.engines.deployment import Deployment
+from memacct.engines.deployment import QUANTIZATIONS, Deployment
 from memacct.errors import InvalidInputError
 from memacct.planner.config import _Config
 from memacct.planner.geometry import pipeline_partition
@@ -77,23 +77,39 @@ def serving_config(config: Mapping[str, Any], deployment: Deployment) -> Mapping
         return config
     copy, section = _text_section(config)
     if deployment.quantization is not None:
+        asked = deployment.quantization.lower()
         own = copy.get("quantization_config") or section.get("quantization_config")
         if isinstance(own, Mapping):
             method = str(own.get("quant_method", "")).lower()
-            if method != deployment.quantization:
+            if _method_family(method) != _method_family(asked):
                 raise InvalidInputError(
                     f"--quantization {deployment.quantization}: the checkpoint is already "
                     f"quantized with {method or 'an unnamed method'}; vLLM refuses the "
                     f"mismatch: drop --quantization (or give --quantization {method})"
                 )
-        else:
+        elif asked in QUANTIZATIONS:
             copy["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
                                            "online": True}  # fmt: skip
+        else:
+            raise InvalidInputError(
+                f"--quantization {deployment.quantization}: the checkpoint is not quantized, "
+                f"and memacct sizes online quantization for {', '.join(QUANTIZATIONS)} only: "
+                "give --quantization fp8, or a checkpoint quantized with that method"
+            )
     if deployment.dtype != "auto":
         name = "float16" if deployment.dtype == "half" else deployment.dtype
         section["torch_dtype"] = name
         section.pop("dtype", None)
     return copy
+
+
+def _method_family(method: str) -> str:
+    """A quantization method without vLLM's kernel suffixes (``awq_marlin`` is ``awq``,
+    ``modelopt_fp4`` is ``modelopt``, ``compressed_tensors`` is ``compressed-tensors``)."""
+    name = method.lower().replace("_", "-")
+    for suffix in ("-marlin", "-fp4", "-fp8"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def with_layers(config: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
