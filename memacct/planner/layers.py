@@ -235,7 +235,6 @@ class MambaState(LayerSpec):
         return 3 if prefix_caching and self.checkpoints else 1
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Mamba1State(MambaState):
     """Mamba-1: conv ``(d_conv - 1) x inner / tp``, ssm ``inner / tp x d_state``."""
@@ -295,14 +294,14 @@ def layer_from_json(value: Any) -> Any:
     """A layer spec back from :func:`layer_to_json` (other values pass through unchanged)."""
     if not isinstance(value, dict):
         return value
-    fields = dict(value)
-    cls = LAYER_CLASSES.get(str(fields.pop("spec", "")))
+    values = dict(value)
+    cls = LAYER_CLASSES.get(str(values.pop("spec", "")))
     if cls is None:
         raise ValueError(f"unknown layer spec {value.get('spec')!r}: use one of "
                          f"{', '.join(LAYER_CLASSES)}")
-    if "shapes" in fields:
-        fields["shapes"] = tuple(tuple(pair) for pair in fields["shapes"])
-    return cls(**fields)
+    if "shapes" in values:
+        values["shapes"] = tuple(tuple(pair) for pair in values["shapes"])
+    return cls(**values)
 
 
 class LayerGroup(BaseModel):
