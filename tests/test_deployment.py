@@ -286,6 +286,7 @@ def test_pipeline_plan_gives_every_stage_the_fewest_blocks_any_stage_has_room_fo
     config = load_model_preset("llama-3.1-8b")  # 32 layers: 16 per stage
     plan = plan_offline(config, device="h100", pipeline_parallel_size=2, max_model_len=8192)
     total = plan.total_memory
+    assert total is not None
     d = Deployment(pipeline_parallel_size=2)
     est = STARTUP.estimate(config, total_memory=total, device_name="h100-80gb",
                            settings=StartupSettings(max_model_len=8192, deployment=d))  # fmt: skip
