@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,6 +270,18 @@ def test_unreachable_hub_falls_back_to_the_preset_a_repo_copies(
     source = quiet("Qwen/Qwen2.5-7B-Instruct")
     assert source.origin == "preset" and source.config == load_model_preset("qwen2.5-7b")
     assert any("shipped preset qwen2.5-7b" in note for note in source.notes)
+
+
+def test_without_huggingface_hub_a_hub_id_asks_for_it_or_uses_the_preset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] == "huggingface_hub"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails, as uninstalled
+    with pytest.raises(ModelSourceError, match=r"needs huggingface_hub: pip install 'memacct"):
+        quiet(REPO)
+    source = quiet("meta-llama/Llama-3.1-8B-Instruct")
+    assert source.origin == "preset" and source.config == load_model_preset("llama-3.1-8b")
 
 
 # ---------------------------------------------------------------- access and names

@@ -57,7 +57,7 @@ from memacct.planner.checkpoint import (
 from memacct.planner.config import read_config_file
 from memacct.units import MiB
 
-__all__ = ["HubModel", "load_hub_model", "parse_hub_id"]
+__all__ = ["HubModel", "HubUnavailableError", "load_hub_model", "parse_hub_id"]
 
 _FIRST_RANGE = 100_000  # what get_safetensors_metadata asks first: 97% of headers fit
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -91,6 +91,11 @@ class HubModel:
     snapshot: Path
     notes: tuple[str, ...] = ()
     from_cache: bool = False
+
+
+class HubUnavailableError(ModelSourceError):
+    """The Hub cannot be asked (offline, unreachable, or huggingface_hub missing) and the
+    local cache does not have the model: nothing said the model is wrong."""
 
 
 def _stderr_status(line: str) -> None:
@@ -171,7 +176,7 @@ def _import_hub() -> Any:
     try:
         import huggingface_hub
     except ImportError:
-        raise ModelSourceError(
+        raise HubUnavailableError(
             "naming a model by its Hugging Face Hub id needs huggingface_hub: "
             "pip install 'memacct[hf]' (or give the path of its config.json)"
         ) from None
@@ -198,7 +203,7 @@ def load_hub_model(
     if _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
         cached = _from_cache(repo_id, revision)
         if cached is None:
-            raise ModelSourceError(
+            raise HubUnavailableError(
                 f"HF_HUB_OFFLINE is set and {repo_id}@{revision or 'main'} is not in the Hugging "
                 f"Face cache ({hub_cache_dir()}): run once online (unset HF_HUB_OFFLINE) to cache "
                 "it, or give the path of its config.json"
@@ -215,7 +220,7 @@ def load_hub_model(
     except _Unreachable as exc:
         cached = _from_cache(repo_id, revision)
         if cached is None:
-            raise ModelSourceError(str(exc)) from None
+            raise HubUnavailableError(str(exc)) from None
         note = f"{endpoint} could not be reached: read {repo_id} from the local cache"
         return replace(cached, notes=(*cached.notes, note))
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from memacct.errors import ConfigError, ModelSourceError
+from memacct.errors import ConfigError
 from memacct.planner.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
 
 __all__ = ["ModelSource", "Origin", "resolve_model"]
@@ -187,16 +187,20 @@ def config_file_name(config: Mapping[str, Any], path: Path) -> str:
 
 
 def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
-    from memacct.planner.hub import _stderr_status, load_hub_model, parse_hub_id
+    from memacct.planner.hub import (
+        HubUnavailableError,
+        _stderr_status,
+        load_hub_model,
+        parse_hub_id,
+    )
 
     repo_id, rev = parse_hub_id(text, revision)
     callback = _stderr_status if status == "stderr" else status
     try:
         model = load_hub_model(repo_id, rev, status=callback)
-    except ModelSourceError as exc:
+    except HubUnavailableError as exc:
         preset = PRESET_REPOS.get(repo_id.lower())
-        unreachable = str(exc).startswith(("cannot reach", "HF_HUB_OFFLINE is set"))
-        if preset is None or not unreachable or rev not in (None, "main"):
+        if preset is None or rev not in (None, "main"):
             raise
         from memacct.planner.presets import load_model_preset
 
