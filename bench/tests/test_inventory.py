@@ -81,3 +81,16 @@ def test_the_simulated_engine_loads_gpt_oss_20b_as_the_offline_plan_sizes_it() -
     buffers = sum(start.workload.weight_tensors()) - offline
     assert _requested(start.device) == offline + buffers
     assert offline < 15 * GiB  # MXFP4 experts: 13.46 GiB, not the 38.95 GiB of bf16 experts
+
+
+def test_gpt_oss_120b_starts_on_one_simulated_h100_as_it_does_on_a_real_one() -> None:
+    # gpt-oss-120b's config.json is gpt-oss-20b's with 36 layers and 128 experts (MXFP4):
+    # about 61 GiB of weights, which vLLM loads on one 80 GB H100.
+    config = load_model_preset("gpt-oss-20b")
+    config.update(num_hidden_layers=36, num_local_experts=128)
+    config["layer_types"] = ["sliding_attention", "full_attention"] * 18
+    offline = estimate_weights(config).total_bytes
+    assert 55 * GiB < offline < 65 * GiB
+    start = simulate_engine_start(config, device="h100-80gb", truth_source="reserved",
+                                  max_num_batched_tokens=2048, max_num_seqs=16)  # fmt: skip
+    assert start.result.weights_memory >= offline
