@@ -60,6 +60,9 @@ def test_cli_md_samples_are_what_the_commands_print() -> None:
     assert [command for command, _ in found] == [
         "memacct snapshot --demo",
         "memacct plan --model qwen2.5-7b --device h100-80gb",
+        "memacct plan --model llama-3.1-70b --device h100",
+        "memacct plan --model llama-3.1-70b --device h100,a100-80gb,l4 --tensor-parallel-size "
+        "2,4,8 --min-concurrency 4",
     ]
     for command, block in found:
         assert tool.normalise(block) == tool.run(command), (
@@ -82,6 +85,12 @@ CLI_ERROR_ROWS: dict[str, tuple[list[str], dict[str, str]]] = {
         ["plan", "--model", "qwen2.5-7b", "--device", "h100", "--max-model-len", "100000"], {}),
     "--profile p.json --allocator npu": (
         ["plan", "--model", "qwen2.5-7b", "--profile", "p.json", "--allocator", "npu"], {}),
+    "--engine sglang --engine-version 0.4.0": (
+        ["plan", "--model", "qwen2.5-7b", "--engine", "sglang", "--engine-version", "0.4.0"], {}),
+    "--engine vllm-ascend --device h100": (
+        ["plan", "--model", "qwen2.5-7b", "--engine", "vllm-ascend", "--device", "h100"], {}),
+    "--truth-source reserved": (["plan", "--model", "qwen2.5-7b", "--truth-source", "reserved"],
+                                {}),
     "--plot /etc/passwd/x.png": (
         ["plan", "--model", "qwen2.5-7b", "--plot", "/etc/passwd/x.png"], {}),
     "--block-size x": (["plan", "--model", "qwen2.5-7b", "--block-size", "x"], {}),
