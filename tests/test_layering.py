@@ -89,4 +89,17 @@ def test_the_harness_imports_only_public_memacct_modules_and_names() -> None:
 def test_the_simulated_engine_start_lives_in_the_harness() -> None:
     assert not (ROOT / "memacct" / "engines" / "start.py").exists()
     assert not (SIM / "traces").exists()
-    assert (HARNESS / "start.py").is_file() and (HARNESS / "traces").is_dir()
+    assert (HARNESS / "start.py").is_file() and (HARNESS / "workload.py").is_file()
+
+
+def test_each_framework_graph_is_written_once() -> None:
+    # The MindFormers graphs the offline vllm-mindspore plan charges are the core's; the
+    # harness replays those, never a copy of its own.
+    core = ROOT / "memacct" / "engines" / "vllm_mindspore"
+    for graph in ("Qwen2Graph", "DeepseekV3Graph"):
+        defined = [
+            str(path.relative_to(ROOT))
+            for path in sorted([*HARNESS.rglob("*.py"), *core.rglob("*.py")])
+            if f"class {graph}" in path.read_text(encoding="utf-8")
+        ]
+        assert len(defined) == 1, (graph, defined)

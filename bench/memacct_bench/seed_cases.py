@@ -6,9 +6,11 @@ the KV cache its worker planned with the allocated peak (37.85 GiB, 44292 blocks
 with reserved memory (36.40 GiB, 42593 blocks), and an out-of-memory error on a 32 GB
 910B4 with the first. For DeepSeek-V3 at TP16 it published 9.13 GiB (8719 blocks) and
 8.54 GiB (8150); ``CASES["deepseek-v3-tp16"]`` replays one rank of the W8A8 TP16 graph of
-:mod:`memacct_bench.traces.deepseek`. :func:`run_seed_case` replays the worker's start on a
-:class:`~memacct.sim.SimDevice` with the ``mindspore`` (VMM) pool, the MindFormers graph
-of :mod:`memacct_bench.traces.mindformers`, and the worker's own arithmetic (sources in
+:mod:`memacct.engines.vllm_mindspore.deepseek_graph`. :func:`run_seed_case` replays the
+worker's start on a :class:`~memacct.sim.SimDevice` with the ``mindspore`` (VMM) pool, the
+MindFormers graph of :mod:`memacct.engines.vllm_mindspore.qwen2_graph` (the graphs the
+offline plan charges; their decode masks from :mod:`memacct_bench.traces`), and the worker's
+own arithmetic (sources in
 ``docs/simulator.md``, "The seed's cases"):
 
 * ``weights_memory``: the allocated bytes gained while the model loads;
@@ -34,22 +36,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.trace import replay
+from memacct.engines.vllm_mindspore.deepseek_graph import (
+    DeepseekV3Graph,
+    deepseek_v3_load,
+    deepseek_v3_prefill_trace,
+)
+from memacct.engines.vllm_mindspore.qwen2_graph import Qwen2Graph, qwen2_load, qwen2_prefill_trace
 from memacct.planner import load_model_preset
 from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct.units import GiB
-from memacct_bench.traces.deepseek import (
-    DeepseekV3Graph,
-    deepseek_v3_load,
-    deepseek_v3_mask_trace,
-    deepseek_v3_prefill_trace,
-)
-from memacct_bench.traces.mindformers import (
-    Qwen2Graph,
-    qwen2_load,
-    qwen2_mask_trace,
-    qwen2_prefill_trace,
-)
+from memacct_bench.traces import deepseek_v3_mask_trace, qwen2_mask_trace
 
 __all__ = [
     "CASES",
