@@ -110,6 +110,9 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     monkeypatch.setenv("MEMACCT_CACHE_DIR", str(tmp_path / "memacct-cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf" / "token"))
+    # huggingface_hub keeps its agent registry under the HF_HOME it saw at import: not ours.
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH",
+                        str(tmp_path / "hf" / ".agent_harnesses.json"), raising=False)  # fmt: skip
     state = FakeHub({REPO: single_repo()})
     for server in serve(state):
         monkeypatch.setenv("HF_ENDPOINT", server.url)
