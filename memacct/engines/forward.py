@@ -20,8 +20,9 @@ Example::
 
     >>> from memacct.engines.trace import trace_peak
     >>> from memacct.planner import load_model_preset
-    >>> step = ForwardPass.from_config(load_model_preset("qwen2.5-7b")).step_trace(8192, 256)
-    >>> 0 < trace_peak(step) < 8 * 2**30
+    >>> work = ForwardPass.from_config(
+    ...     load_model_preset("qwen2.5-7b"), max_num_batched_tokens=8192, max_num_seqs=256)
+    >>> 0 < trace_peak(work.step_trace(8192, 256)) < 8 * 2**30
     True
 """
 
