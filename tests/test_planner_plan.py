@@ -584,3 +584,64 @@ def test_co_tenant_on_the_simulated_device_is_named_with_its_bytes() -> None:
     message = rf"other processes hold 30.00GiB \({30 * GiB} bytes\)"
     with pytest.raises(InsufficientMemoryError, match=message):
         plan_kv_cache(session.result, LLAMA, gpu_memory_utilization=0.9, max_model_len=8192)
+
+
+# --- one pipeline (issue 20): an engine's start-up estimate through plan_kv_cache -----------
+
+
+def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
+    from memacct.engines.offline import plan_offline
+    from memacct.engines.vllm.startup import STARTUP, StartupSettings
+    from memacct.planner import load_model_preset
+    from memacct.planner.kvplan import MemoryBudget
+
+    config = load_model_preset("qwen2.5-7b")
+    offline = plan_offline(config, device="h100-80gb")
+    est = STARTUP.estimate(config, total_memory=offline.total_memory or 0,
+                           device_name="h100-80gb",
+                           settings=StartupSettings(max_model_len=32768))  # fmt: skip
+    budget = MemoryBudget.from_estimate(est, device="h100-80gb", device_label="H100")
+    plan = plan_kv_cache(budget, KVCacheSpec.from_hf_config(config), max_model_len=32768)
+    assert isinstance(offline, KVCachePlan) and offline.budget is not None
+    assert (plan.kv_cache_bytes, plan.num_blocks, plan.target_allocation) == (
+        offline.kv_cache_bytes, offline.num_blocks, offline.target_allocation)
+    assert plan.kv_cache_bytes == est.kv_cache_bytes  # the engine's own arithmetic
+    # The batch the estimate profiled is the plan's, without repeating it.
+    assert (plan.max_num_batched_tokens, plan.max_num_seqs) == (
+        est.max_num_batched_tokens, est.max_num_seqs)
+
+
+def test_a_plan_that_does_not_fit_has_no_blocks_to_resize() -> None:
+    from memacct.engines.offline import plan_offline
+    from memacct.planner import load_model_preset
+
+    plan = plan_offline(load_model_preset("llama-3.1-70b"), device="l4")
+    assert not plan.fits and plan.max_concurrency == 0 and plan.shortfall_bytes > 0
+    assert plan.kv_cache_bytes < 0 and plan.verdict.startswith("does not fit: ")
+    with pytest.raises(InvalidInputError, match="does not fit"):
+        plan.with_num_blocks(1)
+    again = KVCachePlan.model_validate_json(plan.model_dump_json())
+    assert again == plan
+
+
+def test_a_version_2_plan_still_loads(tmp_path: Path) -> None:
+    spec = LLAMA
+    plan = plan_kv_cache(None, spec, kv_cache_memory_bytes=GiB, max_model_len=4096)
+    data = json.loads(plan.model_dump_json())
+    assert data["format_version"] == 3
+    for key in ("model", "budget", "fits", "verdict", "suggestions", "shortfall_bytes"):
+        del data[key]
+    data["format_version"] = 2
+    old = KVCachePlan.model_validate(data)
+    assert old.fits and old.num_blocks == plan.num_blocks
+
+
+def test_a_plan_without_device_or_profile_takes_the_engines_reference_batch() -> None:
+    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
+    from memacct.engines.vllm.startup import batch_defaults
+
+    spec = LLAMA
+    plan = plan_kv_cache(None, spec, kv_cache_memory_bytes=GiB, max_model_len=4096)
+    reference = DEVICE_INFO[REFERENCE_DEVICE]
+    assert (plan.max_num_batched_tokens, plan.max_num_seqs) == batch_defaults(
+        reference.total_bytes, reference.name)
