@@ -21,10 +21,22 @@ from memacct.planner.kvplan import KVCachePlan, MemoryBudget, Provenance, fits_v
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
+__all__ = [
+    "batch_defaults_for",
+    "check_override_fits",
+    "co_tenants",
+    "device_of",
+    "free_at_start_message",
+    "make_plan",
+    "no_memory_message",
+    "plan_from_budget",
+    "profile_budget",
+]
+
 logger = logging.getLogger("memacct")
 
 
-def _batch_defaults(
+def batch_defaults_for(
     engine: Engine, result: ProfileResult | None, budget: MemoryBudget | None
 ) -> tuple[int, int]:
     """The batch a plan assumes when none is given: what the budget or the profile recorded,
@@ -49,7 +61,7 @@ def _batch_defaults(
     return tokens, seqs
 
 
-def _plan_from_budget(
+def plan_from_budget(
     budget: MemoryBudget,
     spec: KVCacheSpec,
     settings: KVSettings,
@@ -90,13 +102,13 @@ def _plan_from_budget(
             f"block of {probe.block_size} tokens ({probe.block_bytes} bytes)"
         )
     layout = kv_engine.plan(spec, kv_bytes, settings)
-    plan = _make_plan(None, spec, layout, settings, kv_bytes, target,
+    plan = make_plan(None, spec, layout, settings, kv_bytes, target,
                       budget.gpu_memory_utilization, overrides, 0, budget=budget)
     logger.info("%s", plan.report())
     return plan
 
 
-def _profile_budget(result: ProfileResult, target: int, utilization: float) -> MemoryBudget:
+def profile_budget(result: ProfileResult, target: int, utilization: float) -> MemoryBudget:
     return MemoryBudget(
         source="profile",
         total_memory=result.after.total,
@@ -111,12 +123,12 @@ def _profile_budget(result: ProfileResult, target: int, utilization: float) -> M
         weights_source=str(result.weights_source),
         max_num_batched_tokens=result.profiled.max_num_batched_tokens,
         max_num_seqs=result.profiled.max_num_seqs,
-        device=_device(result),
-        device_label=_device(result),
+        device=device_of(result),
+        device_label=device_of(result),
     )
 
 
-def _make_plan(
+def make_plan(
     result: ProfileResult | None,
     spec: KVCacheSpec,
     layout: KVLayout,
@@ -133,7 +145,7 @@ def _make_plan(
     provenance = None
     if result is not None:
         assert target is not None and utilization is not None
-        budget = _profile_budget(result, target, utilization)
+        budget = profile_budget(result, target, utilization)
         baseline = result.baseline
         provenance = Provenance(
             backend=result.backend,
@@ -195,11 +207,11 @@ def _make_plan(
     )
 
 
-def _device(result: ProfileResult) -> str:
+def device_of(result: ProfileResult) -> str:
     return f"{result.backend}:{result.device}"
 
 
-def _co_tenants(result: ProfileResult) -> str:
+def co_tenants(result: ProfileResult) -> str:
     baseline = result.baseline
     if baseline.other_processes is not None:
         held = baseline.other_processes
@@ -215,7 +227,7 @@ def _co_tenants(result: ProfileResult) -> str:
     )
 
 
-def _free_at_start_message(result: ProfileResult, utilization: float, target: int) -> str:
+def free_at_start_message(result: ProfileResult, utilization: float, target: int) -> str:
     free = result.baseline.free
     total = result.after.total
     most = math.floor(free / total * 1000) / 1000
@@ -223,13 +235,13 @@ def _free_at_start_message(result: ProfileResult, utilization: float, target: in
     if most > 0:
         fix = f"decrease gpu_memory_utilization to at most {most}, or {fix}"
     return (
-        f"Free memory on device {_device(result)} at start ({format_gib(free)}, {free} bytes) "
+        f"Free memory on device {device_of(result)} at start ({format_gib(free)}, {free} bytes) "
         f"is less than desired memory utilization {utilization} ({format_gib(target)}, "
-        f"{target} bytes of {format_gib(total)}); {_co_tenants(result)}: {fix}"
+        f"{target} bytes of {format_gib(total)}); {co_tenants(result)}: {fix}"
     )
 
 
-def _no_memory_message(
+def no_memory_message(
     result: ProfileResult, utilization: float, target: int, block_size: int, block_bytes: int
 ) -> str:
     total = result.after.total
@@ -244,7 +256,7 @@ def _no_memory_message(
         else "The model does not fit this device at any utilization:"
     )
     return (
-        f"No available memory for the cache blocks on {_device(result)}: the target allocation "
+        f"No available memory for the cache blocks on {device_of(result)}: the target allocation "
         f"is {format_gib(target)} ({target} bytes = {utilization} x {total}) and the model "
         f"needs {format_gib(non_kv)} ({non_kv} bytes) besides the cache (weights "
         f"{result.weights_memory} + activation peak {result.activation_peak} + non-allocator "
@@ -255,13 +267,13 @@ def _no_memory_message(
     )
 
 
-def _check_override_fits(result: ProfileResult, override: str, kv_bytes: int, target: int) -> None:
+def check_override_fits(result: ProfileResult, override: str, kv_bytes: int, target: int) -> None:
     total = result.after.total
     non_kv = result.non_kv_cache_memory
     if target > total:
         raise InsufficientMemoryError(
             f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache, but "
-            f"{_device(result)} has {total} bytes in all and the model needs {non_kv} besides "
+            f"{device_of(result)} has {total} bytes in all and the model needs {non_kv} besides "
             f"the cache, so at most {total - non_kv} bytes can ever hold it: lower the override"
         )
     free = result.baseline.free
@@ -269,7 +281,7 @@ def _check_override_fits(result: ProfileResult, override: str, kv_bytes: int, ta
         raise InsufficientMemoryError(
             f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache; with "
             f"{non_kv} bytes of non-KV memory this instance needs {target} bytes, more than "
-            f"the {free} bytes ({format_gib(free)}) free on {_device(result)} at start; "
-            f"{_co_tenants(result)}. Lower the override to at most {free - non_kv} bytes, or "
+            f"the {free} bytes ({format_gib(free)}) free on {device_of(result)} at start; "
+            f"{co_tenants(result)}. Lower the override to at most {free - non_kv} bytes, or "
             f"free memory on the device"
         )

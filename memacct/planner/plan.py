@@ -38,14 +38,14 @@ from memacct.planner.kvplan import (
     Provenance,
 )
 from memacct.planner.pipeline import (
-    _batch_defaults,
-    _check_override_fits,
-    _device,
-    _free_at_start_message,
-    _make_plan,
-    _no_memory_message,
-    _plan_from_budget,
+    batch_defaults_for,
+    check_override_fits,
+    free_at_start_message,
+    make_plan,
+    no_memory_message,
+    plan_from_budget,
 )
+from memacct.planner.pipeline import device_of as _device
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
@@ -195,7 +195,7 @@ def plan_kv_cache(
             "plan_kv_cache needs a profile (result) or the KV-cache budget: pass "
             "kv_cache_memory_bytes"
         )
-    default_tokens, default_seqs = _batch_defaults(chosen, result, estimated)
+    default_tokens, default_seqs = batch_defaults_for(chosen, result, estimated)
     settings = KVSettings(
         block_size=block,
         max_model_len=max_len,
@@ -207,11 +207,11 @@ def plan_kv_cache(
         engine_options=_engine_options(kv_engine, engine, engine_options),
     )
     if estimated is not None:
-        return _plan_from_budget(estimated, spec, settings, engine, kv_override, blocks_override)
+        return plan_from_budget(estimated, spec, settings, engine, kv_override, blocks_override)
     if result is None:
         assert kv_override is not None
         layout = kv_engine.plan(spec, kv_override, settings)
-        plan = _make_plan(None, spec, layout, settings, kv_override, None, None, (), 0)
+        plan = make_plan(None, spec, layout, settings, kv_override, None, None, (), 0)
         logger.info("%s", plan.report())
         return plan
 
@@ -224,11 +224,11 @@ def plan_kv_cache(
     if kv_override is None and blocks_override is None:
         target = int(total * utilization)
         if result.baseline.free < target:
-            raise InsufficientMemoryError(_free_at_start_message(result, utilization, target))
+            raise InsufficientMemoryError(free_at_start_message(result, utilization, target))
         kv_bytes = target - non_kv
         if kv_bytes < block_bytes:
             raise InsufficientMemoryError(
-                _no_memory_message(result, utilization, target, probe.block_size, block_bytes)
+                no_memory_message(result, utilization, target, probe.block_size, block_bytes)
             )
     else:
         if kv_override is not None:
@@ -245,7 +245,7 @@ def plan_kv_cache(
             overrides = (f"num_gpu_blocks_override={blocks_override}",)
             kv_bytes = blocks_override * block_bytes
         target = non_kv + kv_bytes
-        _check_override_fits(result, overrides[0], kv_bytes, target)
+        check_override_fits(result, overrides[0], kv_bytes, target)
         logger.warning(
             "%s overrides gpu_memory_utilization=%s: the KV cache gets %s (%d blocks)",
             overrides[0], utilization, format_gib(kv_bytes), kv_bytes // block_bytes,
@@ -266,7 +266,7 @@ def plan_kv_cache(
             raise InsufficientMemoryError(
                 _limit_too_small_message(result, room or 0, probe.block_size, block_bytes))
         raise InsufficientMemoryError(
-            _no_memory_message(result, utilization, target, probe.block_size, block_bytes)
+            no_memory_message(result, utilization, target, probe.block_size, block_bytes)
         )
     try:
         layout = kv_engine.plan(spec, budget, settings)
@@ -278,7 +278,7 @@ def plan_kv_cache(
             f"{_LIMIT_FIX}",
             estimated_max_model_len=exc.estimated_max_model_len,
         ) from None
-    plan = _make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
+    plan = make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
                       reserve, limit_note)
     for warning in result.warnings:
         logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
