@@ -24,6 +24,10 @@ __all__ = ["refused_plan"]
 UTILIZATION_SUGGESTED = 0.95
 """The utilization suggested when a higher one would close the gap."""
 
+FP8_KV_DTYPE = {"sglang": "fp8_e4m3"}
+"""The name an engine gives an FP8 KV cache where it is not ``fp8`` (SGLang has no ``fp8``
+alias: ``--kv-cache-dtype`` choices of SGLang 0.5.23's server args)."""
+
 
 def _engine_fits(spec: KVCacheSpec, engine: str, kv: int, block_size: int, max_len: int,
                  tokens: int, seqs: int) -> bool:
@@ -185,7 +189,8 @@ def refused_plan(
     if spec.kv_dtype_bytes > 1 and info is not None and info.fp8_kv_cache and not auto:
         frees = request - request * 1 // spec.kv_dtype_bytes
         suggestions.append((frees, (
-            f"store the KV cache in FP8 (--kv-cache-dtype fp8): one request of {max_len:,} "
+            f"store the KV cache in FP8 (--kv-cache-dtype "
+            f"{FP8_KV_DTYPE.get(opts.engine, 'fp8')}): one request of {max_len:,} "
             f"tokens takes {gib(request // spec.kv_dtype_bytes)} instead of {gib(request)}"
         )))
     if est.gpu_memory_utilization < UTILIZATION_SUGGESTED:
