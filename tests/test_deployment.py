@@ -319,3 +319,12 @@ def test_every_pipeline_stage_builds_the_vision_tower_and_splits_only_decoder_la
     for w in stages:
         assert w.by_role["vision"] == whole.by_role["vision"]
     assert sum(w.by_role["mlp"] for w in stages) == whole.by_role["mlp"]
+
+
+def test_pipeline_stages_of_sliding_window_and_hybrid_models_are_planned() -> None:
+    from memacct.engines.offline import plan_offline
+
+    for name in ("gemma-2-9b", "granite-4.0-h-small"):
+        plan = plan_offline(load_model_preset(name), device="h100", max_model_len=8192,
+                            pipeline_parallel_size=2)  # fmt: skip
+        assert plan.fits and plan.num_blocks > 0, name

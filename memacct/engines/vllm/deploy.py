@@ -39,7 +39,6 @@ from memacct.engines.vllm.speculative import (
     rejection_sampler_bytes,
     with_draft_layers,
 )
-from memacct.errors import InvalidInputError
 from memacct.planner.config import _Config
 from memacct.planner.geometry import pipeline_partition
 from memacct.planner.spec import KVCacheSpec
@@ -145,12 +144,6 @@ def estimate_deployment(
     spec = deployment_kv_spec(cfg, d, kv_cache_dtype=kv_dtype, tensor_parallel_size=tp)
     total_layers = _Config(cfg, "config.json").first_int(("num_hidden_layers",), 0) or 1
     parts = pipeline_partition(total_layers, pp) if pp > 1 else (total_layers,)
-    if (pp > 1 and len(spec.layer_groups) != 1) or (pp > 1 and spec.has_sliding_window):
-        raise InvalidInputError(
-            f"--pipeline-parallel-size {pp}: memacct plans pipeline stages of models whose "
-            "layers all keep the same full-attention cache; this one mixes kinds: plan its "
-            "stages with --profile"
-        )
     best: StartupEstimate | None = None
     for stage, layers in enumerate(parts):
         w = _stage_weights(cfg, d, plain, stage, layers, pad, given, notes)
