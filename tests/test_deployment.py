@@ -324,7 +324,7 @@ def test_every_pipeline_stage_builds_the_vision_tower_and_splits_only_decoder_la
 def test_pipeline_stages_of_sliding_window_and_hybrid_models_are_planned() -> None:
     from memacct.engines.offline import plan_offline
 
-    for name in ("gemma-2-9b", "granite-4.0-h-small"):
+    for name in ("gemma-2-9b", "gpt-oss-20b"):
         plan = plan_offline(load_model_preset(name), device="h100", max_model_len=8192,
                             pipeline_parallel_size=2)  # fmt: skip
         assert plan.fits and plan.num_blocks > 0, name
