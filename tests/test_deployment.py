@@ -321,7 +321,7 @@ def test_every_pipeline_stage_builds_the_vision_tower_and_splits_only_decoder_la
     assert sum(w.by_role["mlp"] for w in stages) == whole.by_role["mlp"]
 
 
-def test_pipeline_stages_of_sliding_window_and_hybrid_models_are_planned() -> None:
+def test_pipeline_stages_of_sliding_window_models_are_planned() -> None:
     from memacct.engines.offline import plan_offline
 
     for name in ("gemma-2-9b", "gpt-oss-20b"):
