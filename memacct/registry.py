@@ -468,10 +468,17 @@ def _auto_choice(options: dict[str, Any]) -> DeviceBackend:
     # The available real devices by priority; one whose constructor finds no device after
     # all (its framework disagrees with the cheap check) gives way to the next.
     infos = available_backends()
-    reasons = {info.name: info.reason or "no device" for info in infos if info.name != "sim"}
+    # The core's own backends that are never chosen automatically (priority 0: the simulator)
+    # have no reason to give unless broken; every plugin's reason is listed. The core's own
+    # backends are always installed.
+    reasons = {
+        info.name: info.reason or "no device"
+        for info in infos
+        if info.distribution != CORE_DISTRIBUTION or info.priority > 0 or not info.available
+    }
     entries = _entries()
     for name, known in KNOWN_BACKENDS.items():  # the first-party plugins not installed
-        if name not in entries and name != "sim":
+        if name not in entries and known.distribution != CORE_DISTRIBUTION:
             reasons[name] = f"not installed ({known.install}: {known.serves})"
     ranked = sorted(
         (info for info in infos if info.available and info.priority > 0),
