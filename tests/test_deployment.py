@@ -73,6 +73,10 @@ def test_serve_args_parse_as_vllm_names_them() -> None:
     assert d.multimodal.count("image") == 2 and d.multimodal.count("video") == 0
     assert d.multimodal.size("image") == {"width": 512, "height": 512}
     assert Deployment.from_serve_args().is_default and not d.is_default
+    # Frozen and hashable, as the plan options that carry it.
+    from memacct.options import PlanOptions
+
+    assert hash(PlanOptions(deployment=d)) == hash(PlanOptions(deployment=d))
 
 
 # ------------------------------------------------------------------ weights terms

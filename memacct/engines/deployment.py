@@ -208,8 +208,9 @@ class Multimodal:
         skip_mm_profiling: ``--skip-mm-profiling``: no encoder pass in the profile run.
     """
 
-    limit_mm_per_prompt: Mapping[str, Any] = field(default_factory=dict)
-    mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Compared but not hashed (mappings): a Deployment stays hashable, as PlanOptions is.
+    limit_mm_per_prompt: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     skip_mm_profiling: bool = False
 
     def __post_init__(self) -> None:
