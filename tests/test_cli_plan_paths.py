@@ -115,6 +115,8 @@ def test_a_profile_plans_with_the_batch_it_recorded(
         (["--kv-cache-memory-bytes", "2GiB", "--enforce-eager"],
          "--enforce-eager shapes the offline start-up estimate"),
         (["--engine", "tgi"], "'tgi' is not one of"),
+        (["--device", "h100", "--kv-cache-memory-bytes", "20GiB", "--gpu-memory-utilization",
+          "0.8"], "--gpu-memory-utilization does not apply with --kv-cache-memory-bytes"),
     ],
 )  # fmt: skip
 def test_an_option_that_does_not_apply_is_refused_in_one_line(

@@ -204,10 +204,10 @@ def _refuse(path: str, flags: dict[str, Any]) -> None:
                "whether the weights and that cache fit)")  # fmt: skip
         raise InvalidInputError(f"{shown} shape{'s' if len(given) == 1 else ''} the offline "
                                 f"start-up estimate; {why}")
-    if path == "budget" and flags["gpu_memory_utilization"] is not None:
+    if flags["kv_cache_memory_bytes"] is not None and flags["gpu_memory_utilization"] is not None:
         raise InvalidInputError(
-            "--gpu-memory-utilization does not apply with --kv-cache-memory-bytes alone: the "
-            "budget is given in bytes (add --device to plan the rest of the device too)"
+            "--gpu-memory-utilization does not apply with --kv-cache-memory-bytes: the cache "
+            "is given in bytes and replaces the utilization (vLLM ignores it then too); drop one"
         )
     if path == "budget" and flags["plot_path"] is not None:
         raise InvalidInputError(
