@@ -14,12 +14,14 @@ reading was found. :func:`resolve_device` also accepts short names (``h100``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from memacct.checks import check_int
+from memacct.device_table import EXTRA_PRESETS
 from memacct.errors import InvalidInputError
-from memacct.units import GiB, parse_size
+from memacct.units import GiB, format_gib, parse_size
 
 __all__ = [
     "DEVICE_INFO",
@@ -27,6 +29,7 @@ __all__ = [
     "REFERENCE_DEVICE",
     "DeviceInfo",
     "check_device",
+    "memory_notes",
     "parse_memory_size",
     "resolve_device",
 ]
@@ -49,6 +52,13 @@ class DeviceInfo:
         compute_capability: an NVIDIA part's CUDA compute capability, ``(9, 0)`` for
             Hopper; ``None`` elsewhere. What the engines may run there follows from it
             (:attr:`fp8_weights`, :attr:`mxfp4_layout`), never from the device's name.
+        unified_memory: the GPU's memory is the system memory its CPU and OS share (CUDA
+            calls it integrated: DGX Spark, Jetson); engines read its free memory from the
+            OS (:func:`memory_notes`).
+        hbm_numa_node: the GPU has memory of its own that the OS also sees as a NUMA node
+            (GH200, GB200: coherent NVLink-C2C), so the OS's page cache may take part of it.
+        gfx_arch: an AMD part's gfx architecture as ROCm names it (``gfx942``); what vLLM's
+            ROCm build does there follows from it (:attr:`fp8_dtype`, :attr:`fp8_weights`).
     """
 
     name: str
@@ -59,6 +69,9 @@ class DeviceInfo:
     aliases: tuple[str, ...] = ()
     vendor: str = "nvidia"
     compute_capability: tuple[int, int] | None = None
+    unified_memory: bool = False
+    hbm_numa_node: bool = False
+    gfx_arch: str | None = None
 
     @property
     def mxfp4_layout(self) -> str:
@@ -75,7 +88,26 @@ class DeviceInfo:
         or Volta (T4, V100) nor on Ascend NPUs (vllm-ascend quantizes to int8)."""
         if self.vendor == "nvidia":
             return (self.compute_capability or (0, 0)) >= (8, 0)
-        return self.vendor == "amd"
+        # vLLM's ROCm build (platforms/rocm.py supports_fp8): CDNA (gfx9) and RDNA 3/4.
+        return self.vendor == "amd" and (self.gfx_arch or "gfx9").startswith(
+            ("gfx9", "gfx11", "gfx12"))
+
+    @property
+    def fp8_dtype(self) -> str:
+        """The FP8 type vLLM stores FP8 weights and KV cache in here (one byte either way):
+        ``float8_e4m3fnuz`` on gfx94x (MI300X, MI325X: ``platforms/rocm.py`` is_fp8_fnuz),
+        ``float8_e4m3fn`` on other CUDA and ROCm parts, ``""`` where there is none."""
+        if not (self.fp8_weights or self.fp8_kv_cache):
+            return ""
+        return "float8_e4m3fnuz" if (self.gfx_arch or "").startswith("gfx94") else "float8_e4m3fn"
+
+    @property
+    def custom_allreduce(self) -> bool:
+        """Whether vLLM's custom all-reduce (and its buffers) runs here under TP: every CUDA
+        part; on ROCm only gfx94x/gfx95x (``platforms/rocm.py`` use_custom_allreduce)."""
+        if self.vendor == "amd":
+            return (self.gfx_arch or "").startswith(("gfx94", "gfx95"))
+        return self.vendor == "nvidia"
 
     @property
     def fp8_kv_cache(self) -> bool:
@@ -267,6 +299,12 @@ _INFO = tuple(
     if info.name in _CAPABILITY else replace(info, vendor="ascend")
     for info in _INFO
 )
+_INFO = (
+    *(replace(i, gfx_arch="gfx942") if i.name == "mi300x-192gb" else i for i in _INFO),
+    *(DeviceInfo(row["name"], _gib(row["gib"]), **{k: v for k, v in row.items()
+                                                    if k not in ("name", "gib")})
+      for row in EXTRA_PRESETS),
+)
 
 DEVICE_INFO: dict[str, DeviceInfo] = {info.name: info for info in _INFO}
 """Every device preset with its source, by name."""
@@ -313,6 +351,42 @@ def resolve_device(name: str) -> DeviceInfo:
             "total memory with --device-memory (e.g. 24GiB)"
         )
     return info
+
+
+def memory_notes(info: DeviceInfo, engine: str,
+                 gpu_memory_utilization: float | None = None) -> tuple[str, ...]:
+    """What a plan for ``engine`` on this device assumes about memory the engine shares with
+    the CPU and OS, one sentence each (none on a discrete GPU). Sources: ``docs/devices.md``.
+
+    ``gpu_memory_utilization`` ``None``: vLLM's default, 0.9.
+    """
+    total = format_gib(info.total_bytes, sep=" ")
+    if info.unified_memory and engine == "sglang":
+        return (
+            f"unified memory: the {info.label}'s {total} is the system memory its CPU and OS "
+            "share; SGLang reads the free memory from the OS (MemAvailable) and sizes its pool "
+            "from what is free at start, so what the OS and other processes hold comes off "
+            f"the KV cache: memacct assumed all {total} free, which it cannot see",
+        )
+    if info.unified_memory:
+        asked = format_gib(math.ceil(info.total_bytes * (gpu_memory_utilization or 0.9)), sep=" ")
+        return (
+            f"unified memory: the {info.label}'s {total} is the system memory its CPU and OS "
+            "share; vLLM reads that total from CUDA and the free memory from the OS "
+            f"(MemAvailable, page cache counted free) and starts only if {asked} "
+            "(gpu_memory_utilization x total) is free then: memacct assumed the OS and the "
+            "other processes leave that much, which it cannot see",
+            "vLLM also counts as non-KV memory what MemAvailable loses during its profile run "
+            "(host memory of its own processes, the compiler's, other programs'); memacct "
+            "counts the device's terms only, so this KV figure is an upper bound",
+        )
+    if info.hbm_numa_node:
+        return (
+            f"the {info.label}'s HBM is also a NUMA node of the OS: page cache the OS keeps "
+            f"there counts as used in the free memory {engine} reads, so a start can fail until "
+            "the cache is dropped (vllm-project/vllm#35313): memacct assumed the HBM free",
+        )
+    return ()
 
 
 def check_device(device: object) -> tuple[str | None, int | None, str | None]:

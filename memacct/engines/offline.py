@@ -74,7 +74,7 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
     Raises:
         InvalidInputError: an unknown device, or one the engine does not run on.
     """
-    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE, resolve_device
+    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE, memory_notes, resolve_device
     from memacct.engines.base import ENGINE_VENDORS
 
     vendors = ENGINE_VENDORS.get(options.engine)
@@ -90,7 +90,8 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
                 f"{info.vendor} device): plan it with --engine {' or '.join(runs_on) or '...'}, "
                 f"or give one of its devices ({', '.join(vendors)})"
             )
-        return OfflineDevice(info.total_bytes, info.name, info.label, info)
+        notes = memory_notes(info, options.engine, options.gpu_memory_utilization)
+        return OfflineDevice(info.total_bytes, info.name, info.label, info, "; ".join(notes))
     info = DEVICE_INFO[REFERENCE_DEVICE]
     if vendors is not None and info.vendor not in vendors:
         info = next(i for i in DEVICE_INFO.values() if i.vendor in vendors and i.kind == "reading")

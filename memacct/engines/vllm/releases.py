@@ -196,12 +196,17 @@ def default_sampler(
         flashinfer_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as set (``True`` for ``1``,
             ``False`` for ``0``), ``None`` when unset. ``1`` selects FlashInfer (in
             0.9-0.11.0 it must also be installed); ``0`` the native path.
-        device_name: the device's name; AMD devices (``mi…``) take the native path.
+        device_name: the device's name; AMD devices (a preset of vendor ``amd``, or a name
+            ``mi…``) take the native path.
     """
     version = version or parse_version(VERSION)
     assert version is not None
     native = "triton" if version >= TRITON_SAMPLER_SINCE else "sort"
-    if flashinfer_env is False or device_name.lower().startswith("mi"):
+    from memacct.devices import DEVICE_INFO
+
+    info = DEVICE_INFO.get(device_name)
+    amd = info.vendor == "amd" if info is not None else device_name.lower().startswith("mi")
+    if flashinfer_env is False or amd:
         return native
     if flashinfer_env is True:
         return "flashinfer"

@@ -115,9 +115,14 @@ def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
 
     ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 8192
     tokens and 1024 sequences on a device of at least 70 GiB that is not an
-    A100 (H100, H200, B200, MI300X), else 2048 and 256.
+    A100 (H100, H200, B200, MI300X), else 2048 and 256. A DGX Spark (GB10, compute
+    capability 12.1, as its preset records it) stays on the small tier.
     """
-    if total_memory >= 70 * GiB and "a100" not in device_name.lower():
+    from memacct.devices import DEVICE_INFO
+
+    info = DEVICE_INFO.get(device_name)
+    gb10 = info is not None and info.compute_capability == (12, 1)
+    if total_memory >= 70 * GiB and "a100" not in device_name.lower() and not gb10:
         return 8192, 1024
     return 2048, 256
 
