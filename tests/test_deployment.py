@@ -45,7 +45,9 @@ def _estimate(name: str, d: Deployment | None, tp: int = 1, total: int = 80 * GI
          ["method", "'medusa2'", "eagle"]),
         ({"speculative_config": '{"method": "eagle"}'}, ["num_speculative_tokens"]),
         ({"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2, "x": 1}'},
-         ["x"]),
+         ["(x)"]),
+        ({"speculative_config": '{"method": "medusa", "num_speculative_tokens": 2}'},
+         ["'medusa'", "eagle"]),
         ({"limit_mm_per_prompt": '{"imag": 2}'}, ["--limit-mm-per-prompt", "'imag'"]),
         ({"limit_mm_per_prompt": '{"image": {"count": 1, "depth": 3}}'}, ["'depth'"]),
         ({"mm_processor_kwargs": '{"max_pixels": 0}'}, ["max_pixels"]),
@@ -69,6 +71,11 @@ def test_serve_args_parse_as_vllm_names_them() -> None:
         mm_processor_kwargs='{"max_pixels": 1003520}',
     )  # fmt: skip
     assert d.lora == LoraSettings(max_loras=4, max_lora_rank=64)
+    # Keys that move no memory term are taken, as vLLM takes them.
+    spec = Speculative.parse('{"model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "method": "eagle",'
+                             ' "num_speculative_tokens": 3, "disable_logprobs": false,'
+                             ' "disable_by_batch_size": 30}')  # fmt: skip
+    assert (spec.method, spec.num_speculative_tokens) == ("eagle", 3)
     assert d.speculative is not None and d.speculative.method == "eagle3"
     assert d.multimodal.count("image") == 2 and d.multimodal.count("video") == 0
     assert d.multimodal.size("image") == {"width": 512, "height": 512}

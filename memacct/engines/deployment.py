@@ -58,6 +58,20 @@ SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix
 """``--speculative-config`` methods memacct plans. ``ngram`` and ``suffix`` propose
 tokens on the CPU; the others run a drafter on the device."""
 
+_SPEC_KEYS = frozenset((
+    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
+    "max_model_len", "revision", "code_revision", "disable_by_batch_size",
+    "disable_padded_drafter_batch", "prompt_lookup_max", "prompt_lookup_min",
+    "speculative_token_tree", "parallel_drafting", "disable_logprobs", "disable_log_stats",
+    "enforce_eager", "attention_backend", "acceptance_method", "posterior_threshold",
+    "posterior_alpha", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "hf_overrides",
+    "moe_backend",
+))  # fmt: skip
+"""``--speculative-config`` keys vLLM takes (``vllm/config/speculative.py``); memacct reads
+``method``, ``model``, ``num_speculative_tokens`` and ``draft_tensor_parallel_size``, the
+others move no memory term it plans."""
+
 _MAX_SPEC_TOKENS = 64
 _MAX_LORAS = 1024
 _MAX_RANK = 1024
@@ -164,14 +178,11 @@ class Speculative:
         """
         obj = _json_object("--speculative-config", value,
                            '{"method": "eagle", "model": "...", "num_speculative_tokens": 3}')
-        known = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
-                 "prompt_lookup_max", "prompt_lookup_min", "quantization", "max_model_len",
-                 "disable_by_batch_size", "parallel_drafting"}  # fmt: skip
-        unknown = sorted(set(obj) - known)
+        unknown = sorted(set(obj) - _SPEC_KEYS)
         if unknown:
             raise _bad("--speculative-config", dict(obj),
-                       f"has keys memacct does not read ({', '.join(unknown)}): drop them "
-                       f"or plan with the ones it reads ({', '.join(sorted(known))})")  # fmt: skip
+                       f"has keys vLLM's SpeculativeConfig does not take ({', '.join(unknown)}): "
+                       "drop them")  # fmt: skip
         model = obj.get("model")
         method = obj.get("method")
         if method is None:
