@@ -331,3 +331,23 @@ def test_a_capacity_plan_prints_a_list_in_json_and_answers_quickly(
     start = time.process_time()
     plan_capacity(config, ("h100", "a100-80gb", "l4", "t4"), (1, 2, 4, 8))
     assert time.process_time() - start < 2.0  # 4 devices x 4 degrees (issue 22)
+
+
+def test_a_new_serve_flag_is_one_click_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A click option named after a `vllm serve` setting the deployment takes reaches the plan
+    # with nothing else written, and is refused where nothing is estimated.
+    import click
+
+    from memacct.cli.plan import plan_cmd
+
+    option = click.Option(["--cpu-offload-gb"], type=float, default=0.0)
+    monkeypatch.setattr(plan_cmd, "params", [*plan_cmd.params, option])
+    base = ["plan", "--model", "qwen2.5-7b", "--device", "h100"]
+    plain = _json(capsys, base)
+    offloaded = _json(capsys, [*base, "--cpu-offload-gb", "4"])
+    assert offloaded["weights_memory"] < plain["weights_memory"]
+    assert main(["plan", "--model", "qwen2.5-7b", "--kv-cache-memory-bytes", "2GiB",
+                 "--cpu-offload-gb", "4"]) == 2  # fmt: skip
+    assert "--cpu-offload-gb shapes the offline start-up estimate" in capsys.readouterr().err

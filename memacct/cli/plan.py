@@ -138,6 +138,21 @@ def plan_cmd(**flags: Any) -> None:
         raise click.exceptions.Exit(1)
 
 
+def _serve_flags() -> dict[str, Any]:
+    """The ``vllm serve`` settings a deployment takes (:meth:`Deployment.from_serve_args`)
+    that are not plan options, with their defaults: a click option named after one of them
+    reaches the deployment with nothing else to write."""
+    import inspect
+
+    from memacct.engines.deployment import Deployment
+
+    return {
+        name: param.default
+        for name, param in inspect.signature(Deployment.from_serve_args).parameters.items()
+        if name not in PlanOptions.names() and param.kind is param.KEYWORD_ONLY
+    }
+
+
 def _degrees(text: str) -> tuple[int, ...]:
     """``--tensor-parallel-size``: one degree or a comma list of them."""
     try:
@@ -196,6 +211,8 @@ def _refuse(path: str, flags: dict[str, Any]) -> None:
         }[path]
         raise InvalidInputError(f"--truth-source applies when profiling; {why}")
     given = [name for name in _ENGINE_ONLY if flags[name] not in (None, False, "auto")]
+    given += [name for name, default in _serve_flags().items()
+              if name in flags and flags[name] != default]  # fmt: skip
     if path != "offline" and given:
         shown = " and ".join("--" + name.replace("_", "-") for name in given)
         why = ("a saved profile already measured the engine (drop --profile to plan offline)"
@@ -226,6 +243,11 @@ def _options(flags: dict[str, Any], path: str) -> tuple[PlanOptions, dict[str, A
 
         config = {**config, ASSUME_FULL_ATTENTION: True}
     fields = {key: value for key, value in flags.items() if key not in _CLI_ONLY}
+    serve = {key: fields.pop(key) for key in list(fields) if key in _serve_flags()}
+    if any(value != _serve_flags()[key] for key, value in serve.items()):
+        from memacct.engines.deployment import Deployment
+
+        fields["deployment"] = Deployment.from_serve_args(**serve)
     if fields["kv_cache_memory_bytes"] is not None:
         fields["kv_cache_memory_bytes"] = _parse_bytes(fields["kv_cache_memory_bytes"])
     if fields["device_memory"] is not None:
