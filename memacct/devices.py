@@ -59,6 +59,8 @@ class DeviceInfo:
             (GH200, GB200: coherent NVLink-C2C), so the OS's page cache may take part of it.
         gfx_arch: an AMD part's gfx architecture as ROCm names it (``gfx942``); what vLLM's
             ROCm build does there follows from it (:attr:`fp8_dtype`, :attr:`fp8_weights`).
+        multiprocessors: the GPU's SM count where it is 16 or fewer (Jetson AGX Orin), which
+            keeps vLLM off FlashInfer's sampler (:attr:`flashinfer_sampler`); ``None``: more.
     """
 
     name: str
@@ -72,6 +74,7 @@ class DeviceInfo:
     unified_memory: bool = False
     hbm_numa_node: bool = False
     gfx_arch: str | None = None
+    multiprocessors: int | None = None
 
     @property
     def mxfp4_layout(self) -> str:
@@ -100,6 +103,15 @@ class DeviceInfo:
         if not (self.fp8_weights or self.fp8_kv_cache):
             return ""
         return "float8_e4m3fnuz" if (self.gfx_arch or "").startswith("gfx94") else "float8_e4m3fn"
+
+    @property
+    def flashinfer_sampler(self) -> bool:
+        """Whether vLLM 0.33 can sample with FlashInfer here: CUDA compute capability 8.0 to
+        12.1 (``FlashInferBackend.supports_compute_capability``) and more than 16 SMs
+        (``topk_topp_sampler.py`` flashinfer_sampler_supported); never on ROCm."""
+        cc = self.compute_capability
+        return (self.vendor == "nvidia" and cc is not None and (8, 0) <= cc <= (12, 1)
+                and (self.multiprocessors or 17) > 16)
 
     @property
     def custom_allreduce(self) -> bool:

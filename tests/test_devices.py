@@ -88,6 +88,25 @@ def test_the_dummy_sampler_on_a_radeon_is_rocm_s_native_path() -> None:
     assert default_sampler((0, 33), device_name="rtx-4090-24gb") == "flashinfer"
 
 
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [("t4-16gb", "triton"), ("v100-32gb", "triton"), ("jetson-agx-orin-64gb", "triton"),
+     ("jetson-agx-thor-128gb", "flashinfer"), ("gb10-128gb", "flashinfer"),
+     ("a100-40gb", "flashinfer"), ("rtx-pro-6000-96gb", "flashinfer")],
+)  # fmt: skip
+def test_vllm_0_33_samples_with_flashinfer_only_where_it_can(device: str, expected: str) -> None:
+    # topk_topp_sampler.py flashinfer_sampler_supported (0.33): SM 8.0-12.1 and > 16 SMs
+    # (an AGX Orin 64GB has 16); the release before keeps its rule.
+    assert default_sampler((0, 33), device_name=device) == expected
+    assert default_sampler((0, 32), device_name=device) == "flashinfer"
+
+
+def test_forcing_flashinfer_s_sampler_where_vllm_refuses_it_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="VLLM_USE_FLASHINFER_SAMPLER=1.*T4"):
+        default_sampler((0, 33), flashinfer_env=True, device_name="t4-16gb")
+    assert default_sampler((0, 33), flashinfer_env=True, device_name="h100-80gb") == "flashinfer"
+
+
 def test_a_dgx_spark_keeps_vllm_s_small_batch_defaults() -> None:
     # vllm/engine/arg_utils.py get_batch_defaults (0.33): is_device_capability((12, 1)).
     gb10 = DEVICE_INFO["gb10-128gb"]

@@ -189,7 +189,10 @@ def default_sampler(
       install of vLLM does not do (an optional extra): the sort;
     * 0.11.1-0.16: the sort; 0.17-0.20: the Triton kernel (FlashInfer is opt-in);
     * 0.21 on: FlashInfer (on by default, a dependency) on NVIDIA GPUs; the Triton
-      kernel on AMD (ROCm takes the native path unless AITER is on).
+      kernel on AMD (ROCm takes the native path unless AITER is on);
+    * 0.33: the Triton kernel also on a preset FlashInfer's sampler refuses
+      (:attr:`memacct.devices.DeviceInfo.flashinfer_sampler`: T4, V100, Jetson AGX Orin),
+      and ``VLLM_USE_FLASHINFER_SAMPLER=1`` there is refused, as vLLM raises.
 
     Args:
         version: the release, ``(major, minor)``; ``None``: memacct's :data:`VERSION`.
@@ -206,7 +209,16 @@ def default_sampler(
 
     info = DEVICE_INFO.get(device_name)
     amd = info.vendor == "amd" if info is not None else device_name.lower().startswith("mi")
-    if flashinfer_env is False or amd:
+    # 0.33 also keeps FlashInfer off below SM 8.0 and on 16 SMs or fewer (the preset's data).
+    unsupported = info is not None and version >= (0, 33) and not info.flashinfer_sampler
+    if flashinfer_env is True and unsupported and not amd:
+        assert info is not None
+        raise InvalidInputError(
+            f"VLLM_USE_FLASHINFER_SAMPLER=1: vLLM {version[0]}.{version[1]} refuses FlashInfer's "
+            f"sampler on the {info.label} (compute capability {info.compute_capability}, it "
+            "needs 8.0-12.1 and more than 16 SMs); unset it"
+        )
+    if flashinfer_env is False or amd or unsupported:
         return native
     if flashinfer_env is True:
         return "flashinfer"
