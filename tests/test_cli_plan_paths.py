@@ -180,6 +180,7 @@ def test_row6_a_profiles_graph_memory_is_drawn_and_listed(
     assert main(argv) == 0
     table = capsys.readouterr().out
     assert re.search(r"CUDA graphs\s+│\s+1\.00", table)
+    assert re.search(r"^cudagraph_memory\s+1\.00GiB$", table, re.M)  # the report lists it
     assert "CUDA graphs: 1.00 GiB" in svg.read_text()
     from memacct.plot import GRAPHS, breakdown
 

@@ -430,6 +430,10 @@ class KVCachePlan(BaseModel):
                 ("truth_source", truth),
                 ("fragmentation", f"{prov.fragmentation:.1%}"),
             ]
+            # Charged besides the spike, so kv_cache_size is target - baseline - spike - these.
+            rows += [(name, format_gib(value)) for name, value in (
+                ("cudagraph_memory", self.cudagraph_memory),
+                ("retained_memory", self.retained_memory)) if value]  # fmt: skip
             lines.append("Memory profiling results:")
         else:
             lines.append(f"KV cache plan ({self.engine} {self.engine_version}):")
