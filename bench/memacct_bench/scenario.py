@@ -37,7 +37,7 @@ from memacct.planner.plan import KVCachePlan, plan_kv_cache
 from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct_bench.scenario_spec import Scenario, ServingStep
-from memacct_bench.start import EngineStart, make_device, simulate_engine_start
+from memacct_bench.start import EngineStart, make_device, mxfp4_pad_for, simulate_engine_start
 from memacct_bench.workload import TransformerWorkload, replay
 
 __all__ = [
@@ -129,6 +129,7 @@ class _Setup:
             max_num_seqs=scenario.max_num_seqs,
             block_size=scenario.block_size,
             max_model_len=scenario.max_model_len,
+            mxfp4_pad=mxfp4_pad_for(scenario.device),
         )
         self.block_bytes = self.workload.kv_block_bytes
         self.step_traces = [self.workload.step_trace(t, n) for t, n in scenario.steps()]

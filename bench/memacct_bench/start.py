@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.checks import check_int
-from memacct.devices import check_device
+from memacct.devices import DEVICE_INFO, check_device
 from memacct.errors import InsufficientMemoryError, ProfilingOutOfMemoryError
 from memacct.measure import snapshot
 from memacct.models import ProfileResult
 from memacct.planner.spec import KVCacheSpec
+from memacct.planner.weights import mxfp4_padding
 from memacct.profiling import memory_profiling
 from memacct.replay import check_serving_role
 from memacct.sim import SimDevice, SimOutOfMemory
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_CONTEXT_BYTES",
     "EngineStart",
     "make_device",
+    "mxfp4_pad_for",
     "simulate_engine_start",
 ]
 
@@ -86,6 +88,18 @@ def make_device(device: str | Mapping[str, Any] | int, allocator: str) -> SimDev
     """
     preset, total, name = check_device(device)
     return SimDevice(preset, allocator, total_bytes=total, name=name)
+
+
+def mxfp4_pad_for(device: str | Mapping[str, Any] | int) -> tuple[int, int]:
+    """The MXFP4 expert padding vLLM's kernels use on ``device``, as the offline plan takes it.
+
+    A device preset's :attr:`~memacct.devices.DeviceInfo.mxfp4_layout` through
+    :func:`memacct.planner.weights.mxfp4_padding`; a custom capacity (no GPU generation
+    known) keeps ``estimate_weights``'s default.
+    """
+    preset, _total, _name = check_device(device)
+    info = DEVICE_INFO.get(preset) if preset is not None else None
+    return (256, 1) if info is None else mxfp4_padding(info.mxfp4_layout)
 
 
 def _stage(progress: bool, message: str) -> None:
@@ -152,6 +166,7 @@ def simulate_engine_start(
         max_num_seqs=max_num_seqs,
         block_size=block_size,
         max_model_len=max_model_len,
+        mxfp4_pad=mxfp4_pad_for(device),
     )
     dev = make_device(device, allocator)
     backend = SimBackend(dev)

@@ -50,10 +50,14 @@ allows longer contexts than an engine would serve by default."""
 
 
 @lru_cache(maxsize=64)
-def _inventory(config_json: str, tensor_parallel_size: int) -> tuple[WeightTensor, ...]:
+def _inventory(
+    config_json: str, tensor_parallel_size: int, mxfp4_pad: tuple[int, int]
+) -> tuple[WeightTensor, ...]:
     """The weight inventory of a config (cached: a benchmark starts each model many times)."""
     config = json.loads(config_json)
-    return tuple(weight_tensors(config, tensor_parallel_size=tensor_parallel_size))
+    return tuple(
+        weight_tensors(config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad)
+    )
 
 
 class TransformerWorkload(ForwardPass):
@@ -68,6 +72,8 @@ class TransformerWorkload(ForwardPass):
         block_size: tokens per KV-cache block.
         max_model_len: longest request (sizes the persistent block table);
             defaults to the config's ``max_position_embeddings`` capped at 32768.
+        mxfp4_pad: the MXFP4 expert padding of the device's kernels
+            (:func:`memacct_bench.start.mxfp4_pad_for`); default ``estimate_weights``'s.
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class TransformerWorkload(ForwardPass):
         max_num_seqs: int = 256,
         block_size: int = 16,
         max_model_len: int | None = None,
+        mxfp4_pad: tuple[int, int] = (256, 1),
     ) -> None:
         super().__init__(
             spec, config, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
@@ -89,7 +96,9 @@ class TransformerWorkload(ForwardPass):
         )
         self._kv_pages: list[int] | None = None
         self._weights = _inventory(
-            json.dumps(dict(config), sort_keys=True, default=str), spec.tensor_parallel_size
+            json.dumps(dict(config), sort_keys=True, default=str),
+            spec.tensor_parallel_size,
+            (int(mxfp4_pad[0]), int(mxfp4_pad[1])),
         )
 
     # ---------------------------------------------------------------- weights

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from memacct_bench import simulate_engine_start
+from memacct_bench.start import mxfp4_pad_for
 from memacct_bench.workload import TransformerWorkload
 
+from memacct.devices import DEVICE_INFO
 from memacct.errors import ConfigError, MemacctError
 from memacct.planner import KVCacheSpec, load_model_preset, model_presets
-from memacct.planner.weights import estimate_weights
+from memacct.planner.weights import estimate_weights, mxfp4_padding
 from memacct.sim import SimDevice
 from memacct.units import GiB
 
@@ -94,3 +96,15 @@ def test_gpt_oss_120b_starts_on_one_simulated_h100_as_it_does_on_a_real_one() ->
     start = simulate_engine_start(config, device="h100-80gb", truth_source="reserved",
                                   max_num_batched_tokens=2048, max_num_seqs=16)  # fmt: skip
     assert start.result.weights_memory >= offline
+
+
+@pytest.mark.parametrize("device", ["h100-80gb", "b200-192gb", "a100-80gb"])
+def test_the_simulated_engine_pads_mxfp4_experts_as_the_offline_plan_does_on_that_device(
+    device: str,
+) -> None:
+    config = load_model_preset("gpt-oss-20b")
+    layout = DEVICE_INFO[device].mxfp4_layout
+    offline = estimate_weights(config, mxfp4_pad=mxfp4_padding(layout)).total_bytes
+    work = TransformerWorkload(KVCacheSpec.from_hf_config(dict(config)), config,
+                               mxfp4_pad=mxfp4_pad_for(device))  # fmt: skip
+    assert sum(work.parameter_tensors()) == offline
