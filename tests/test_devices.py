@@ -115,6 +115,27 @@ def test_a_dgx_spark_keeps_vllm_s_small_batch_defaults() -> None:
     assert batch_defaults(h200.total_bytes, h200.name) == (8192, 1024)
 
 
+@pytest.mark.parametrize(
+    ("device", "version", "expected"),
+    [("b200-192gb", None, (16384, 1024)), ("b300-288gb", (0, 33), (16384, 1024)),
+     ("mi355x-288gb", (0, 28), (16384, 1024)), ("mi300x-192gb", (0, 27), (8192, 1024)),
+     ("h200-141gb", None, (8192, 1024))],
+)  # fmt: skip
+def test_devices_of_160_gib_and_more_take_vllm_s_largest_batch_tier(
+    device: str, version: tuple[int, int] | None, expected: tuple[int, int]
+) -> None:
+    # vllm/engine/arg_utils.py get_batch_defaults: "for GPUs like B200/B300 with >= 160GB".
+    info = DEVICE_INFO[device]
+    assert batch_defaults(info.total_bytes, info.name, version) == expected
+
+
+def test_an_offline_plan_on_a_b300_names_the_largest_tier() -> None:
+    plan = plan_offline(load_model_preset("qwen2.5-7b"), device="b300")
+    assert (plan.max_num_batched_tokens, plan.max_num_seqs) == (16384, 1024)
+    old = plan_offline(load_model_preset("qwen2.5-7b"), device="b300", engine_version="0.27")
+    assert old.max_num_batched_tokens == 8192
+
+
 def test_an_offline_plan_on_a_dgx_spark_says_what_it_assumed() -> None:
     plan = plan_offline(load_model_preset("qwen2.5-7b"), device="gb10")
     gb10 = DEVICE_INFO["gb10-128gb"]

@@ -73,6 +73,7 @@ __all__ = [
     "ALLREDUCE_FUSION_SINCE",
     "CUDAGRAPH_CHARGED_SINCE",
     "FLASHINFER_SAMPLER_DEFAULT_SINCE",
+    "LARGEST_BATCH_TIER_SINCE",
     "NON_TORCH_TP1_BYTES",
     "NON_TORCH_TP1_BYTES_0_18",
     "NON_TORCH_TP1_RISE_SINCE",
@@ -110,18 +111,28 @@ the outputs it keeps. Qwen3-0.6B (28 x 1024) grew 0.10 GiB capturing 102 graphs 
 vLLM 0.21 estimated 0.52 GiB for Qwen3-8B (36 x 4096) and 86 graphs: 35-40 bytes each."""
 
 
-def batch_defaults(total_memory: int, device_name: str) -> tuple[int, int]:
+LARGEST_BATCH_TIER_SINCE = (0, 28)
+"""vLLM's batch-default tier for devices of at least 160 GiB (``arg_utils.py``, "for GPUs
+like B200/B300 with >= 160GB memory"): in 0.33's wheel; added in 0.28.0 (not in 0.27.0)."""
+
+
+def batch_defaults(total_memory: int, device_name: str,
+                   version: tuple[int, int] | None = None) -> tuple[int, int]:
     """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) for a device.
 
-    ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 8192
-    tokens and 1024 sequences on a device of at least 70 GiB that is not an
-    A100 (H100, H200, B200, MI300X), else 2048 and 256. A DGX Spark (GB10, compute
-    capability 12.1, as its preset records it) stays on the small tier.
+    ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 16384 tokens and
+    1024 sequences on a device of at least 160 GiB (B200, B300, MI300X; from
+    :data:`LARGEST_BATCH_TIER_SINCE`, ``version`` ``None``: :data:`VERSION`), 8192 and 1024
+    on one of at least 70 GiB that is not an A100 (H100, H200), else 2048 and 256. A DGX
+    Spark (GB10, compute capability 12.1, as its preset records it) stays on the small tier.
     """
     from memacct.devices import DEVICE_INFO
 
     info = DEVICE_INFO.get(device_name)
     gb10 = info is not None and info.compute_capability == (12, 1)
+    newest = version is None or version >= LARGEST_BATCH_TIER_SINCE
+    if newest and total_memory >= 160 * GiB:
+        return 16384, 1024
     if total_memory >= 70 * GiB and "a100" not in device_name.lower() and not gb10:
         return 8192, 1024
     return 2048, 256
@@ -223,9 +234,10 @@ class BatchDefaults:
     """``defaults``: vLLM's per-device batch defaults (:func:`batch_defaults`), which SGLang's
     chunked-prefill size and running-request cap follow too."""
 
-    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+    def defaults(self, total_memory: int, device_name: str,
+                 version: tuple[int, int] | None = None) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
-        return batch_defaults(total_memory, device_name)
+        return batch_defaults(total_memory, device_name, version)
 
     def settings(self, **common: Any) -> StartupSettings:
         """The engine's settings from the common ones (``gpu_memory_utilization`` ``None``:
@@ -292,7 +304,7 @@ class VllmStartup(BatchDefaults):
             return estimate_deployment(self, config, total_memory=total_memory,
                                        device_name=device_name, settings=s, weights=weights)
         notes: list[str] = []
-        d_tokens, d_seqs = self.defaults(total_memory, device_name)
+        d_tokens, d_seqs = self.defaults(total_memory, device_name, parse_version(s.engine_version))
         tokens = s.max_num_batched_tokens or d_tokens
         seqs = s.max_num_seqs or d_seqs
         defaulted = [
