@@ -7,7 +7,8 @@ A figure is the device total the runtime reports (``torch.cuda.mem_get_info()[1]
 ``torch.npu.mem_get_info()[1]``), below the marketed size because the driver
 keeps part of the memory. ``reading`` figures were printed by a real device (a
 vLLM start-up log or a PyTorch out-of-memory message); ``derived`` ones are the
-``nvidia-smi``/``npu-smi`` total less the driver's typical share, where no
+``nvidia-smi``/``npu-smi`` total less the driver's typical share, or a spec
+sheet's size times a sibling reading's share (:mod:`memacct.device_table`), where no
 reading was found. :func:`resolve_device` also accepts short names (``h100``,
 ``rtx4090``, ``910b4``) and a size (``24GiB``) for any other device.
 """
@@ -87,8 +88,8 @@ class DeviceInfo:
     def fp8_weights(self) -> bool:
         """Whether vLLM runs FP8 checkpoints here: natively from Ada/Hopper (SM 8.9) on,
         weight-only through its FP8 Marlin kernels on Ampere (SM 8.0, vLLM docs
-        ``features/quantization/fp8.md``), natively on MI300-class AMD parts; not on Turing
-        or Volta (T4, V100) nor on Ascend NPUs (vllm-ascend quantizes to int8)."""
+        ``features/quantization/fp8.md``), on AMD CDNA and RDNA 3/4 parts (by ``gfx_arch``);
+        not on Turing or Volta (T4, V100) nor on Ascend NPUs (vllm-ascend quantizes to int8)."""
         if self.vendor == "nvidia":
             return (self.compute_capability or (0, 0)) >= (8, 0)
         # vLLM's ROCm build (platforms/rocm.py supports_fp8): CDNA (gfx9) and RDNA 3/4.
