@@ -3,12 +3,14 @@ differences as data, the presets users asked for, and docs/devices.md covering e
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
 
 import pytest
 
+from memacct.cli import main
 from memacct.devices import DEVICE_INFO, DeviceInfo, memory_notes, resolve_device
 from memacct.engines.offline import plan_offline
 from memacct.engines.vllm.releases import default_sampler
@@ -145,6 +147,18 @@ def test_an_offline_plan_on_a_dgx_spark_says_what_it_assumed() -> None:
     asked = math.ceil(gb10.total_bytes * 0.9) / GiB
     assert f"starts only if {asked:.2f} GiB" in notes
     assert "memacct assumed" in notes and "upper bound" in notes
+
+
+def test_memacct_plan_on_a_gb10_prints_its_assumptions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", "gb10", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["total_memory"] == DEVICE_INFO["gb10-128gb"].total_bytes
+    assert any("unified memory" in note and "memacct assumed" in note for note in plan["notes"])
+    assert (plan["max_num_batched_tokens"], plan["max_num_seqs"]) == (2048, 256)
+    assert main(["plan", "--model", "qwen2.5-7b", "--device-memory", "120GiB", "--json"]) == 0
+    custom = json.loads(capsys.readouterr().out)
+    assert custom["total_memory"] == 120 * GiB
+    assert not any("unified memory" in note for note in custom["notes"])
 
 
 def test_the_unified_memory_note_follows_the_utilization() -> None:
