@@ -28,8 +28,10 @@ __all__ = [
     "DEVICE_INFO",
     "DEVICE_PRESETS",
     "REFERENCE_DEVICE",
+    "ROCM_QUANTIZATIONS",
     "DeviceInfo",
     "check_device",
+    "check_quantization",
     "memory_notes",
     "parse_memory_size",
     "resolve_device",
@@ -364,6 +366,36 @@ def resolve_device(name: str) -> DeviceInfo:
             "total memory with --device-memory (e.g. 24GiB)"
         )
     return info
+
+
+ROCM_QUANTIZATIONS = (
+    "awq", "auto_awq", "awq_marlin", "gptq", "auto_gptq", "fp8", "deepseek_v4_fp8",
+    "compressed-tensors", "fbgemm_fp8", "inc", "quark", "mxfp4", "mxfp8", "torchao", "modelopt",
+    "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "fp8_per_tensor", "fp8_per_block",
+    "fp8_per_channel", "online", "gpt_oss_mxfp4",
+)  # fmt: skip
+"""The quantization methods vLLM 0.33's ROCm build runs (``platforms/rocm.py``,
+``RocmPlatform.supported_quantization``; ``verify_quantization`` refuses any other)."""
+
+
+def check_quantization(info: DeviceInfo | None, *methods: object) -> None:
+    """Refuse a quantization method the device's vLLM build does not run (on AMD parts, one
+    outside :data:`ROCM_QUANTIZATIONS`: GGUF, bitsandbytes, ``gptq_marlin``...). A method is
+    a name or a checkpoint's ``quantization_config`` (its ``quant_method``).
+
+    Raises:
+        InvalidInputError: naming the method, the device and what runs there.
+    """
+    if info is None or info.vendor != "amd":
+        return
+    for given in methods:
+        method = given.get("quant_method") if isinstance(given, Mapping) else given
+        if isinstance(method, str) and method and method.lower() not in ROCM_QUANTIZATIONS:
+            raise InvalidInputError(
+                f"{method} quantization: vLLM's ROCm build does not run it on the {info.label} "
+                f"(platforms/rocm.py supports {', '.join(ROCM_QUANTIZATIONS[:8])}, ...): plan "
+                "a checkpoint in one of those, or an NVIDIA device"
+            )
 
 
 def memory_notes(info: DeviceInfo, engine: str,

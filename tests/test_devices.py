@@ -209,6 +209,30 @@ def test_vllm_ascend_refuses_gpu_presets(device: str) -> None:
         plan_offline(load_model_preset("qwen2.5-7b"), engine="vllm-ascend", device=device)
 
 
+def test_rocm_refuses_the_quantizations_its_vllm_build_does_not_run() -> None:
+    # vllm/platforms/rocm.py supported_quantization (0.33) has no bitsandbytes, gguf or
+    # gptq_marlin; verify_quantization raises on them.
+    config = dict(load_model_preset("qwen2.5-7b"))
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    with pytest.raises(InvalidInputError, match="bitsandbytes quantization: .*ROCm.*MI300X"):
+        plan_offline(config, device="mi300x")
+    assert plan_offline(config, device="h100").weights_memory > 0
+    awq = dict(load_model_preset("qwen2.5-7b"))
+    awq["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                  "zero_point": True}
+    assert plan_offline(awq, device="mi300x").weights_memory > 0
+
+
+def test_a_gguf_file_on_an_amd_part_is_refused(tmp_path: Path) -> None:
+    from tests.test_gguf import write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path)
+    with pytest.raises(InvalidInputError, match="gguf quantization"):
+        plan_offline(str(path), device="rx7900xtx")
+    assert plan_offline(str(path), device="h100").weights_memory > 0
+
+
 def test_every_preset_is_documented_with_its_source() -> None:
     text = DOCS.read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| `")]

@@ -141,6 +141,7 @@ def plan_offline(
         ConfigError: the config lacks a size the estimate needs.
         UnknownQuantizationError: the checkpoint's quantization is not one memacct can size.
     """
+    from memacct.devices import check_quantization
     from memacct.engines import get_engine
     from memacct.engines.deployment import serve_deployment
     from memacct.engines.vllm.startup import check_sampler, serving_kv_cache_dtype
@@ -175,6 +176,9 @@ def plan_offline(
     device = resolve_offline_device(opts)
     kv_dtype = serving_kv_cache_dtype(config, opts.kv_cache_dtype)
     _check_kv_dtype(opts, device, kv_dtype)
+    check_quantization(device.info, config.get("quantization_config"),
+                       deployment.quantization if deployment is not None else None,
+                       "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
     tp = opts.tensor_parallel_size
     spec = KVCacheSpec.from_hf_config(dict(config), kv_cache_dtype=kv_dtype,
                                       tensor_parallel_size=tp)
