@@ -378,15 +378,16 @@ ROCM_QUANTIZATIONS = (
 ``RocmPlatform.supported_quantization``; ``verify_quantization`` refuses any other)."""
 
 
-def check_quantization(info: DeviceInfo | None, *methods: object) -> None:
+def check_quantization(info: DeviceInfo | None, engine: str, *methods: object) -> None:
     """Refuse a quantization method the device's vLLM build does not run (on AMD parts, one
     outside :data:`ROCM_QUANTIZATIONS`: GGUF, bitsandbytes, ``gptq_marlin``...). A method is
-    a name or a checkpoint's ``quantization_config`` (its ``quant_method``).
+    a name or a checkpoint's ``quantization_config`` (its ``quant_method``). Other engines'
+    ROCm builds are not checked (their lists were not read).
 
     Raises:
         InvalidInputError: naming the method, the device and what runs there.
     """
-    if info is None or info.vendor != "amd":
+    if info is None or info.vendor != "amd" or engine != "vllm":
         return
     for given in methods:
         method = given.get("quant_method") if isinstance(given, Mapping) else given

@@ -176,7 +176,7 @@ def plan_offline(
     device = resolve_offline_device(opts)
     kv_dtype = serving_kv_cache_dtype(config, opts.kv_cache_dtype)
     _check_kv_dtype(opts, device, kv_dtype)
-    check_quantization(device.info, config.get("quantization_config"),
+    check_quantization(device.info, opts.engine, config.get("quantization_config"),
                        deployment.quantization if deployment is not None else None,
                        "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
     tp = opts.tensor_parallel_size
