@@ -407,6 +407,17 @@ def memory_notes(info: DeviceInfo, engine: str,
     ``gpu_memory_utilization`` ``None``: vLLM's default, 0.9.
     """
     total = format_gib(info.total_bytes, sep=" ")
+    shared = info.unified_memory or info.hbm_numa_node
+    guess = (
+        (f"the {info.label}'s {total} is derived ({info.source}), not read on one: give the "
+         "total yours reports with --device-memory",)
+        if shared and info.kind == "derived" else ()
+    )  # fmt: skip
+    return _shared_memory_notes(info, engine, gpu_memory_utilization, total) + guess
+
+
+def _shared_memory_notes(info: DeviceInfo, engine: str, gpu_memory_utilization: float | None,
+                         total: str) -> tuple[str, ...]:
     if info.unified_memory and engine == "sglang":
         return (
             f"unified memory: the {info.label}'s {total} is the system memory its CPU and OS "

@@ -168,6 +168,13 @@ def test_the_unified_memory_note_follows_the_utilization() -> None:
     assert f"starts only if {asked:.2f} GiB" in " ".join(plan.notes)
 
 
+def test_a_derived_unified_memory_total_is_said_to_be_derived() -> None:
+    # never a guess as a fact: the Jetson totals are estimates; the GB10's is a reading.
+    orin = memory_notes(DEVICE_INFO["jetson-agx-orin-64gb"], "vllm")
+    assert any("is derived" in note and "--device-memory" in note for note in orin)
+    assert not any("is derived" in note for note in memory_notes(DEVICE_INFO["gb10-128gb"], "vllm"))
+
+
 def test_sglang_on_unified_memory_says_its_pool_comes_from_free_memory() -> None:
     notes = memory_notes(DEVICE_INFO["gb10-128gb"], "sglang")
     assert len(notes) == 1 and "SGLang" in notes[0] and "vLLM" not in notes[0]
