@@ -14,7 +14,7 @@ statistics from the blocks so tests can check the incremental bookkeeping.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from memacct.backend import LARGE_BUFFER_BYTES
@@ -99,6 +99,28 @@ def list_segments(pools: Iterable[Any], names: Mapping[int, str]) -> SegmentList
                 b = b.next
             out.append((pool.stat_name, seg.addr, seg.size, blocks))
     return out
+
+
+def walk_blocks(seg: Any, block: str, span: str) -> Iterator[tuple[_Block | None, _Block]]:
+    """``(previous block, block)`` along ``seg`` from its lowest address, for the tests' recounts.
+
+    Checks that the chain is linked both ways and tiles the segment, raising
+    :class:`AssertionError` (naming the ``block`` and the ``span`` as the allocator
+    calls them) where it does not.
+    """
+    b: _Block | None = seg.head
+    expect = seg.addr
+    prev: _Block | None = None
+    while b is not None:
+        if b.addr != expect or b.prev is not prev:
+            raise AssertionError(f"broken {block} chain at {b.addr:#x}")
+        yield prev, b
+        expect = b.addr + b.size
+        prev = b
+        b = b.next
+    if expect != seg.addr + seg.size:
+        raise AssertionError(f"{block}s do not tile {span} {seg.addr:#x}")
+
 
 class SimOutOfMemory(MemacctError, RuntimeError):
     """The simulated device has not enough free memory for a request.
@@ -1355,11 +1377,8 @@ class CachingAllocator:
             counts = totals.setdefault(pool.stat_name, dict.fromkeys(_COUNTERS, 0))
             for seg in pool.segments.values():
                 counts["segment"] += self._segment_count(seg)
-                b: _Block | None = seg.head
-                expect = seg.addr
-                prev: _Block | None = None
-                while b is not None:
-                    if b.addr != expect or b.prev is not prev or b.pool is not pool:
+                for prev, b in walk_blocks(seg, "block", "segment"):
+                    if b.pool is not pool:
                         raise AssertionError(f"broken block chain at {b.addr:#x}")
                     if b.state != UNMAPPED:
                         counts["reserved_bytes"] += b.size
@@ -1389,11 +1408,6 @@ class CachingAllocator:
                             raise AssertionError(f"unmapped block {b.addr:#x} not indexed")
                         if prev is not None and prev.state == UNMAPPED:
                             raise AssertionError(f"unmapped neighbours not merged at {b.addr:#x}")
-                    expect = b.addr + b.size
-                    prev = b
-                    b = b.next
-                if expect != seg.addr + seg.size:
-                    raise AssertionError(f"blocks do not tile segment {seg.addr:#x}")
         if live_seen != len(self._live) or free_seen != len(self._free_blocks):
             raise AssertionError("block indexes out of step with the segments")
         if sum(len(p.free) for p in self._pools) != free_seen:

@@ -11,7 +11,9 @@ The rules and the MindSpore source files they come from are in ``docs/simulator.
 * **Block pool** (VMM off): each pool grows by blocks of a unit (1 GiB) doubled until the
   request fits, capped at the free memory; a failed growth is final.
 
-In both, one budget (MindSpore's ``max_device_memory``) caps every pool together.
+In both, one budget (MindSpore's ``max_device_memory``) caps every pool together. The
+block pool is in :mod:`memacct.sim._mindspore_block`; the budget, the versions, the checks
+both pools share and the ``vmm`` option are in :mod:`memacct.sim._mindspore_budget`.
 """
 
 # Peaks are kept with ``if c > peak: peak = c`` on the hot path, as in ``_core``.
@@ -19,9 +21,8 @@ In both, one budget (MindSpore's ``max_device_memory``) caps every pool together
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from memacct.errors import InvalidInputError
 from memacct.sim._core import (
     _ADDR_MASK,
     FREE,
@@ -35,58 +36,27 @@ from memacct.sim._core import (
     SimOutOfMemory,
     _Block,
     _check_size,
-    _Pool,
     _Segment,
     format_size,
     list_segments,
+    walk_blocks,
 )
 from memacct.sim._freeset import FreeSet
-from memacct.units import GiB, MiB
+from memacct.sim._mindspore_budget import (
+    MINDSPORE_VERSIONS,
+    VMM_PAGE,
+    _check_budget,
+    _check_version,
+    _no_streams,
+    default_budget,
+)
 
 __all__ = [
     "MINDSPORE_VERSIONS",
     "VMM_PAGE",
-    "MindSporeBlockPool",
     "MindSporeMemoryPool",
     "default_budget",
 ]
-
-VMM_PAGE = 2 * MiB
-"""Physical page of the VMM pool (``vmm_align_size``, default 2 MB)."""
-MINDSPORE_VERSIONS = ("2.5", "2.6")
-"""MindSpore versions whose statistics semantics are modelled (see :class:`MindSporeMemoryPool`)."""
-_BUDGET_RESERVE = 10 * MiB
-
-
-def default_budget(free_bytes: int) -> int:
-    """MindSpore's pool budget without ``max_device_memory``: free x 15/16, 2 MiB down, - 10 MiB."""
-    return max(0, (free_bytes * 15 // 16) // VMM_PAGE * VMM_PAGE - _BUDGET_RESERVE)
-
-
-def _check_budget(budget_bytes: object) -> int | None:
-    if budget_bytes is None:
-        return None
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
-        raise InvalidInputError(
-            f"mindspore budget_bytes (max_device_memory) must be a positive int of bytes or "
-            f"None for MindSpore's default, got {budget_bytes!r}"
-        )
-    return budget_bytes
-
-
-def _no_streams(stream: object) -> InvalidInputError:
-    return InvalidInputError(
-        f"stream={stream!r}: the simulated MindSpore pool models the default stream only "
-        "(docs/simulator.md); allocate on stream 0"
-    )
-
-
-def _check_version(version: object) -> str:
-    if version not in MINDSPORE_VERSIONS:
-        raise InvalidInputError(
-            f"mindspore version must be one of {', '.join(MINDSPORE_VERSIONS)}, got {version!r}"
-        )
-    return str(version)
 
 
 class _VmmPool:
@@ -118,6 +88,15 @@ class _VmmPool:
         self.segments: dict[int, _Segment] = {}
         self.allocation = self.allocated = self.requested = 0
         self.peak_allocation = self.peak_allocated = 0
+
+
+def _join(left: _Block, right: _Block) -> _Block:
+    """``right`` (the buffer just above ``left``) merged into ``left``; returns ``left``."""
+    left.size += right.size
+    left.next = right.next
+    if right.next is not None:
+        right.next.prev = left
+    return left
 
 
 class MindSporeMemoryPool(CachingAllocator):
@@ -327,9 +306,7 @@ class MindSporeMemoryPool(CachingAllocator):
         mapped = {p.stat_name: len(p.pages) * VMM_PAGE for p in pools}
         segments = {p.stat_name: len(p.segments) for p in pools}
         values: dict[str, dict[str, tuple[int, int]]] = {
-            "allocation": {
-                p.stat_name: (p.allocation, p.peak_allocation) for p in pools
-            },
+            "allocation": {p.stat_name: (p.allocation, p.peak_allocation) for p in pools},
             "allocated_bytes": {p.stat_name: (p.allocated, p.peak_allocated) for p in pools},
             "requested_bytes": {p.stat_name: (p.requested, p.requested) for p in pools},
             "reserved_bytes": {name: (v, v) for name, v in mapped.items()},
@@ -463,19 +440,12 @@ class MindSporeMemoryPool(CachingAllocator):
         if prev is not None and prev.state == state:
             target.remove((prev.size << KEY_SHIFT) | prev.addr)
             del self._bufs[prev.addr]
-            prev.size += block.size
-            prev.next = block.next
-            if block.next is not None:
-                block.next.prev = prev
-            block = prev
+            block = _join(prev, block)
         nxt = block.next
         if nxt is not None and nxt.state == state:
             target.remove((nxt.size << KEY_SHIFT) | nxt.addr)
             del self._bufs[nxt.addr]
-            block.size += nxt.size
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
+            _join(block, nxt)
         target.add((block.size << KEY_SHIFT) | block.addr)
         self._bufs[block.addr] = (pool, block)
         return block
@@ -541,12 +511,7 @@ class MindSporeMemoryPool(CachingAllocator):
             counts = dict.fromkeys(totals, 0)
             mapped_needed: set[int] = set()
             for seg in pool.segments.values():
-                b: _Block | None = seg.head
-                expect = seg.addr
-                prev: _Block | None = None
-                while b is not None:
-                    if b.addr != expect or b.prev is not prev:
-                        raise AssertionError(f"broken buffer chain at {b.addr:#x}")
+                for prev, b in walk_blocks(seg, "buffer", "range"):
                     if b.state == IN_USE:
                         if self._vlive.get(b.addr, (None, None))[1] is not b:
                             raise AssertionError(f"buffer {b.addr:#x} in use but not live")
@@ -564,11 +529,6 @@ class MindSporeMemoryPool(CachingAllocator):
                         mapped_needed.update(
                             range(b.addr // VMM_PAGE, (b.addr + b.size - 1) // VMM_PAGE + 1)
                         )
-                    expect = b.addr + b.size
-                    prev = b
-                    b = b.next
-                if expect != seg.addr + seg.size:
-                    raise AssertionError(f"buffers do not tile range {seg.addr:#x}")
             if not mapped_needed <= pool.pages:
                 raise AssertionError("a buffer in use or idle lies on an unmapped page")
             for name, value in counts.items():
@@ -584,144 +544,3 @@ class MindSporeMemoryPool(CachingAllocator):
             out[f"{name}.all.current"] = value
         out["reserved_bytes.all.current"] = self.reserved
         return out
-
-
-class MindSporeBlockPool(CachingAllocator):
-    """MindSpore's memory pool without VMM, modelled (preset ``mindspore-block``).
-
-    - Sizes as the VMM pool: pad 32 bytes, round up to 512.
-    - Two pools: *persistent* (``malloc(..., persistent=True)``) and *common*; in
-      torch-style keys ``small_pool`` and ``large_pool``.
-    - Each pool grows by blocks (the ``segment`` statistic) of the unit (``unit_bytes``,
-      default 1 GiB) doubled until the request fits, capped at the device's free memory
-      and at what the budget leaves; never smaller than the request.
-    - Best fit over idle buffers of the pool (lowest address on ties); a buffer splits when
-      at least 512 bytes remain; a freed buffer merges only with idle neighbours of its
-      own block.
-    - A persistent request that its pool cannot serve from idle buffers goes to the common
-      pool: to an idle buffer there, or, while the common pool has no block, to its first
-      block; otherwise the persistent pool grows.
-    - **No release-and-retry**: when a block cannot be grown the request fails.
-      :meth:`empty_cache` releases only blocks that are entirely idle.
-
-    Args:
-        device_memory: where pool blocks are mapped from.
-        unit_bytes: the block unit (a positive multiple of 512).
-        budget_bytes: the pool budget (``max_device_memory``); ``None`` takes MindSpore's
-            default from the device's free memory at the first request.
-        version: ``"2.6"`` or ``"2.5"`` (the block pool's statistics are the same in both).
-    """
-
-    name: ClassVar[str] = "mindspore-block"
-    growth_granularity_bytes = 1 * GiB
-    _pad: ClassVar[int] = 32
-
-    def __init__(
-        self,
-        device_memory: DeviceMemory,
-        *,
-        unit_bytes: int = 1 * GiB,
-        budget_bytes: int | None = None,
-        version: str = "2.6",
-    ) -> None:
-        if (
-            isinstance(unit_bytes, bool)
-            or not isinstance(unit_bytes, int)
-            or unit_bytes <= 0
-            or unit_bytes % MIN_BLOCK_SIZE
-        ):
-            raise InvalidInputError(
-                f"mindspore unit_bytes must be a positive multiple of {MIN_BLOCK_SIZE} bytes, "
-                f"got {unit_bytes!r}"
-            )
-        self._budget = _check_budget(budget_bytes)
-        self._version = _check_version(version)
-        super().__init__(device_memory)
-        self.growth_granularity_bytes = unit_bytes
-        for pool in self._pools:
-            pool.split_min = MIN_BLOCK_SIZE
-        self._persistent_pool = self._small
-        self._small_max = -1  # every other request goes to the common pool
-
-    @property
-    def unit_bytes(self) -> int:
-        """The block unit in bytes."""
-        return self.growth_granularity_bytes
-
-    @property
-    def budget_bytes(self) -> int | None:
-        """The pool budget in bytes (``None`` until the first request sets the default)."""
-        return self._budget
-
-    def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
-        """Allocate as described in the class docstring."""
-        if stream:
-            raise _no_streams(stream)
-        if self._budget is None:
-            self._budget = default_budget(self._device.free)
-        if persistent and self._small.segments and size.__class__ is int and size > 0:
-            rounded = self.round_size(size)
-            if self._small.free.ceiling(rounded << KEY_SHIFT) < 0 and (
-                not self._large.segments or self._large.free.ceiling(rounded << KEY_SHIFT) >= 0
-            ):
-                # No idle persistent buffer fits: the common allocator serves it, from an
-                # idle buffer or, while it has no block yet, by growing its first block.
-                return super().malloc(size, persistent=False)
-        return super().malloc(size, persistent=persistent)
-
-    def _segment_size(self, pool: _Pool, rounded: int) -> int:
-        size = self.growth_granularity_bytes
-        while size < rounded:
-            size *= 2
-        return size
-
-    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
-        size = self._segment_size(pool, rounded)
-        room = self._device.free
-        if self._budget is not None:
-            room = min(room, self._budget - self.reserved)
-        room = room // MIN_BLOCK_SIZE * MIN_BLOCK_SIZE
-        if size > room:
-            size = max(room, rounded)
-        if size > room or not self._device.map(size):
-            return None
-        return self._add_segment(pool, size)
-
-    def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
-        block = self._new_block(pool, rounded)
-        if block is None:
-            # MindSpore's block pool does not release idle blocks and retry.
-            self.num_ooms += 1
-            raise self._out_of_memory(pool, rounded, size)
-        return block
-
-    def _attempt_size(self, pool: _Pool, rounded: int) -> int:
-        # It failed because less than the request was free, so the block it
-        # tried was capped down to the request itself.
-        return rounded
-
-    def _oom_hint(self) -> str:
-        return (
-            "Idle memory cannot be merged across pool blocks and the block pool does not "
-            "release idle blocks to retry; MindSpore's VMM pool (MS_ALLOC_CONF=enable_vmm:True, "
-            "the default on 910B) or a smaller unit (mempool_block_size) wastes less."
-        )
-
-    def _extra_stats(self, out: dict[str, int]) -> None:
-        reserved = self.reserved
-        allocated = self.allocated
-        out["total_reserved_memory"] = reserved
-        out["total_allocated_memory"] = allocated
-        out["total_idle_memory"] = reserved - allocated
-        out["total_eager_free_memory"] = 0
-        out["max_reserved_memory"] = self._peaks.reserved_bytes
-        out["max_allocated_memory"] = self._peaks.allocated_bytes
-
-
-def mindspore_options(options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Resolve the ``vmm`` option of the ``mindspore`` preset to a preset name and options."""
-    opts = dict(options)
-    vmm = opts.pop("vmm", True)
-    if not isinstance(vmm, bool):
-        raise InvalidInputError(f"mindspore vmm must be True or False, got {vmm!r}")
-    return ("mindspore" if vmm else "mindspore-block"), opts

@@ -36,7 +36,9 @@ from memacct.sim._core import (
     format_size,
 )
 from memacct.sim._expandable import ExpandableSegmentsAllocator
-from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool, mindspore_options
+from memacct.sim._mindspore import MindSporeMemoryPool
+from memacct.sim._mindspore_block import MindSporeBlockPool
+from memacct.sim._mindspore_budget import mindspore_options
 from memacct.sim._npu import NpuCachingAllocator, NpuExpandableAllocator
 
 __all__ = [

@@ -10,7 +10,8 @@ from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.sim._core import SimOutOfMemory
-from memacct.sim._mindspore import MindSporeBlockPool, MindSporeMemoryPool
+from memacct.sim._mindspore import MindSporeMemoryPool
+from memacct.sim._mindspore_block import MindSporeBlockPool
 from memacct.sim.allocator import PresetModel
 from memacct.sim.device import SimDevice
 
