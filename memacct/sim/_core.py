@@ -14,7 +14,7 @@ statistics from the blocks so tests can check the incremental bookkeeping.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from memacct.backend import LARGE_BUFFER_BYTES
@@ -120,6 +120,44 @@ def walk_blocks(seg: Any, block: str, span: str) -> Iterator[tuple[_Block | None
         b = b.next
     if expect != seg.addr + seg.size:
         raise AssertionError(f"{block}s do not tile {span} {seg.addr:#x}")
+
+
+def link_after(block: _Block, new: _Block) -> None:
+    """Put ``new`` into ``block``'s chain just above it."""
+    nxt = block.next
+    new.prev = block
+    new.next = nxt
+    if nxt is not None:
+        nxt.prev = new
+    block.next = new
+
+
+def merge_neighbours(block: _Block, drop: Callable[[_Block], None]) -> _Block:
+    """Merge ``block`` (in no index) with the neighbours in its own state; return the result.
+
+    ``drop`` takes each neighbour it absorbs out of the allocator's indexes first. The
+    lower neighbour absorbs ``block``, so a segment's head never moves. (The base
+    allocator's free path does the same inline, on its hot path.)
+    """
+    state = block.state
+    below = block.prev
+    if below is not None and below.state == state:
+        drop(below)
+        _join(below, block)
+        block = below
+    above = block.next
+    if above is not None and above.state == state:
+        drop(above)
+        _join(block, above)
+    return block
+
+
+def _join(lower: _Block, upper: _Block) -> None:
+    lower.size += upper.size
+    nxt = upper.next
+    lower.next = nxt
+    if nxt is not None:
+        nxt.prev = lower
 
 
 class SimOutOfMemory(MemacctError, RuntimeError):

@@ -18,6 +18,8 @@ from memacct.sim._core import (
     _Block,
     _Pool,
     _Segment,
+    link_after,
+    merge_neighbours,
 )
 
 __all__ = ["ExpandableSegmentsAllocator"]
@@ -167,7 +169,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         del self._unmapped_blocks[block.addr]
         if nbytes < block.size:
             rest = _Block(block.addr + nbytes, block.size - nbytes, pool, UNMAPPED)
-            self._link_after(block, rest)
+            link_after(block, rest)
             block.size = nbytes
             pool.unmapped.add(rest.addr)
             self._unmapped_blocks[rest.addr] = rest
@@ -208,7 +210,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         if lo > start:
             block.size = lo - start
             middle = _Block(lo, hi - lo, pool, UNMAPPED)
-            self._link_after(block, middle)
+            link_after(block, middle)
             pool.free.add((block.size << KEY_SHIFT) | start)
             self._free_blocks[start] = block
         else:
@@ -217,22 +219,15 @@ class ExpandableSegmentsAllocator(CachingAllocator):
             middle.state = UNMAPPED
         if hi < end:
             tail = _Block(hi, end - hi, pool)
-            self._link_after(middle, tail)
+            link_after(middle, tail)
             pool.free.add((tail.size << KEY_SHIFT) | hi)
             self._free_blocks[hi] = tail
-        below = middle.prev
-        if below is not None and below.state == UNMAPPED:
-            pool.unmapped.remove(below.addr)
-            del self._unmapped_blocks[below.addr]
-            below.size += middle.size
-            self._unlink(middle)
-            middle = below
-        above = middle.next
-        if above is not None and above.state == UNMAPPED:
-            pool.unmapped.remove(above.addr)
-            del self._unmapped_blocks[above.addr]
-            middle.size += above.size
-            self._unlink(above)
+
+        def drop(neighbour: _Block) -> None:
+            pool.unmapped.remove(neighbour.addr)
+            del self._unmapped_blocks[neighbour.addr]
+
+        middle = merge_neighbours(middle, drop)
         pool.unmapped.add(middle.addr)
         self._unmapped_blocks[middle.addr] = middle
         self._device.unmap(hi - lo)
@@ -241,39 +236,14 @@ class ExpandableSegmentsAllocator(CachingAllocator):
 
     # ------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _link_after(block: _Block, new: _Block) -> None:
-        nxt = block.next
-        new.prev = block
-        new.next = nxt
-        if nxt is not None:
-            nxt.prev = new
-        block.next = new
-
-    @staticmethod
-    def _unlink(block: _Block) -> None:
-        prev, nxt = block.prev, block.next
-        if prev is not None:
-            prev.next = nxt
-        if nxt is not None:
-            nxt.prev = prev
-
     def _merge_free(self, pool: _Pool, block: _Block) -> _Block:
         """Merge free ``block`` (not in the free set) with free neighbours; return the result."""
-        below = block.prev
-        if below is not None and below.state == FREE:
-            pool.free.remove((below.size << KEY_SHIFT) | below.addr)
-            del self._free_blocks[below.addr]
-            below.size += block.size
-            self._unlink(block)
-            block = below
-        above = block.next
-        if above is not None and above.state == FREE:
-            pool.free.remove((above.size << KEY_SHIFT) | above.addr)
-            del self._free_blocks[above.addr]
-            block.size += above.size
-            self._unlink(above)
-        return block
+
+        def drop(neighbour: _Block) -> None:
+            pool.free.remove((neighbour.size << KEY_SHIFT) | neighbour.addr)
+            del self._free_blocks[neighbour.addr]
+
+        return merge_neighbours(block, drop)
 
     def _segment_count(self, seg: _Segment) -> int:
         return 0

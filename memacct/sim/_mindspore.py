@@ -38,7 +38,9 @@ from memacct.sim._core import (
     _check_size,
     _Segment,
     format_size,
+    link_after,
     list_segments,
+    merge_neighbours,
     walk_blocks,
 )
 from memacct.sim._freeset import FreeSet
@@ -88,15 +90,6 @@ class _VmmPool:
         self.segments: dict[int, _Segment] = {}
         self.allocation = self.allocated = self.requested = 0
         self.peak_allocation = self.peak_allocated = 0
-
-
-def _join(left: _Block, right: _Block) -> _Block:
-    """``right`` (the buffer just above ``left``) merged into ``left``; returns ``left``."""
-    left.size += right.size
-    left.next = right.next
-    if right.next is not None:
-        right.next.prev = left
-    return left
 
 
 class MindSporeMemoryPool(CachingAllocator):
@@ -398,12 +391,7 @@ class MindSporeMemoryPool(CachingAllocator):
         remaining = block.size - rounded
         if remaining >= MIN_BLOCK_SIZE:
             rest = _Block(block.addr + rounded, remaining, block.pool, block.state)
-            nxt = block.next
-            rest.prev = block
-            rest.next = nxt
-            if nxt is not None:
-                nxt.prev = rest
-            block.next = rest
+            link_after(block, rest)
             block.size = rounded
             (pool.idle if rest.state == FREE else pool.eager).add(
                 (remaining << KEY_SHIFT) | rest.addr
@@ -436,16 +424,12 @@ class MindSporeMemoryPool(CachingAllocator):
         """Give ``block`` (in no set) ``state``, merge it with same-state neighbours, index it."""
         block.state = state
         target = pool.idle if state == FREE else pool.eager
-        prev = block.prev
-        if prev is not None and prev.state == state:
-            target.remove((prev.size << KEY_SHIFT) | prev.addr)
-            del self._bufs[prev.addr]
-            block = _join(prev, block)
-        nxt = block.next
-        if nxt is not None and nxt.state == state:
-            target.remove((nxt.size << KEY_SHIFT) | nxt.addr)
-            del self._bufs[nxt.addr]
-            _join(block, nxt)
+
+        def drop(neighbour: _Block) -> None:
+            target.remove((neighbour.size << KEY_SHIFT) | neighbour.addr)
+            del self._bufs[neighbour.addr]
+
+        block = merge_neighbours(block, drop)
         target.add((block.size << KEY_SHIFT) | block.addr)
         self._bufs[block.addr] = (pool, block)
         return block
