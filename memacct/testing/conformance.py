@@ -150,6 +150,19 @@ class BackendConformance:
         if not get_quirks(backend).has_allocator_stats:
             pytest.skip(f"backend {backend.name!r} declares that it has no allocator statistics")
 
+    def _allocator_with_stats(
+        self, backend: DeviceBackend, allocator: Allocator | None
+    ) -> Allocator:
+        """The ``allocator`` fixture; skips where the backend has no statistics or no allocator."""
+        self._require_stats(backend)
+        return self._require_allocator(allocator, backend)
+
+    @staticmethod
+    def _allocated_after_reset(backend: DeviceBackend, device: int) -> int:
+        """Reset the peaks and read ``allocated_bytes.all.current``."""
+        backend.reset_peak_memory_stats(device)
+        return backend.memory_stats(device)[ALLOCATED]
+
     def _assert_about(self, measured: int, requested: int, what: str) -> None:
         high = requested + self.allocation_slack_bytes
         assert requested <= measured <= high, (
@@ -248,10 +261,8 @@ class BackendConformance:
     def test_allocation_raises_allocated_and_its_peak(
         self, backend: DeviceBackend, device: int, allocator: Allocator | None
     ) -> None:
-        self._require_stats(backend)
-        alloc = self._require_allocator(allocator, backend)
-        backend.reset_peak_memory_stats(device)
-        start = backend.memory_stats(device)[ALLOCATED]
+        alloc = self._allocator_with_stats(backend, allocator)
+        start = self._allocated_after_reset(backend, device)
         handle = alloc.allocate(self.allocation_bytes)
         try:
             stats = backend.memory_stats(device)
@@ -264,10 +275,8 @@ class BackendConformance:
     def test_release_lowers_current_but_not_peak(
         self, backend: DeviceBackend, device: int, allocator: Allocator | None
     ) -> None:
-        self._require_stats(backend)
-        alloc = self._require_allocator(allocator, backend)
-        backend.reset_peak_memory_stats(device)
-        start = backend.memory_stats(device)[ALLOCATED]
+        alloc = self._allocator_with_stats(backend, allocator)
+        start = self._allocated_after_reset(backend, device)
         alloc.release(alloc.allocate(self.allocation_bytes))
         stats = backend.memory_stats(device)
         assert stats[ALLOCATED] == start
@@ -312,8 +321,7 @@ class BackendConformance:
     def test_snapshot_counts_a_held_allocation(
         self, backend: DeviceBackend, device: int, allocator: Allocator | None
     ) -> None:
-        self._require_stats(backend)
-        alloc = self._require_allocator(allocator, backend)
+        alloc = self._allocator_with_stats(backend, allocator)
         before = snapshot(backend, device)
         handle = alloc.allocate(self.allocation_bytes)
         try:
@@ -341,8 +349,7 @@ class BackendConformance:
     def test_profiling_measures_a_known_allocation(
         self, backend: DeviceBackend, device: int, allocator: Allocator | None
     ) -> None:
-        self._require_stats(backend)
-        alloc = self._require_allocator(allocator, backend)
+        alloc = self._allocator_with_stats(backend, allocator)
         baseline = snapshot(backend, device)
         with memory_profiling(
             backend, baseline, weights_memory=0, truth_source="allocated_peak", device=device
