@@ -508,38 +508,22 @@ def test_preset_name_given_to_from_hf_config_reads_the_preset() -> None:
     assert KVCacheSpec.from_hf_config("llama-3.1-8b") == KVCacheSpec.from_preset("llama-3.1-8b")
 
 
-def test_non_json_file_is_config_error_with_the_position(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        pytest.param(b'{"num_hidden_layers": 4,\n oops}', "not valid JSON.*line 2", id="not-json"),
+        pytest.param(b'{"num_hidden_layers": NaN}', "NaN is not valid JSON", id="nan-constant"),
+        pytest.param(b"[1, 2, 3]", "must hold a JSON object", id="not-an-object"),
+        pytest.param(b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8", id="not-utf8"),
+        pytest.param(b" " * (16 * MiB + 1), r"16\.00 MiB \(16777216 bytes\)", id="over-16-mib"),
+    ],
+)
+def test_unreadable_config_file_is_config_error_naming_why(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
     path = tmp_path / "config.json"
-    path.write_text('{"num_hidden_layers": 4,\n oops}')
-    with pytest.raises(ConfigError, match="not valid JSON.*line 2"):
-        KVCacheSpec.from_hf_config(path)
-
-
-def test_nan_constant_in_json_is_config_error(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text('{"num_hidden_layers": NaN}')
-    with pytest.raises(ConfigError, match="NaN is not valid JSON"):
-        KVCacheSpec.from_hf_config(path)
-
-
-def test_json_that_is_not_an_object_is_config_error(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text("[1, 2, 3]")
-    with pytest.raises(ConfigError, match="must hold a JSON object"):
-        KVCacheSpec.from_hf_config(path)
-
-
-def test_non_utf8_file_is_config_error(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
-    with pytest.raises(ConfigError, match="not UTF-8"):
-        KVCacheSpec.from_hf_config(path)
-
-
-def test_file_over_16_mib_is_config_error(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_bytes(b" " * (16 * MiB + 1))
-    with pytest.raises(ConfigError, match=r"16\.00 MiB \(16777216 bytes\)"):
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
         KVCacheSpec.from_hf_config(path)
 
 
