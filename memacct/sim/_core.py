@@ -1179,11 +1179,11 @@ class CachingAllocator:
     def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
         if size >= ONE_EXA_BYTES:
             # Refused before any cache look-up, retry or statistic, as torch does.
-            raise SimOutOfMemory(
+            raise self._refusal(
                 f"Simulated device out of memory ({self.name} allocator). Tried to allocate "
                 f"more than 1EB memory ({size} bytes requested); ask for less",
-                requested=size, attempted=size, total=self._device.total,
-                free=self._device.free, reserved=self.reserved, allocated=self.allocated,
+                size,
+                size,
             )
         if self._gc_threshold and self._allowed is not None:
             self._garbage_collect()
@@ -1383,14 +1383,19 @@ class CachingAllocator:
             f"is reserved but unallocated. Free memory (fewer live tensors, a smaller batch, "
             f"a lower gpu_memory_utilization or KV-cache size) and retry. {self._oom_hint()}"
         )
+        return self._refusal(message, size, attempted)
+
+    def _refusal(self, message: str, requested: int, attempted: int) -> SimOutOfMemory:
+        """:class:`SimOutOfMemory` with ``message`` and the readings of the device and of
+        this allocator now."""
         return SimOutOfMemory(
             message,
-            requested=size,
+            requested=requested,
             attempted=attempted,
-            total=total,
-            free=free,
-            reserved=reserved,
-            allocated=allocated,
+            total=self._device.total,
+            free=self._device.free,
+            reserved=self.reserved,
+            allocated=self.allocated,
         )
 
     # ------------------------------------------------------ for the tests

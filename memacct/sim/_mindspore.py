@@ -465,19 +465,15 @@ class MindSporeMemoryPool(CachingAllocator):
         reserved = self.reserved
         allocated = self.allocated
         budget = self._budget or 0
-        return SimOutOfMemory(
+        return self._refusal(
             f"Simulated device out of memory ({self.name} pool, VMM). Tried to allocate "
             f"{format_size(rounded)} for a request of {size} bytes. The pool budget "
             f"(max_device_memory) is {format_size(budget)}, of which the pool holds "
             f"{format_size(reserved)} ({format_size(allocated)} in use); the device has "
             f"{format_size(free)} free of {format_size(total)}. Free memory, lower "
             "gpu_memory_utilization or the KV-cache size, or raise max_device_memory.",
-            requested=size,
-            attempted=rounded,
-            total=total,
-            free=free,
-            reserved=reserved,
-            allocated=allocated,
+            size,
+            rounded,
         )
 
     # ------------------------------------------------------------- for the tests

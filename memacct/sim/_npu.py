@@ -7,7 +7,6 @@ from typing import Any
 from memacct.sim._core import (
     CachingAllocator,
     DeviceMemory,
-    SimOutOfMemory,
     _check_size,
     format_size,
 )
@@ -67,18 +66,14 @@ class NpuCachingAllocator(CachingAllocator):
             self._release_cached()
             if not self._device.map(extra):
                 free = self._device.free
-                raise SimOutOfMemory(
+                raise self._refusal(
                     f"Simulated device out of memory (npu allocator): tried to grow the "
                     f"operator workspace from {format_size(self._workspace)} to "
                     f"{format_size(nbytes)} ({extra} bytes more), but only "
                     f"{format_size(free)} of {format_size(self._device.total)} is free. "
                     "Free memory or run the operator on smaller inputs.",
-                    requested=extra,
-                    attempted=extra,
-                    total=self._device.total,
-                    free=free,
-                    reserved=self.reserved,
-                    allocated=self.allocated,
+                    extra,
+                    extra,
                 )
         self._workspace = nbytes
 
