@@ -21,7 +21,7 @@ module knows no allocator, only the protocol.
 
 Example::
 
-    >>> from memacct.engines.forward import TransformerWorkload
+    >>> from memacct_bench.workload import TransformerWorkload  # the harness's workload
     >>> from memacct.planner import load_model_preset
     >>> from memacct.sim.allocator import PresetModel
     >>> work = TransformerWorkload.from_config(load_model_preset("qwen2.5-7b"),
@@ -60,10 +60,10 @@ _RESOLUTION = 2 * 1024 * 1024
 
 @runtime_checkable
 class ServingTrace(Protocol):
-    """The allocation traces of the profiled work (e.g. a ``TransformerWorkload``).
+    """The allocation traces of the profiled work (e.g. the harness's workload).
 
     A trace is a list of ops: ``n >= 0`` allocates ``n`` bytes into the next
-    slot, ``n < 0`` frees slot ``~n`` (:func:`memacct.engines.forward.replay`).
+    slot, ``n < 0`` frees slot ``~n`` (:func:`memacct.engines.trace.replay`).
     """
 
     max_num_batched_tokens: int
