@@ -223,20 +223,12 @@ def test_invalid_profile_json_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_snapshot_watch_refreshes_until_interrupted() -> None:
-    import signal
+    from _cli import watch_lines
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
-    proc = subprocess.Popen(
-        [str(BIN), "snapshot", "--backend", "sim", "--json", "--watch", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    lines = [proc.stdout.readline() for _ in range(3)]
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    lines, err, returncode = watch_lines("snapshot", "--backend", "sim", "--json", "--watch", "0.1")
     snaps = [MemorySnapshot.model_validate_json(line) for line in lines]
     assert len({s.timestamp for s in snaps}) == 3
-    assert proc.returncode == 0 and "Traceback" not in err
+    assert returncode == 0 and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
