@@ -23,6 +23,24 @@ class Backend(TorchLikeBackend):
 """
 
 
+def suite(backend: str, allocator: str | None = None) -> str:
+    """The source of ``TestAcme``: the suite over ``backend`` (an expression) and, where
+    given, the ``allocator`` fixture returning ``allocator``."""
+    source = f"""
+class TestAcme(BackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return {backend}
+"""
+    if allocator is not None:
+        source += f"""
+    @pytest.fixture
+    def allocator(self):
+        return {allocator}
+"""
+    return source
+
+
 def run_suite(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
     pytester.makepyfile(test_acme=HEADER + body)
     return pytester.runpytest("-p", "no:cacheprovider", "-rfs")
@@ -37,12 +55,8 @@ class NoStats:
     default_truth_source = "allocated_peak"
     def device_count(self): return 1
     def mem_get_info(self, device): return (1, 2)
-
-class TestAcme(BackendConformance):
-    @pytest.fixture
-    def backend(self):
-        return NoStats()
-""",
+"""
+        + suite("NoStats()"),
     )
     result.stdout.fnmatch_lines(
         [
@@ -73,16 +87,8 @@ def test_peaks_that_do_not_reset_fail_the_suite(pytester: pytest.Pytester) -> No
 class StickyPeaks(Backend):
     def reset_peak_memory_stats(self, device):
         pass
-
-class TestAcme(BackendConformance):
-    @pytest.fixture
-    def backend(self):
-        return StickyPeaks(dev.api)
-
-    @pytest.fixture
-    def allocator(self):
-        return Allocator(dev.malloc, dev.free)
-""",
+"""
+        + suite("StickyPeaks(dev.api)", "Allocator(dev.malloc, dev.free)"),
     )
     outcomes = result.parseoutcomes()
     result.stdout.fnmatch_lines(["FAILED *test_peaks_equal_current_after_reset*"])
@@ -92,15 +98,7 @@ class TestAcme(BackendConformance):
 def test_checks_that_allocate_are_skipped_with_a_reason_without_allocator(
     pytester: pytest.Pytester,
 ) -> None:
-    result = run_suite(
-        pytester,
-        """
-class TestAcme(BackendConformance):
-    @pytest.fixture
-    def backend(self):
-        return Backend(dev.api)
-""",
-    )
+    result = run_suite(pytester, suite("Backend(dev.api)"))
     assert "failed" not in result.parseoutcomes()
     result.stdout.fnmatch_lines(
         ["*SKIPPED*provides no `allocator` fixture, so the suite cannot put memory on the device*"]
@@ -110,17 +108,8 @@ class TestAcme(BackendConformance):
 def test_allocation_larger_than_the_slack_fails_the_suite(pytester: pytest.Pytester) -> None:
     result = run_suite(
         pytester,
-        """
-class TestAcme(BackendConformance):
-    @pytest.fixture
-    def backend(self):
-        return Backend(dev.api)
-
-    @pytest.fixture
-    def allocator(self):
         # Allocates 2 MiB more than asked, as a careless adapter might.
-        return Allocator(lambda n: dev.malloc(n + 2**21), dev.free)
-""",
+        suite("Backend(dev.api)", "Allocator(lambda n: dev.malloc(n + 2**21), dev.free)"),
     )
     result.stdout.fnmatch_lines(
         ["*allocated grew by 69206016 bytes for a 67108864-byte allocation*"]
