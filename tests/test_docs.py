@@ -44,13 +44,9 @@ def test_readme_example_prints_the_report(
 
 
 def _cli_samples() -> object:
-    import importlib.util
+    from _tools import load_tool
 
-    spec = importlib.util.spec_from_file_location("cli_samples", ROOT / "tools" / "cli_samples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("cli_samples.py", "cli_samples")
 
 
 def test_cli_md_samples_are_what_the_commands_print() -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _tools import load_tool
 
 import memacct
 from memacct.sim import SimDevice
@@ -15,18 +13,7 @@ from memacct.sim import SimDevice
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "memacct_hardware_tool", ROOT / "tools/hardware.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hw = _tool()
+hw = load_tool("hardware.py", "memacct_hardware_tool")
 
 
 def test_without_a_device_it_says_so_and_exits_0(

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _accuracy() -> ModuleType:
-    path = ROOT / "tools" / "accuracy.py"
-    spec = importlib.util.spec_from_file_location("memacct_accuracy", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ACC = _accuracy()
+ACC = load_tool("accuracy.py", "memacct_accuracy")
 DATA = ACC.load_cases()
 ROWS = ACC.replay_all(DATA)
 
