@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.trace import TraceBuilder
-from memacct.engines.vllm_mindspore.qwen2_graph import config_positive_int
+from memacct.engines.vllm_mindspore.qwen2_graph import config_positive_int, prefill_inputs
 from memacct.errors import ConfigError
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_prefill_trace"]
@@ -229,10 +229,7 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
         return out
 
     act = t * g.hidden * dt
-    inputs = [alloc(t * _INT32) for _ in range(3)]  # input_ids, positions, slot_mapping
-    inputs.append(alloc(-(-t // 16) * _INT32))  # block_tables
-    inputs += [alloc(_INT32), alloc(_INT32)]  # batch_valid_length, q_seq_lens
-    cos, sin = alloc(t * g.rope_dim * dt), alloc(t * g.rope_dim * dt)  # freqs_mgr.prefill
+    inputs, cos, sin = prefill_inputs(builder, t, g.rope_dim * dt)  # cos/sin: freqs_mgr.prefill
     x = alloc(act)  # tok_embeddings
     for layer in range(g.layers):
         norm = rms_norm(g.hidden)  # attention_norm

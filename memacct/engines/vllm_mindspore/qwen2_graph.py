@@ -172,6 +172,22 @@ def qwen2_load(graph: Qwen2Graph) -> tuple[list[int], list[int]]:
     return params, masks
 
 
+def prefill_inputs(
+    builder: TraceBuilder, num_tokens: int, rotary_bytes_per_token: int
+) -> tuple[list[int], int, int]:
+    """A prefill's model inputs and its rotary ``cos``/``sin`` slices, allocated in that order.
+
+    Returns ``(inputs, cos, sin)``; the model frees them after the LM head. Shared by the
+    Qwen2 and DeepSeek-V3 graphs, which prepare their inputs alike.
+    """
+    alloc, t = builder.alloc, num_tokens
+    inputs = [alloc(t * _INT32) for _ in range(3)]  # input_ids, positions, slot_mapping
+    inputs.append(alloc(-(-t // 16) * _INT32))  # block_tables
+    inputs += [alloc(_INT32), alloc(_INT32)]  # batch_valid_length, q_seq_lens
+    cos, sin = alloc(t * rotary_bytes_per_token), alloc(t * rotary_bytes_per_token)
+    return inputs, cos, sin
+
+
 def qwen2_prefill_trace(graph: Qwen2Graph, num_tokens: int) -> list[int]:
     """One prefill of ``num_tokens`` tokens of one sequence, through the LM head (see module)."""
     g = graph
@@ -184,10 +200,7 @@ def qwen2_prefill_trace(graph: Qwen2Graph, num_tokens: int) -> list[int]:
     q = t * g.q_bytes_per_token
     kv = t * g.kv_bytes_per_token
     inter = t * g.intermediate * dt
-    inputs = [alloc(t * _INT32) for _ in range(3)]  # input_ids, positions, slot_mapping
-    inputs.append(alloc(-(-t // 16) * _INT32))  # block_tables
-    inputs += [alloc(_INT32), alloc(_INT32)]  # batch_valid_length, q_seq_lens
-    cos, sin = alloc(t * g.head_dim * dt), alloc(t * g.head_dim * dt)
+    inputs, cos, sin = prefill_inputs(builder, t, g.head_dim * dt)
     h = alloc(act)  # tok_embeddings
     for _ in range(g.layers):
         norm, rstd = alloc(act), alloc(t * _FLOAT32)
