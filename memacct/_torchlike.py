@@ -83,6 +83,7 @@ class TorchLikeBackend(BaseBackend):
     name: str = "torch-like"
     default_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
     quirks: BackendQuirks = BackendQuirks()
+
     def __init__(
         self,
         module: Any,

@@ -456,7 +456,6 @@ def factory_priority(factory: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-
 def validate_backend(obj: object, origin: str = "backend") -> DeviceBackend:
     """Return ``obj`` if it implements :class:`DeviceBackend`, else raise :class:`BackendError`.
 
