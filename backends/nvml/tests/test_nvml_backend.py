@@ -184,41 +184,45 @@ def test_failed_start_names_the_usual_cause(
     assert isinstance(info.value, MemacctError)
 
 
-def test_device_index_out_of_range_names_the_count(
-    real_nvml: Nvml, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("function", "error", "call", "message"),
+    [
+        pytest.param(
+            "nvmlDeviceGetHandleByIndex", pynvml.NVMLError_InvalidArgument,
+            lambda nvml: nvml.handle(5),
+            r"GPU index 5 is out of range: NVML sees 2 GPU\(s\), numbered 0..1",
+            id="index-out-of-range-names-the-count",
+        ),
+        pytest.param(
+            "nvmlDeviceGetMemoryInfo", pynvml.NVMLError_NoPermission,
+            lambda nvml: nvml.memory_info(object()),
+            "NVML cannot read GPU memory: no permission",
+            id="no-permission-for-memory-names-the-device-files",
+        ),
+        pytest.param(
+            "nvmlDeviceGetComputeRunningProcesses", pynvml.NVMLError_Timeout,
+            lambda nvml: nvml.processes(object()),
+            r"NVML cannot list the GPU's processes: Timeout \(NVMLError_Timeout\)",
+            id="unknown-error-keeps-nvml-text",
+        ),
+    ],
+)  # fmt: skip
+def test_a_failed_nvml_call_says_what_failed_and_why(
+    real_nvml: Nvml,
+    monkeypatch: pytest.MonkeyPatch,
+    function: str,
+    error: type[BaseException],
+    call: Callable[[Nvml], object],
+    message: str,
 ) -> None:
-    monkeypatch.setattr(
-        pynvml, "nvmlDeviceGetHandleByIndex", raiser(pynvml.NVMLError_InvalidArgument)
-    )
-    with pytest.raises(
-        NvmlError, match=r"GPU index 5 is out of range: NVML sees 2 GPU\(s\), numbered 0..1"
-    ):
-        real_nvml.handle(5)
+    monkeypatch.setattr(pynvml, function, raiser(error))
+    with pytest.raises(NvmlError, match=message):
+        call(real_nvml)
 
 
 def test_negative_device_index_is_refused_before_nvml() -> None:
     with pytest.raises(InvalidInputError, match="non-negative int"):
         Nvml(FakePynvml([])).handle(-1)
-
-
-def test_no_permission_for_memory_names_the_device_files(
-    real_nvml: Nvml, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", raiser(pynvml.NVMLError_NoPermission))
-    with pytest.raises(NvmlError, match="NVML cannot read GPU memory: no permission"):
-        real_nvml.memory_info(object())
-
-
-def test_unknown_nvml_error_keeps_nvml_text(
-    real_nvml: Nvml, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(
-        pynvml, "nvmlDeviceGetComputeRunningProcesses", raiser(pynvml.NVMLError_Timeout)
-    )
-    with pytest.raises(
-        NvmlError, match=r"NVML cannot list the GPU's processes: Timeout \(NVMLError_Timeout\)"
-    ):
-        real_nvml.processes(object())
 
 
 def test_nvml_error_is_a_backend_error_so_snapshots_report_it(
