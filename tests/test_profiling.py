@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
 import memacct
-from memacct import ProfilingError, ProfilingOutOfMemoryError, TruthSource
+from memacct import ProfilingError, ProfilingOutOfMemoryError, ProfilingSession, TruthSource
 from memacct.sim import SimDevice
 from memacct.units import GiB, MiB
 
@@ -20,6 +23,20 @@ def dev() -> SimDevice:
 @pytest.fixture
 def backend(dev: SimDevice) -> memacct.DeviceBackend:
     return memacct.get_backend("sim", device=dev)
+
+
+Profile = Callable[..., AbstractContextManager[ProfilingSession]]
+
+
+@pytest.fixture
+def profile(backend: memacct.DeviceBackend) -> Profile:
+    """Starts a profiling session from a baseline read then, with no weights unless given."""
+
+    def start(**kwargs: Any) -> AbstractContextManager[ProfilingSession]:
+        kwargs.setdefault("weights_memory", 0)
+        return memacct.memory_profiling(backend, memacct.snapshot(backend), **kwargs)
+
+    return start
 
 
 def load_weights(dev: SimDevice, layers: int = 10, layer_bytes: int = GiB) -> list[int]:
@@ -55,11 +72,8 @@ def test_profile_numbers_are_exact_with_every_kind_of_memory(
     assert result.after.other_processes == 3 * GiB
 
 
-def test_peak_before_excluded_region_survives_it(
-    dev: SimDevice, backend: memacct.DeviceBackend
-) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+def test_peak_before_excluded_region_survives_it(dev: SimDevice, profile: Profile) -> None:
+    with profile() as session:
         dev.free(dev.malloc(3 * GiB))
         with session.exclude("compile"):
             dev.free(dev.malloc(1 * GiB))
@@ -67,22 +81,16 @@ def test_peak_before_excluded_region_survives_it(
     assert session.result.activation_peak == 3 * GiB
 
 
-def test_spike_inside_excluded_region_does_not_count(
-    dev: SimDevice, backend: memacct.DeviceBackend
-) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+def test_spike_inside_excluded_region_does_not_count(dev: SimDevice, profile: Profile) -> None:
+    with profile() as session:
         with session.exclude("compile"):
             dev.free(dev.malloc(8 * GiB))
         dev.free(dev.malloc(1 * GiB))
     assert session.result.activation_peak == 1 * GiB
 
 
-def test_memory_an_excluded_region_keeps_still_counts(
-    dev: SimDevice, backend: memacct.DeviceBackend
-) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+def test_memory_an_excluded_region_keeps_still_counts(dev: SimDevice, profile: Profile) -> None:
+    with profile() as session:
         with session.exclude("cuda-graph-capture"):
             dev.free(dev.malloc(4 * GiB))
             dev.malloc(100 * MiB)  # the captured graph's pool stays
@@ -111,10 +119,9 @@ def fragment(dev: SimDevice, segments: int = 10) -> list[int]:
 
 
 def test_fragmenting_pattern_reserves_more_than_it_allocates(
-    dev: SimDevice, backend: memacct.DeviceBackend
+    dev: SimDevice, profile: Profile
 ) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+    with profile() as session:
         fragment(dev)
     result = session.result
     # Requests under 10 MiB get a 20 MiB segment; three 6 MiB blocks fit in each.
@@ -134,25 +141,17 @@ def test_empty_cache_keeps_partly_used_segments_reserved(
     assert stats["inactive_split_bytes.all.current"] == 10 * 14 * MiB
 
 
-def test_reserved_truth_source_charges_the_fragmentation(
-    dev: SimDevice, backend: memacct.DeviceBackend
-) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(
-        backend, baseline, weights_memory=0, truth_source="reserved"
-    ) as session:
+def test_reserved_truth_source_charges_the_fragmentation(dev: SimDevice, profile: Profile) -> None:
+    with profile(truth_source="reserved") as session:
         fragment(dev)
     assert session.result.activation_peak == 10 * 20 * MiB
     assert session.result.truth_source is TruthSource.RESERVED
 
 
 def test_auto_picks_reserved_when_fragmentation_is_large_and_says_why(
-    dev: SimDevice, backend: memacct.DeviceBackend
+    dev: SimDevice, profile: Profile
 ) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(
-        backend, baseline, weights_memory=0, truth_source="auto"
-    ) as session:
+    with profile(truth_source="auto") as session:
         fragment(dev)
     result = session.result
     assert result.requested_truth_source is TruthSource.AUTO
@@ -161,23 +160,19 @@ def test_auto_picks_reserved_when_fragmentation_is_large_and_says_why(
 
 
 def test_auto_picks_allocated_peak_when_pool_does_not_fragment(
-    dev: SimDevice, backend: memacct.DeviceBackend
+    dev: SimDevice, profile: Profile
 ) -> None:
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(
-        backend, baseline, weights_memory=0, truth_source="auto"
-    ) as session:
+    with profile(truth_source="auto") as session:
         dev.free(dev.malloc(2 * GiB))
     assert session.result.truth_source is TruthSource.ALLOCATED_PEAK
     assert session.result.activation_peak == 2 * GiB
 
 
 def test_truth_source_env_overrides_backend_default(
-    dev: SimDevice, backend: memacct.DeviceBackend, monkeypatch: pytest.MonkeyPatch
+    dev: SimDevice, profile: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMACCT_TRUTH_SOURCE", "reserved")
-    baseline = memacct.snapshot(backend)
-    with memacct.memory_profiling(backend, baseline, weights_memory=0) as session:
+    with profile() as session:
         fragment(dev)
     assert session.result.truth_source is TruthSource.RESERVED
 
