@@ -13,7 +13,10 @@ from pydantic import ConfigDict
 
 from memacct.errors import InvalidInputError
 
-__all__ = ["FROZEN", "check_fraction", "check_int", "check_optional_int"]
+__all__ = [
+    "FROZEN", "check_batch_budget", "check_fraction", "check_int", "check_optional_int",
+    "check_type",
+]
 
 FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 """The pydantic config of every memacct value object: immutable, no unknown field,
@@ -68,3 +71,41 @@ def check_fraction(name: str, value: object, *, what: str = "") -> float:
     if not (math.isfinite(fraction) and 0.0 < fraction <= 1.0):
         raise InvalidInputError(f"{name} must be in (0, 1], got {value!r}{what}")
     return fraction
+
+
+def check_type(name: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
+    """Refuse ``value`` unless it is a ``kind`` (``bool`` is not an ``int`` here).
+
+    Args:
+        name: the argument's name, for the message.
+        value: what the caller gave.
+        kind: the type (or types) accepted.
+        what: what to give instead, e.g. ``"a string such as 'vllm'"``.
+
+    Raises:
+        InvalidInputError: ``value`` is of another type.
+    """
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    is_bool = isinstance(value, bool)
+    if not isinstance(value, kinds) or (is_bool and bool not in kinds):
+        raise InvalidInputError(
+            f"{name} must be {what}, got {value!r} ({type(value).__name__})"
+        )
+
+
+def check_batch_budget(max_num_batched_tokens: int, max_num_seqs: int) -> None:
+    """vLLM's start check: a step's token budget holds at least one token per sequence.
+
+    ``vllm/config/scheduler.py`` (``SchedulerConfig.verify_max_model_len``) raises
+    "max_num_batched_tokens (...) must be greater than or equal to max_num_seqs".
+
+    Raises:
+        InvalidInputError: ``max_num_batched_tokens`` below ``max_num_seqs``.
+    """
+    if max_num_batched_tokens < max_num_seqs:
+        raise InvalidInputError(
+            f"max_num_batched_tokens {max_num_batched_tokens} is below max_num_seqs "
+            f"{max_num_seqs}: vLLM refuses to start then (SchedulerConfig: the tokens of a "
+            "step must be at least its sequences); raise max_num_batched_tokens or lower "
+            "max_num_seqs"
+        )

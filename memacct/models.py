@@ -355,7 +355,7 @@ class ProfileResult(BaseModel):
 
     model_config = FROZEN
 
-    format_version: int = PROFILE_FORMAT_VERSION
+    format_version: int = Field(default=PROFILE_FORMAT_VERSION, strict=True)
     baseline: MemorySnapshot
     before: MemorySnapshot
     after: MemorySnapshot

@@ -22,8 +22,15 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from memacct.checks import check_int, check_optional_int
+from memacct.checks import (
+    check_batch_budget,
+    check_fraction,
+    check_int,
+    check_optional_int,
+    check_type,
+)
 from memacct.errors import InvalidInputError
+from memacct.models import MAX_BYTES
 
 if TYPE_CHECKING:
     from memacct.engines.deployment import Deployment
@@ -93,6 +100,7 @@ class PlanOptions:
         from memacct.engines import ENGINE_MODULES
         from memacct.engines.base import check_block_size, check_release
 
+        self._check_types()
         if self.engine not in ENGINE_MODULES:
             raise InvalidInputError(
                 f"engine {self.engine!r} is not known: use one of {', '.join(ENGINE_MODULES)}"
@@ -101,14 +109,43 @@ class PlanOptions:
         check_int("pipeline_parallel_size", self.pipeline_parallel_size)
         check_optional_int("max_num_batched_tokens", self.max_num_batched_tokens)
         check_optional_int("max_num_seqs", self.max_num_seqs)
-        check_optional_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        # No device holds 2**60 bytes (MAX_BYTES, the profile's bound too): a budget past it
+        # is a typo, and would plan a cache no engine could allocate.
+        check_optional_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, high=MAX_BYTES)
         if self.max_model_len != -1:
             check_optional_int("max_model_len", self.max_model_len)
         if self.block_size is not None:
             check_block_size(self.engine, check_int("block_size", self.block_size))
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if tokens is not None and seqs is not None and self.engine != "sglang":
+            check_batch_budget(tokens, seqs)
         if self.device is not None and self.device_memory is not None:
             raise InvalidInputError("give --device or --device-memory, not both")
         check_release(self.engine, self.engine_version)
+
+    def _check_types(self) -> None:
+        """Each field of the type it is declared with, named in the error, before any rule
+        reads it (a wrong type would fail deep inside the plan otherwise)."""
+        text = "a string"
+        for name in ("model_name", "engine", "kv_cache_dtype"):
+            check_type(name, getattr(self, name), str, text)
+        for name in ("engine_version", "device", "sampler"):
+            value = getattr(self, name)
+            if value is not None:
+                check_type(name, value, str, f"{text} or None")
+                if not value.strip():
+                    raise InvalidInputError(
+                        f"{name} {value!r} names nothing: give a value, or leave it out for "
+                        "the default"
+                    )
+        for name in ("allow_long_max_model_len", "enforce_eager"):
+            check_type(name, getattr(self, name), bool, "True or False")
+        check_optional_int("device_memory", self.device_memory, high=MAX_BYTES)
+        if self.gpu_memory_utilization is not None:
+            check_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.swa_full_tokens_ratio is not None:
+            check_type("swa_full_tokens_ratio", self.swa_full_tokens_ratio, (int, float),
+                       "a number in (0, 1]")
 
     def engine_options(self) -> dict[str, float | int | str]:
         """The engine-specific options set (``plan_kv_cache``'s ``engine_options``)."""
@@ -128,6 +165,12 @@ class PlanOptions:
             raise InvalidInputError(
                 f"unknown plan option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
                 f"the options are {', '.join(cls.names())}"
+            )
+        if options is not None and not isinstance(options, PlanOptions):
+            raise InvalidInputError(
+                f"options must be a PlanOptions, got {type(options).__name__}: pass "
+                "PlanOptions(...) or the options as keywords (plan_offline(config, "
+                "device='l4'))"
             )
         return replace(options, **kwargs) if options is not None else cls(**kwargs)
 

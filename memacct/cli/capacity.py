@@ -10,6 +10,7 @@ list (each with its whole plan), ``--plot`` one chart.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from memacct.cli.common import console as _console
 from memacct.options import PlanOptions
+from memacct.planner.kvplan import PLAN_FORMAT_VERSION
 from memacct.units import GiB
 
 __all__ = ["capacity_cmd"]
@@ -25,12 +27,20 @@ MARK = "<- smallest serving"
 
 
 def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, ...],
-                 degrees: tuple[int, ...], flags: dict[str, Any]) -> None:
-    """Plan every device x degree and print the table (exit 1 when none fits)."""
+                 degrees: tuple[int, ...], flags: dict[str, Any],
+                 notes: tuple[str, ...] = ()) -> None:
+    """Plan every device x degree and print the table (exit 1 when none fits); ``notes``
+    (what reading the model assumed) go into each row's plan and, with the table, to stderr."""
     from memacct.engines.offline import plan_capacity, smallest_serving
+    from memacct.planner.source import with_source_notes
 
-    rows = plan_capacity(config, devices, degrees, opts)
     wanted = flags["min_concurrency"]
+    if wanted is not None:
+        smallest_serving([], wanted)  # a bad --min-concurrency is refused before any plan
+    rows = [
+        replace(row, plan=None if row.plan is None else with_source_notes(row.plan, notes))
+        for row in plan_capacity(config, devices, degrees, opts)
+    ]
     marked = None if wanted is None else smallest_serving(rows, wanted)
     if flags["plot_path"] is not None:
         from memacct.plot import plot_capacity
@@ -39,13 +49,16 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
                       marked=marked)  # fmt: skip
     if flags["as_json"]:
         click.echo(json.dumps([
-            {"device": row.device, "tensor_parallel_size": row.tensor_parallel_size,
+            {"format_version": PLAN_FORMAT_VERSION, "device": row.device,
+             "tensor_parallel_size": row.tensor_parallel_size,
              "fits": row.plan is not None and row.plan.fits,
              "serves_min_concurrency": row is marked, "refusal": row.refusal,
              "plan": None if row.plan is None else row.plan.model_dump(mode="json")}
             for row in rows
         ], indent=2))  # fmt: skip
     else:
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
         _console().print(_table(rows, opts, marked, wanted))
         if wanted is not None:
             click.echo(

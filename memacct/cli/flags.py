@@ -21,7 +21,8 @@ def _flags() -> dict[str, str]:
     names.pop("flashinfer_sampler_env")
     names.pop("checkpoint")
     names.update(allow_mismatch="--allow-mismatch", truth_source="--truth-source",
-                 name="--backend", kv_cache_memory_bytes="--kv-cache-memory-bytes")  # fmt: skip
+                 name="--backend", kv_cache_memory_bytes="--kv-cache-memory-bytes",
+                 min_concurrency="--min-concurrency")  # fmt: skip
     return names
 
 

@@ -20,6 +20,7 @@ from memacct.cli.group import app
 from memacct.engines import engine_names
 from memacct.errors import InvalidInputError
 from memacct.options import PlanOptions
+from memacct.planner.source import with_source_notes
 
 __all__ = ["plan_cmd"]
 
@@ -110,7 +111,7 @@ def plan_cmd(**flags: Any) -> None:
         return
     if flags["plot_path"] is not None:
         _check_plot_path(flags["plot_path"])
-    devices = tuple(d.strip() for d in (flags["device"] or "").split(",") if d.strip())
+    devices = _devices(flags["device"])
     degrees = _degrees(flags["tensor_parallel_size"])
     flags["device"] = devices[0] if devices else None
     flags["tensor_parallel_size"] = degrees[0]
@@ -121,11 +122,11 @@ def plan_cmd(**flags: Any) -> None:
 
         _refuse_in_capacity(path, flags)
         _refuse("offline", flags)
-        opts, config = _options(flags, "offline")
-        capacity_cmd(config, opts, devices or ("h100-80gb",), degrees, flags)
+        opts, config, notes = _options(flags, "offline")
+        capacity_cmd(config, opts, devices or ("h100-80gb",), degrees, flags, notes=notes)
         return
     _refuse(path, flags)
-    opts, config = _options(flags, path)
+    opts, config, notes = _options(flags, path)
     if path == "offline":
         from memacct.engines.offline import plan_offline
 
@@ -133,6 +134,7 @@ def plan_cmd(**flags: Any) -> None:
         result = None
     else:
         plan, result = _plan_kv(config, opts, flags, path)
+    plan = with_source_notes(plan, notes)
     print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
     if not plan.fits:
         raise click.exceptions.Exit(1)
@@ -162,7 +164,32 @@ def _degrees(text: str) -> tuple[int, ...]:
             f"--tensor-parallel-size {text!r} is not a degree nor a comma list of them: give "
             "e.g. 2 or 1,2,4,8"
         ) from None
-    return degrees
+    return _distinct("--tensor-parallel-size", text, degrees)
+
+
+def _devices(text: str | None) -> tuple[str, ...]:
+    """``--device``: one device or a comma list of them; an empty item is refused, as
+    ``--tensor-parallel-size`` refuses one (it would plan something else than was typed)."""
+    if text is None:
+        return ()
+    devices = tuple(part.strip() for part in text.split(","))
+    if not all(devices):
+        raise InvalidInputError(
+            f"--device {text!r} has an empty device name: give a preset (h100) or a comma "
+            "list of them (h100,a100-80gb,l4), or leave --device out for the engine's "
+            "reference device"
+        )
+    return _distinct("--device", text, devices)
+
+
+def _distinct(flag: str, text: str, items: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``items``, refused when one is listed twice (a capacity plan's rows would repeat)."""
+    twice = sorted({str(item) for item in items if items.count(item) > 1})
+    if twice:
+        raise InvalidInputError(
+            f"{flag} {text!r} lists {', '.join(twice)} more than once: list each once"
+        )
+    return items
 
 
 def _refuse_in_capacity(path: str, flags: dict[str, Any]) -> None:
@@ -226,6 +253,11 @@ def _refuse(path: str, flags: dict[str, Any]) -> None:
             "--gpu-memory-utilization does not apply with --kv-cache-memory-bytes: the cache "
             "is given in bytes and replaces the utilization (vLLM ignores it then too); drop one"
         )
+    if flags["allow_mismatch"] and path != "profile":
+        raise InvalidInputError(
+            "--allow-mismatch lets a saved profile plan another model, layout or batch than "
+            "it recorded; without --profile there is nothing to mismatch: drop it"
+        )
     if path == "budget" and flags["plot_path"] is not None:
         raise InvalidInputError(
             "--plot draws the device's memory, and --kv-cache-memory-bytes alone names no "
@@ -233,11 +265,14 @@ def _refuse(path: str, flags: dict[str, Any]) -> None:
         )
 
 
-def _options(flags: dict[str, Any], path: str) -> tuple[PlanOptions, dict[str, Any]]:
-    """The plan's options from the flags, and the model's config."""
+def _options(
+    flags: dict[str, Any], path: str
+) -> tuple[PlanOptions, dict[str, Any], tuple[str, ...]]:
+    """The plan's options from the flags, the model's config and what reading it assumed
+    (the model source's notes, for the plan's)."""
     from memacct.devices import parse_memory_size
 
-    config, name, table = _model_source(flags["model"], flags["revision"])
+    config, name, table, notes = _model_source(flags["model"], flags["revision"])
     if flags["assume_full_attention"]:
         from memacct.planner.arch_rules import ASSUME_FULL_ATTENTION
 
@@ -260,7 +295,7 @@ def _options(flags: dict[str, Any], path: str) -> tuple[PlanOptions, dict[str, A
     extra: dict[str, Any] = {}
     if path == "offline":
         extra = {"checkpoint": table, "flashinfer_sampler_env": _flashinfer_sampler_env()}
-    return PlanOptions(model_name=name, **fields, **extra), config
+    return PlanOptions(model_name=name, **fields, **extra), config, notes
 
 
 def _plan_kv(config: dict[str, Any], opts: PlanOptions, flags: dict[str, Any],
@@ -337,16 +372,16 @@ def _parse_bytes(text: str) -> int:
     return value
 
 
-def _model_source(model: str, revision: str | None = None) -> tuple[dict[str, Any], str, Any]:
-    """The config, a display name and the checkpoint's tensor table when one was read
+def _model_source(
+    model: str, revision: str | None = None
+) -> tuple[dict[str, Any], str, Any, tuple[str, ...]]:
+    """The config, a display name, the checkpoint's tensor table when one was read
     (:func:`memacct.planner.source.resolve_model`: preset, config.json, checkpoint
-    directory, .gguf file or Hub id); the source's notes go to stderr."""
+    directory, .gguf file or Hub id) and the source's notes (the plan carries them)."""
     from memacct.planner.source import resolve_model
 
     source = resolve_model(model, revision)
-    for note in source.notes:
-        click.echo(f"note: {note}", err=True)
-    return source.config, source.name, source.table
+    return source.config, source.name, source.table, source.notes
 
 
 def _flashinfer_sampler_env() -> bool | None:

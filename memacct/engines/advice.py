@@ -75,23 +75,25 @@ def _fitting_batch(startup: Any, config: Mapping[str, Any], est: Any, spec: KVCa
     return None
 
 
-def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> tuple[int, int | None]:
-    """The smallest power-of-two multiple of ``tp`` whose weights leave room for the rest,
-    and its weights per rank (``None`` where the model cannot be split that far)."""
+def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> tuple[int, int] | None:
+    """The smallest power-of-two multiple of ``tp`` (up to 64) that the model accepts (its
+    heads and experts divide, as :meth:`KVCacheSpec.from_hf_config` checks) and whose weights
+    leave room for the rest, with its weights per rank; ``None``: no such degree, so no
+    tensor-parallel advice (a degree the engine would refuse is never suggested)."""
     from memacct.planner.weights import estimate_weights
 
     rest = est.activation_peak + est.non_allocator_increase
     candidate = tp * 2
-    weights: int | None = None
-    while candidate < 64:
+    while candidate <= 64:
         try:
+            KVCacheSpec.from_hf_config(dict(config), tensor_parallel_size=candidate)
             weights = estimate_weights(config, tensor_parallel_size=candidate).total_bytes
         except MemacctError:
-            return candidate, None
+            return None  # the model cannot be split this far
         if weights + rest < 0.9 * est.requested_memory:
             return candidate, weights
         candidate *= 2
-    return candidate, weights
+    return None
 
 
 def refused_plan(
@@ -172,10 +174,12 @@ def refused_plan(
             changes.append(f"--max-num-seqs to {seqs:,}")
         suggestions.append((gap + 1, f"lower {' and '.join(changes)} (or less)"))
     if batch is None or fixed >= est.requested_memory:
-        tp, weights = _fitting_tp(config, est, opts.tensor_parallel_size)
-        frees = gap if weights is None else est.weights_memory - weights
-        figure = "" if weights is None else f" ({gib(weights)} of weights per rank)"
-        suggestions.append((max(frees, gap), f"raise --tensor-parallel-size to {tp}{figure}"))
+        fitting = _fitting_tp(config, est, opts.tensor_parallel_size)
+        if fitting is not None:
+            tp, weights = fitting
+            suggestions.append((max(est.weights_memory - weights, gap), (
+                f"raise --tensor-parallel-size to {tp} ({gib(weights)} of weights per rank)"
+            )))
     info = device.info
     if est.weights.quantization is None and (spec.dtype_bytes or 2) >= 2 and (
         info is not None and info.fp8_weights

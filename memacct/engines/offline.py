@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -141,21 +142,16 @@ def plan_offline(
         ConfigError: the config lacks a size the estimate needs.
         UnknownQuantizationError: the checkpoint's quantization is not one memacct can size.
     """
-    from memacct.devices import check_quantization
-    from memacct.engines import get_engine
-    from memacct.engines.deployment import serve_deployment
-    from memacct.engines.vllm.startup import check_sampler, serving_kv_cache_dtype
-    from memacct.planner.plan import plan_kv_cache
-    from memacct.planner.weights import estimate_weights
-
+    source_notes: tuple[str, ...] = ()
     if not isinstance(config, Mapping):
         from memacct.planner.source import resolve_model
 
         source = resolve_model(config, revision)
+        source_notes = source.notes
         config = source.config
         if source.table is not None:
             kwargs.setdefault("checkpoint", source.table)
-        if options is None or options.model_name == "model":
+        if not isinstance(options, PlanOptions) or options.model_name == "model":
             kwargs.setdefault("model_name", source.name)
     elif revision is not None:
         raise InvalidInputError(
@@ -163,6 +159,22 @@ def plan_offline(
             "(plan_offline('org/name', revision=...)) instead of a config dict"
         )
     opts = PlanOptions.from_kwargs(options, **kwargs)
+    if not source_notes:
+        return _plan_offline(config, opts)
+    from memacct.planner.source import with_source_notes
+
+    return with_source_notes(_plan_offline(config, opts), source_notes)
+
+
+def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
+    """:func:`plan_offline` of a config already read."""
+    from memacct.devices import check_quantization
+    from memacct.engines import get_engine
+    from memacct.engines.deployment import serve_deployment
+    from memacct.engines.vllm.startup import check_sampler, serving_kv_cache_dtype
+    from memacct.planner.plan import plan_kv_cache
+    from memacct.planner.weights import estimate_weights
+
     chosen = get_engine(opts.engine)
     startup = chosen.startup
     block_size = opts.block_size or chosen.kv.default_block_size
@@ -291,6 +303,13 @@ def plan_capacity(
 def smallest_serving(rows: list[CapacityRow], min_concurrency: float) -> CapacityRow | None:
     """The configuration with the fewest devices (then the least memory on each) whose plan
     serves ``min_concurrency`` requests of its ``max_model_len`` at once; ``None``: none does."""
+    if isinstance(min_concurrency, bool) or not isinstance(min_concurrency, (int, float)) or not (
+        math.isfinite(min_concurrency) and min_concurrency > 0
+    ):
+        raise InvalidInputError(
+            f"min_concurrency must be a positive number of requests, got {min_concurrency!r}: "
+            "give e.g. 8"
+        )
     serving = [row for row in rows if row.concurrency >= min_concurrency]
     if not serving:
         return None

@@ -285,12 +285,12 @@ class KVCachePlan(BaseModel):
 
     model_config = FROZEN
 
-    format_version: int = PLAN_FORMAT_VERSION
+    format_version: int = Field(default=PLAN_FORMAT_VERSION, strict=True)
     engine: str = "vllm"
     engine_version: str
     total_memory: int | None = Field(default=None, gt=0)
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
-    target_allocation: int | None = Field(default=None, gt=0)
+    target_allocation: int | None = Field(default=None, ge=0)
     non_kv_cache_memory: int = Field(default=0, ge=0)
     weights_memory: int = Field(default=0, ge=0)
     activation_peak: int = Field(default=0, ge=0)

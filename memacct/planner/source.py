@@ -26,12 +26,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memacct.errors import ConfigError
 from memacct.planner.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
 
-__all__ = ["ModelSource", "Origin", "resolve_model"]
+if TYPE_CHECKING:
+    from memacct.planner.kvplan import KVCachePlan
+
+__all__ = ["ModelSource", "Origin", "resolve_model", "with_source_notes"]
 
 Origin = Literal["preset", "config", "checkpoint", "gguf", "hub", "hub-cache"]
 
@@ -112,10 +115,21 @@ def resolve_model(
     """
     from memacct.planner.presets import load_model_preset, model_presets
 
+    if not isinstance(name, (str, os.PathLike)):
+        raise ConfigError(
+            f"a model is named by a string or a path, got {name!r} ({type(name).__name__}): "
+            "give a preset, a config.json path, a checkpoint directory, a .gguf file or a Hub "
+            "id (or pass the config as a dict)"
+        )
     text = os.fspath(name)
     if not isinstance(text, str):
         raise ConfigError(f"a model is named by a string or a path, got {type(name).__name__}")
     key = text.strip().lower()
+    if not key:
+        raise ConfigError(
+            f"model {text!r} is empty: give a preset (memacct plan --model list), a "
+            "config.json path, a checkpoint directory, a .gguf file or a Hub id (org/name)"
+        )
     if key in model_presets() and not Path(text).exists():
         _no_revision(text, revision)
         return ModelSource(load_model_preset(key), key, "preset", f"preset {key}")
@@ -220,3 +234,14 @@ def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
         model.commit,
         model.notes,
     )
+
+
+PlanT = TypeVar("PlanT", bound="KVCachePlan")
+
+
+def with_source_notes(plan: PlanT, notes: tuple[str, ...]) -> PlanT:
+    """``plan`` with what reading its model assumed (:attr:`ModelSource.notes`: a preset for
+    an unreachable Hub id, a GGUF file's config) first among its notes, so the JSON, the
+    table and the report say it too."""
+    fresh = tuple(note for note in notes if note not in plan.notes)
+    return plan.model_copy(update={"notes": (*fresh, *plan.notes)}) if fresh else plan

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memacct.checks import check_fraction, check_int
+from memacct.checks import check_batch_budget, check_fraction, check_int
 from memacct.engines.deployment import Deployment
 from memacct.engines.forward import ForwardPass
 from memacct.engines.trace import trace_peak
@@ -306,12 +306,15 @@ class VllmStartup(BatchDefaults):
         notes: list[str] = []
         d_tokens, d_seqs = self.defaults(total_memory, device_name, parse_version(s.engine_version))
         tokens = s.max_num_batched_tokens or d_tokens
-        seqs = s.max_num_seqs or d_seqs
+        # vLLM clamps a defaulted max_num_seqs to max_num_batched_tokens (arg_utils.py,
+        # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args).
+        seqs = s.max_num_seqs or min(d_seqs, tokens)
+        check_batch_budget(tokens, seqs)
         defaulted = [
             f"{name} {value}"
             for name, value, given in (
                 ("max_num_batched_tokens", d_tokens, s.max_num_batched_tokens),
-                ("max_num_seqs", d_seqs, s.max_num_seqs),
+                ("max_num_seqs", seqs, s.max_num_seqs),
             )
             if given is None
         ]

@@ -1,0 +1,238 @@
+"""A new user's and an attacker's trial of ``memacct plan`` and the planning API.
+
+A matrix of ``memacct plan`` invocations (every preset on several devices and engines,
+edge values of every option, hostile profiles and model files, capacity plans) and of
+API calls with wrong types found these; each test reproduces one finding and failed on
+the code the trial ran against. docs/reliability.md ("A new user's trial") lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memacct import ConfigError, InvalidInputError, MemacctError
+from memacct.cli import main
+from memacct.engines.offline import plan_capacity, plan_offline, smallest_serving
+from memacct.options import PlanOptions
+from memacct.planner import KVCacheSpec, load_model_preset, load_profile, save_profile
+
+QWEN = ["plan", "--model", "qwen2.5-7b"]
+HUB_ID = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``memacct argv``: exit code, stdout, stderr (an exception fails the test)."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub cannot be imported: a Hub id of a shipped preset falls back to it."""
+    for name in [m for m in sys.modules if m.split(".")[0] == "huggingface_hub"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+
+
+def _fallback_note(notes: Any) -> bool:
+    return any("shipped preset qwen2.5-7b" in note for note in notes)
+
+
+def test_model_source_notes_reach_the_plan_and_its_json(
+    no_hub: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The resolver's notes (a preset planned for an unreadable Hub id) were printed to
+    stderr and lost: the plan's notes and the JSON did not say what was planned."""
+    code, out, _ = run(["plan", "--model", HUB_ID, "--device", "h100", "--json"], capsys)
+    assert code == 0
+    assert _fallback_note(json.loads(out)["notes"])
+    code, out, _ = run(["plan", "--model", HUB_ID, "--kv-cache-memory-bytes", "20GiB",
+                        "--json"], capsys)  # fmt: skip
+    assert code == 0 and _fallback_note(json.loads(out)["notes"])
+    code, out, _ = run(["plan", "--model", HUB_ID, "--device", "h100,l4", "--json"], capsys)
+    assert code == 0 and all(_fallback_note(row["plan"]["notes"]) for row in json.loads(out))
+    assert _fallback_note(plan_offline(HUB_ID, device="l4").notes)
+
+
+def test_table_prints_the_source_note_once(
+    no_hub: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["plan", "--model", HUB_ID, "--device", "h100"], capsys)
+    assert code == 0
+    assert (out + err).count("could not be read from the Hub") == 1
+
+
+def test_vanishing_utilization_is_a_refused_plan_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--gpu-memory-utilization 1e-300`` rounds the target to 0 bytes: a pydantic
+    ValidationError of KVCachePlan reached the user as a traceback."""
+    code, out, _ = run([*QWEN, "--device", "h100", "--gpu-memory-utilization", "1e-300",
+                        "--json"], capsys)  # fmt: skip
+    plan = json.loads(out)
+    assert code == 1 and plan["fits"] is False and plan["target_allocation"] == 0
+
+
+@pytest.mark.parametrize(("model", "device"), [
+    ("llama-4-scout", "l4"), ("qwen2.5-7b", "t4"), ("mixtral-8x7b", "l4"),
+    ("qwen3-next-80b-a3b", "a100-40gb"),
+])  # fmt: skip
+def test_tensor_parallel_advice_names_only_degrees_the_model_accepts(
+    model: str, device: str
+) -> None:
+    """A refused plan suggested ``--tensor-parallel-size`` 16 or 64 for models whose heads
+    it does not divide (Llama 4 Scout's 40): following the advice was an error."""
+    plan = plan_offline(model, device=device)
+    assert not plan.fits
+    config = load_model_preset(model)
+    for suggestion in plan.suggestions:
+        if suggestion.startswith("raise --tensor-parallel-size to "):
+            degree = int(suggestion.split()[3])
+            KVCacheSpec.from_hf_config(config, tensor_parallel_size=degree)  # accepted
+            assert plan_offline(model, device=device, tensor_parallel_size=degree).fits
+
+
+def test_no_tensor_parallel_advice_when_no_degree_helps() -> None:
+    plan = plan_offline("qwen2.5-7b", device="h100", gpu_memory_utilization=1e-300)
+    assert not any("--tensor-parallel-size" in s for s in plan.suggestions)
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda: plan_offline(None, device="l4"), "NoneType"),  # type: ignore[arg-type]
+    (lambda: plan_offline(7, device="l4"), "int"),  # type: ignore[arg-type]
+    (lambda: plan_offline("", device="l4"), "''"),
+    (lambda: plan_offline("qwen2.5-7b", {"device": "l4"}), "dict"),  # type: ignore[arg-type]
+    (lambda: plan_offline("qwen2.5-7b", device="l4", kv_cache_dtype=None), "kv_cache_dtype"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", kv_cache_dtype=8), "kv_cache_dtype"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", engine=["vllm"]), "engine"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", enforce_eager="yes"), "enforce_eager"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", enforce_eager=None), "enforce_eager"),
+    (lambda: plan_offline("qwen2.5-7b", device=""), "device ''"),
+    (lambda: plan_offline("qwen2.5-7b", device=5), "device"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", gpu_memory_utilization="0.9"),
+     "gpu_memory_utilization"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", gpu_memory_utilization=math.nan),
+     "gpu_memory_utilization"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", swa_full_tokens_ratio="0.5"),
+     "swa_full_tokens_ratio"),
+    (lambda: plan_offline("qwen2.5-7b", device="l4", engine_version=0.11), "engine_version"),
+    (lambda: plan_offline("qwen2.5-7b", kv_cache_memory_bytes=10**24), "10000000000000000"),
+    (lambda: plan_offline("qwen2.5-7b", device_memory=10**24), "device_memory"),
+])  # fmt: skip
+def test_api_arguments_of_the_wrong_type_are_memacct_errors_naming_them(
+    call: Any, named: str
+) -> None:
+    """A wrong type reached deep code: AttributeError ('NoneType' has no attribute 'strip'),
+    TypeError (os.fspath, unhashable list, dataclasses.replace), pydantic ValidationError
+    (MemoryBudget.enforce_eager); a 10**24-byte budget planned a 931 PiB cache."""
+    with pytest.raises(MemacctError, match=named):
+        call()
+
+
+def test_plan_options_check_types_once_for_every_caller() -> None:
+    with pytest.raises(InvalidInputError, match=r"enforce_eager must be True or False, got 0"):
+        PlanOptions(enforce_eager=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"model_name must be a string"):
+        PlanOptions(model_name=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--max-num-batched-tokens", "512", "--max-num-seqs", "1024"], "512 is below"),
+    (["--max-num-seqs", "99999999999999"], "8192 is below --max-num-seqs 99999999999999"),
+])  # fmt: skip
+def test_fewer_batched_tokens_than_sequences_is_refused_as_vllm_refuses_it(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's SchedulerConfig raises when max_num_batched_tokens < max_num_seqs; memacct
+    planned it (``--max-num-seqs 99999999999999``: "fits: 22 concurrent requests")."""
+    code, _, err = run([*QWEN, "--device", "h100", *flags], capsys)
+    assert code == 2 and named in err and "--max-num-batched-tokens" in err
+
+
+def test_defaulted_sequences_are_clamped_to_the_batched_tokens_as_vllm_does() -> None:
+    """vLLM's EngineArgs sets a defaulted max_num_seqs to min(default, max_num_batched_tokens);
+    memacct kept 1024 sequences for a 512-token step (and its sampler's activation)."""
+    plan = plan_offline("qwen2.5-7b", device="h100", max_num_batched_tokens=512)
+    assert plan.max_num_seqs == 512
+    assert any("max_num_seqs 512" in note for note in plan.notes)
+
+
+def test_profile_with_format_version_true_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``"format_version": true`` was read as version 1 (pydantic's lax bool-to-int)."""
+    import memacct
+    from memacct.sim import SimDevice
+
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    weights = [dev.malloc(2**30) for _ in range(15)]
+    with memacct.memory_profiling(backend, baseline) as session:
+        dev.free(dev.malloc(3 * 2**30))
+    good = tmp_path / "p.json"
+    save_profile(session.result, good)
+    assert weights
+    data = json.loads(good.read_text())
+    data["format_version"] = True
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="format_version"):
+        load_profile(bad)
+    code, _, err = run([*QWEN, "--profile", str(bad)], capsys)
+    assert code == 2 and "format_version" in err
+
+
+def test_capacity_json_rows_carry_the_format_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([*QWEN, "--device", "h100,l4", "--tensor-parallel-size", "1,2",
+                        "--json"], capsys)  # fmt: skip
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 4
+    assert all(row["format_version"] == row["plan"]["format_version"] == 3 for row in rows)
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_min_concurrency_that_is_no_count_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--min-concurrency nan`` printed "no configuration here serves nan concurrent
+    requests" (exit 1); ``-1`` marked the smallest configuration as serving it."""
+    code, out, err = run([*QWEN, "--device", "h100,l4", "--min-concurrency", value], capsys)
+    assert code == 2 and "--min-concurrency" in err and not out
+    with pytest.raises(InvalidInputError, match="min_concurrency"):
+        smallest_serving(plan_capacity(load_model_preset("qwen2.5-7b"), ("l4",), (1,)),
+                         float(value))  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--device", "h100,,l4"], "empty device name"),
+    (["--device", ""], "empty device name"),
+    (["--device", "h100,h100"], "h100 more than once"),
+    (["--device", "h100", "--tensor-parallel-size", "1,2,1"], "1 more than once"),
+    (["--device", "h100", "--allow-mismatch"], "--allow-mismatch"),
+    (["--kv-cache-memory-bytes", "20GiB", "--allow-mismatch"], "--allow-mismatch"),
+    (["--kv-cache-memory-bytes", "999999999999999999999999"], "implausible"),
+    (["--device-memory", "2000000TiB"], "implausible"),
+])  # fmt: skip
+def test_cli_options_that_would_plan_something_else_are_refused(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--device ''`` planned the reference H100, ``h100,,l4`` dropped the empty item,
+    repeated devices or degrees repeated rows, ``--allow-mismatch`` without a profile did
+    nothing, and a 10**24-byte budget planned 1.09e18 blocks."""
+    code, out, err = run([*QWEN, *flags], capsys)
+    assert code == 2 and named in err and not out
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_empty_model_name_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model ''`` said "model directory '.' has no config.json"."""
+    code, _, err = run(["plan", "--model", "", "--device", "h100"], capsys)
+    assert code == 2 and "model '' is empty" in err
