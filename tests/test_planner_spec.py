@@ -663,13 +663,19 @@ def test_cohere2_sliding_layers_see_their_window_plus_one() -> None:
     assert windows(spec_of("cohere2-7b")) == [(8, None), (24, 4097)]
 
 
-def test_nemotron_h_pattern_gives_mamba_attention_and_cacheless_layers() -> None:
-    config = {
-        "model_type": "nemotron_h", "num_hidden_layers": 6, "hybrid_override_pattern": "M-M*-E",
+def nemotron_h(pattern: str, ssm_state_size: int, n_groups: int) -> dict[str, Any]:
+    """A small Nemotron-H config: ``pattern`` (M Mamba, * attention, - MLP, E MoE) per layer."""
+    return {
+        "model_type": "nemotron_h", "num_hidden_layers": len(pattern),
+        "hybrid_override_pattern": pattern,
         "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
-        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 2,
-        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
-    }
+        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": ssm_state_size,
+        "n_groups": n_groups, "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+
+
+def test_nemotron_h_pattern_gives_mamba_attention_and_cacheless_layers() -> None:
+    config = nemotron_h("M-M*-E", ssm_state_size=128, n_groups=2)
     spec = KVCacheSpec.from_hf_config(config)
     assert [x.kind for x in spec.layers] == ["mamba", "none", "mamba", "full", "none", "none"]
     assert spec.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 2
@@ -682,12 +688,7 @@ def test_a_pipeline_stage_without_kv_layers_cannot_be_planned_for_vllm() -> None
     from memacct.engines import get_engine
     from memacct.engines.base import KVSettings
 
-    config = {
-        "model_type": "nemotron_h", "num_hidden_layers": 4, "hybrid_override_pattern": "*MM-",
-        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512,
-        "mamba_num_heads": 16, "mamba_head_dim": 64, "ssm_state_size": 16, "n_groups": 1,
-        "conv_kernel": 4, "expand": 2, "torch_dtype": "bfloat16",
-    }
+    config = nemotron_h("*MM-", ssm_state_size=16, n_groups=1)
     spec = KVCacheSpec.from_hf_config(config, pipeline_parallel_size=4)
     assert spec.pipeline_stage == 0
     with pytest.raises(InvalidInputError, match="holds no KV-cache layer"):
