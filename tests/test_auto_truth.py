@@ -170,16 +170,13 @@ def test_the_profile_records_why_auto_decided_and_the_allowance() -> None:
 
 
 def test_the_planner_keeps_the_allowance_free() -> None:
-    dev = SimDevice("h100-80gb")
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    dev.malloc(15 * GiB)
-    with memacct.memory_profiling(backend, baseline, truth_source="auto") as s:
-        dev.free(dev.malloc(3 * GiB))
+    from _sim import simulated_start
+
+    _, result = simulated_start(15 * GiB, 3 * GiB, truth_source="auto")
     spec = KVCacheSpec.from_preset("llama-3.1-8b")
-    plan = plan_kv_cache(s.result, spec, gpu_memory_utilization=0.9, max_model_len=8192)
+    plan = plan_kv_cache(result, spec, gpu_memory_utilization=0.9, max_model_len=8192)
     used = kv_cache_reservation(spec, plan.num_blocks, 16, 2 * MiB, "multiple")
-    assert used + s.result.fragmentation_allowance <= plan.kv_cache_bytes
+    assert used + result.fragmentation_allowance <= plan.kv_cache_bytes
 
 
 def test_the_planner_sizes_doubling_pool_tensors_to_whole_units() -> None:

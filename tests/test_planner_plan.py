@@ -547,16 +547,9 @@ def test_a_plan_never_exceeds_its_target(
 
 
 def test_plan_on_the_simulated_device_matches_its_profile_exactly() -> None:
-    import memacct
-    from memacct.sim import SimDevice
+    from _sim import simulated_start
 
-    dev = SimDevice("h100-80gb")
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    dev.malloc(15 * GiB)
-    with memacct.memory_profiling(backend, baseline, weights_memory=15 * GiB) as session:
-        dev.free(dev.malloc(3 * GiB))
-    result = session.result
+    dev, result = simulated_start(15 * GiB, 3 * GiB, weights_memory=15 * GiB)
     p = plan_kv_cache(result, LLAMA, gpu_memory_utilization=0.9, max_model_len=8192)
     target = int(dev.total * 0.9)
     assert (p.total_memory, p.target_allocation) == (dev.total, target)
@@ -571,19 +564,14 @@ def test_plan_on_the_simulated_device_matches_its_profile_exactly() -> None:
 
 
 def test_co_tenant_on_the_simulated_device_is_named_with_its_bytes() -> None:
-    import memacct
-    from memacct.sim import SimDevice
+    from _sim import simulated_start
 
-    dev = SimDevice("h100-80gb")
-    dev.other_process_malloc(30 * GiB)
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    dev.malloc(15 * GiB)
-    with memacct.memory_profiling(backend, baseline, weights_memory=15 * GiB) as session:
-        dev.free(dev.malloc(3 * GiB))
+    _, result = simulated_start(
+        15 * GiB, 3 * GiB, other_processes=30 * GiB, weights_memory=15 * GiB
+    )
     message = rf"other processes hold 30.00GiB \({30 * GiB} bytes\)"
     with pytest.raises(InsufficientMemoryError, match=message):
-        plan_kv_cache(session.result, LLAMA, gpu_memory_utilization=0.9, max_model_len=8192)
+        plan_kv_cache(result, LLAMA, gpu_memory_utilization=0.9, max_model_len=8192)
 
 
 # --- one pipeline (issue 20): an engine's start-up estimate through plan_kv_cache -----------

@@ -43,13 +43,10 @@ def test_a_plan_for_another_pipeline_size_is_refused_unless_allowed() -> None:
 
 
 def test_a_profile_that_records_its_pipeline_rank_refuses_another_size() -> None:
-    dev = memacct.sim.SimDevice("h100-80gb")
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    dev.malloc(15 * 2**30)
+    from _sim import simulated_start
+
     setup = {"pipeline_parallel_size": 2, "pipeline_parallel_rank": 1}
-    with memacct.memory_profiling(backend, baseline, profiled=setup) as session:
-        dev.free(dev.malloc(2**30))
+    _, result = simulated_start(15 * 2**30, 2**30, profiled=setup)
     spec = memacct.KVCacheSpec.from_preset("qwen2.5-7b")
     with pytest.raises(ProfileMismatchError, match="pipeline_parallel_size: profiled 2, planned 1"):
-        memacct.plan_kv_cache(session.result, spec)
+        memacct.plan_kv_cache(result, spec)

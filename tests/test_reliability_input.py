@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _sim import simulated_start
 
 import memacct
 from memacct import (
@@ -27,18 +28,11 @@ from memacct import (
 )
 from memacct.models import MAX_BYTES, load_model_json
 from memacct.planner import KVCacheSpec, load_profile, plan_kv_cache, save_profile
-from memacct.sim import SimDevice
 from memacct.units import GiB, MiB
 
 
 def sim_profile() -> ProfileResult:
-    dev = SimDevice("h100-80gb")
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    dev.malloc(8 * GiB)
-    with memacct.memory_profiling(backend, baseline, weights_memory=8 * GiB) as session:
-        dev.free(dev.malloc(GiB))
-    return session.result
+    return simulated_start(8 * GiB, GiB, weights_memory=8 * GiB)[1]
 
 
 def edited(result: ProfileResult, path: tuple[str, ...], value: Any) -> str:
