@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from _fakes import OneDeviceModule
+
 import memacct
 from memacct import MemorySnapshot, TorchLikeBackend
 from memacct.sim import SimDevice
@@ -60,15 +62,12 @@ def test_snapshots_from_many_threads_are_each_one_state_of_the_device() -> None:
     assert all(s.used == s.reserved + s.non_allocator + NEIGHBOUR for s in snaps)
 
 
-class ChangingModule:
+class ChangingModule(OneDeviceModule):
     """A torch.cuda-shaped module whose allocator grows once between two of its readings."""
 
     def __init__(self) -> None:
         self.reserved = 0
         self.reads = 0
-
-    def device_count(self) -> int:
-        return 1
 
     def memory_stats(self, device: int) -> Mapping[str, int]:
         self.reads += 1
@@ -79,15 +78,6 @@ class ChangingModule:
         if self.reads == 1:
             self.reserved = 2 * GiB  # another thread allocates between the stats and this
         return 10 * GiB - self.reserved, 10 * GiB
-
-    def reset_peak_memory_stats(self, device: int) -> None:
-        pass
-
-    def empty_cache(self) -> None:
-        pass
-
-    def synchronize(self, device: int) -> None:
-        pass
 
 
 def test_snapshot_without_a_device_lock_rereads_until_its_readings_agree() -> None:

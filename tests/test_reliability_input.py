@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fakes import OneDeviceModule
 from _sim import simulated_start
 
 import memacct
@@ -83,7 +84,7 @@ def test_snapshot_json_with_nan_or_infinite_timestamp_is_a_config_error(bad: flo
 # --- a backend or driver that reports nonsense -------------------------------------------------
 
 
-class FakeModule:
+class FakeModule(OneDeviceModule):
     """A torch.cuda-shaped module whose readings a test sets."""
 
     def __init__(self, free: Any = 10 * GiB, total: Any = 80 * GiB) -> None:
@@ -96,9 +97,6 @@ class FakeModule:
         }
         self.error: BaseException | None = None
 
-    def device_count(self) -> int:
-        return 1
-
     def mem_get_info(self, device: int) -> tuple[Any, Any]:
         if self.error is not None:
             raise self.error
@@ -106,15 +104,6 @@ class FakeModule:
 
     def memory_stats(self, device: int) -> Mapping[str, Any]:
         return self.stats
-
-    def reset_peak_memory_stats(self, device: int) -> None:
-        pass
-
-    def empty_cache(self) -> None:
-        pass
-
-    def synchronize(self, device: int) -> None:
-        pass
 
 
 class RawBackend(TorchLikeBackend):
