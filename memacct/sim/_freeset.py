@@ -80,46 +80,43 @@ class FreeSet:
 
     def remove(self, key: int) -> None:
         """Remove ``key``; raise :class:`KeyError` if it is not present."""
-        maxes = self._maxes
-        pos = bisect_left(maxes, key)
-        if pos == len(maxes):
+        pos, sub, i = self._locate(key)
+        if sub is None or sub[i] != key:
             raise KeyError(key)
-        sub = self._lists[pos]
-        i = bisect_left(sub, key)
-        if sub[i] != key:
-            raise KeyError(key)
-        del sub[i]
-        if not sub:
-            del self._lists[pos]
-            del maxes[pos]
-        elif i == len(sub):
-            maxes[pos] = sub[-1]
+        self._delete(pos, sub, i)
 
     def pop_ceiling(self, key: int) -> int:
         """Remove and return the smallest element ``>= key``; ``-1`` if there is none."""
-        maxes = self._maxes
-        pos = bisect_left(maxes, key)
-        if pos == len(maxes):
+        pos, sub, i = self._locate(key)
+        if sub is None:
             return -1
-        sub = self._lists[pos]
-        i = bisect_left(sub, key)
         found = sub[i]
-        del sub[i]
-        if not sub:
-            del self._lists[pos]
-            del maxes[pos]
-        elif i == len(sub):
-            maxes[pos] = sub[-1]
+        self._delete(pos, sub, i)
         return found
 
     def ceiling(self, key: int) -> int:
         """The smallest element ``>= key`` without removing it; ``-1`` if there is none."""
+        _, sub, i = self._locate(key)
+        return -1 if sub is None else sub[i]
+
+    def _locate(self, key: int) -> tuple[int, list[int] | None, int]:
+        """``(pos, sub, i)``: the smallest element ``>= key`` is ``sub[i]``, ``sub`` the
+        sublist at ``pos``; ``sub`` is ``None`` where every element is smaller."""
         maxes = self._maxes
         pos = bisect_left(maxes, key)
         if pos == len(maxes):
-            return -1
+            return pos, None, 0
         sub = self._lists[pos]
-        return sub[bisect_left(sub, key)]
+        return pos, sub, bisect_left(sub, key)
+
+    def _delete(self, pos: int, sub: list[int], i: int) -> None:
+        """Delete ``sub[i]`` (``sub`` the sublist at ``pos``), keeping the index of maxima."""
+        del sub[i]
+        if not sub:
+            del self._lists[pos]
+            del self._maxes[pos]
+        elif i == len(sub):
+            self._maxes[pos] = sub[-1]
 
     def higher(self, key: int) -> int:
         """The smallest element ``> key``; ``-1`` if there is none."""
