@@ -47,6 +47,21 @@ def _spike(dev: SimDevice, kept_bytes: int) -> None:
         dev.free(ptr)
 
 
+def _loaded(
+    allocator: str, backend_cls: type[SimBackend]
+) -> tuple[memacct.KVCacheSpec, Any, SimDevice, SimBackend, memacct.MemorySnapshot]:
+    """The model's weights loaded on a fresh device after the baseline, with a 512 MiB
+    driver context: ``(spec, workload, device, backend, baseline)``."""
+    spec, work = _model()
+    dev = SimDevice(PRESETS[allocator], allocator)
+    backend = backend_cls(dev)
+    baseline = memacct.snapshot(backend)
+    dev.external_malloc(512 * MiB)
+    for n in work.weight_tensors():
+        dev.malloc(n, persistent=True)
+    return spec, work, dev, backend, baseline
+
+
 def blocks(
     allocator: str,
     source: str,
@@ -56,13 +71,7 @@ def blocks(
     accounting: str | None = None,
     backend_cls: type[SimBackend] = SimBackend,
 ) -> tuple[int, memacct.ProfileResult]:
-    spec, work = _model()
-    dev = SimDevice(PRESETS[allocator], allocator)
-    backend = backend_cls(dev)
-    baseline = memacct.snapshot(backend)
-    dev.external_malloc(512 * MiB)
-    for n in work.weight_tensors():
-        dev.malloc(n, persistent=True)
+    spec, work, dev, backend, baseline = _loaded(allocator, backend_cls)
     with memacct.memory_profiling(
         backend, baseline, truth_source=source, accounting=accounting
     ) as session:
@@ -132,13 +141,7 @@ def test_memory_a_pool_never_gives_back_is_charged_and_named(source: str) -> Non
 
 
 def _graphs_profile(allocator: str, source: str) -> tuple[memacct.ProfileResult, int]:
-    spec, work = _model()
-    dev = SimDevice(PRESETS[allocator], allocator)
-    backend = SimBackend(dev)
-    baseline = memacct.snapshot(backend)
-    dev.external_malloc(512 * MiB)
-    for n in work.weight_tensors():
-        dev.malloc(n, persistent=True)
+    spec, work, dev, backend, baseline = _loaded(allocator, SimBackend)
     with memacct.memory_profiling(backend, baseline, truth_source=source) as session:
         replay(dev, work.step_trace(8192, 256))
         with session.graphs("cudagraphs"):
