@@ -344,7 +344,8 @@ def test_a_new_serve_flag_is_one_click_option(
     from memacct.cli.plan import plan_cmd
 
     option = click.Option(["--cpu-offload-gb"], type=float, default=0.0)
-    monkeypatch.setattr(plan_cmd, "params", [*plan_cmd.params, option])
+    params = [p for p in plan_cmd.params if p.name != "cpu_offload_gb"]  # the shipped one
+    monkeypatch.setattr(plan_cmd, "params", [*params, option])
     base = ["plan", "--model", "qwen2.5-7b", "--device", "h100"]
     plain = _json(capsys, base)
     offloaded = _json(capsys, [*base, "--cpu-offload-gb", "4"])

@@ -87,6 +87,34 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
 @click.option("--assume-full-attention", is_flag=True,
               help="Plan an architecture memacct has no rule for as full attention on every "
               "layer (a guess, said in the plan's notes); without it such a model is refused.")
+@click.option("--quantization", default=None,
+              help="vLLM: fp8 quantizes an unquantized checkpoint while loading; a quantized "
+              "checkpoint's own method (awq, gptq_marlin, modelopt, ...) is accepted.")
+@click.option("--dtype", default="auto", show_default=True,
+              help="vLLM: the weights' and activations' dtype (auto, bfloat16, float16).")
+@click.option("--enable-lora", is_flag=True, help="vLLM: preallocate LoRA adapter slots.")
+@click.option("--max-loras", type=int, default=None, help="vLLM: adapters on the device (1).")
+@click.option("--max-lora-rank", type=int, default=None, help="vLLM: the slots' rank (16).")
+@click.option("--max-cpu-loras", type=int, default=None,
+              help="vLLM: adapters cached in host memory (no device memory).")
+@click.option("--lora-dtype", default="auto", show_default=True, help="vLLM: the slots' dtype.")
+@click.option("--fully-sharded-loras", is_flag=True, help="vLLM: shard the LoRA stacks over TP.")
+@click.option("--speculative-config", default=None,
+              help="vLLM: JSON, e.g. '{\"method\": \"eagle\", \"model\": \"org/draft\", "
+              "\"num_speculative_tokens\": 3}' (ngram, eagle, eagle3, mtp, draft models; the "
+              "draft is read as --model is).")
+@click.option("--enable-expert-parallel", is_flag=True,
+              help="vLLM: whole MoE experts over TP x DP ranks.")
+@click.option("--data-parallel-size", type=int, default=1, show_default=True,
+              help="vLLM: engine replicas (MoE experts shared over them).")
+@click.option("--cpu-offload-gb", type=float, default=0.0, show_default=True,
+              help="vLLM: GiB of layer weights kept in host memory.")
+@click.option("--limit-mm-per-prompt", default=None,
+              help="vLLM: JSON items per prompt and modality, e.g. '{\"image\": 2, \"video\": 0}'.")
+@click.option("--mm-processor-kwargs", default=None,
+              help="vLLM: JSON processor overrides, e.g. '{\"max_pixels\": 1003520}'.")
+@click.option("--skip-mm-profiling", is_flag=True,
+              help="vLLM: no multimodal encoder pass in the profile run.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan (one schema on every path, with format_version) as JSON.")
 @click.option("--allow-mismatch", is_flag=True,
@@ -153,6 +181,18 @@ def _serve_flags() -> dict[str, Any]:
         for name, param in inspect.signature(Deployment.from_serve_args).parameters.items()
         if name not in PlanOptions.names() and param.kind is param.KEYWORD_ONLY
     }
+
+
+def _draft_config(speculative_config: str) -> dict[str, Any] | None:
+    """The config of the draft model ``--speculative-config`` names, read as ``--model`` is
+    (``None``: a method without a draft model, or none named)."""
+    from memacct.engines.deployment import Speculative
+
+    spec = Speculative.parse(speculative_config)
+    if spec.method not in ("eagle", "eagle3", "draft_model") or not spec.model:
+        return None
+    config: dict[str, Any] = _model_source(spec.model, None)[0]
+    return config
 
 
 def _degrees(text: str) -> tuple[int, ...]:
@@ -282,6 +322,8 @@ def _options(
     if any(value != _serve_flags()[key] for key, value in serve.items()):
         from memacct.engines.deployment import Deployment
 
+        if serve.get("speculative_config"):
+            serve["draft_config"] = _draft_config(serve["speculative_config"])
         fields["deployment"] = Deployment.from_serve_args(**serve)
     if fields["kv_cache_memory_bytes"] is not None:
         fields["kv_cache_memory_bytes"] = _parse_bytes(fields["kv_cache_memory_bytes"])
