@@ -98,7 +98,11 @@ class PlanOptions:
 
     def __post_init__(self) -> None:
         from memacct.engines import ENGINE_MODULES
-        from memacct.engines.base import check_block_size, check_release
+        from memacct.engines.base import (
+            check_block_size,
+            check_kv_cache_dtype_name,
+            check_release,
+        )
 
         self._check_types()
         if self.engine not in ENGINE_MODULES:
@@ -116,6 +120,7 @@ class PlanOptions:
             check_optional_int("max_model_len", self.max_model_len)
         if self.block_size is not None:
             check_block_size(self.engine, check_int("block_size", self.block_size))
+        check_kv_cache_dtype_name(self.engine, self.kv_cache_dtype)
         tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
         if tokens is not None and seqs is not None and self.engine != "sglang":
             check_batch_budget(tokens, seqs)

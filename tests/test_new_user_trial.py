@@ -236,3 +236,44 @@ def test_empty_model_name_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     """``--model ''`` said "model directory '.' has no config.json"."""
     code, _, err = run(["plan", "--model", "", "--device", "h100"], capsys)
     assert code == 2 and "model '' is empty" in err
+
+
+def test_empty_config_path_is_named_on_every_reader() -> None:
+    """``KVCacheSpec.from_hf_config('')`` and ``read_config_file('')`` read the working
+    directory (``Path('')`` is ``.``): "model directory '.' has no config.json"."""
+    from memacct.planner.config import read_config_file
+
+    with pytest.raises(ConfigError, match="model '' is empty"):
+        KVCacheSpec.from_hf_config("")
+    with pytest.raises(ConfigError, match="config path '' is empty"):
+        read_config_file("")
+
+
+def test_sglang_utilization_error_names_the_flag_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine sglang --gpu-memory-utilization 1`` said "mem_fraction_static must be in
+    (0, 1)", a name the user never typed."""
+    code, _, err = run([*QWEN, "--device", "h100", "--engine", "sglang",
+                        "--gpu-memory-utilization", "1"], capsys)  # fmt: skip
+    assert code == 2 and "--gpu-memory-utilization" in err and "1.0" in err
+
+
+def test_vllm_refuses_kv_cache_dtype_names_its_parser_lacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--kv-cache-dtype int8`` (``float32``, ``bf16``, ``FP8``) was planned for vLLM, whose
+    ``CacheDType`` literal has none of them: ``vllm serve`` refuses them."""
+    for name in ("int8", "float32", "bf16", "FP8"):
+        code, out, err = run([*QWEN, "--device", "h100", "--kv-cache-dtype", name], capsys)
+        assert code == 2 and f"'{name}'" in err and "CacheDType" in err and not out
+    with pytest.raises(InvalidInputError, match="not one vllm-ascend accepts"):
+        PlanOptions(engine="vllm-ascend", kv_cache_dtype="int8")
+    assert plan_offline("qwen2.5-7b", device="h100", kv_cache_dtype="fp8").fits
+
+
+def test_preset_with_per_layer_mlp_widths_says_why_it_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--model gemma-3n-e4b`` said "the config has no MLP width; add it to config.json",
+    though its config holds 35 of them (a per-layer list)."""
+    code, _, err = run(["plan", "--model", "gemma-3n-e4b", "--device", "h100"], capsys)
+    assert code == 2 and "per-layer list (35 widths)" in err and "no MLP width" not in err

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_SIZES",
     "ENGINE_VENDORS",
+    "KV_CACHE_DTYPES",
     "MODELLED_RELEASES",
     "Engine",
     "KVGroup",
@@ -33,6 +34,7 @@ __all__ = [
     "KVSettings",
     "StartupModel",
     "check_block_size",
+    "check_kv_cache_dtype_name",
     "check_release",
     "reference_batch",
 ]
@@ -51,6 +53,40 @@ BLOCK_SIZES: dict[str, tuple[int, ...]] = {
 }
 """The block sizes an engine accepts where it restricts them: vLLM 0.33's ``BlockSize``
 literal (``vllm/config/cache.py``; the engine may raise it further for hybrid models)."""
+
+
+_VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+
+KV_CACHE_DTYPES: dict[str, tuple[str, ...]] = {
+    "vllm": _VLLM_KV_CACHE_DTYPES,
+    "vllm-ascend": _VLLM_KV_CACHE_DTYPES,
+}
+"""The ``--kv-cache-dtype`` names an engine's argument parser takes, of those memacct sizes:
+vLLM 0.33's ``CacheDType`` literal (``vllm/config/cache.py``), which vllm-ascend parses too.
+memacct's own aliases (``bf16``, ``half``, ``int8``, ``float32`` ...) are refused there, as
+``vllm serve`` refuses them. SGLang checks its own list
+(:func:`memacct.engines.sglang.options.check_kv_cache_dtype`)."""
+
+
+def check_kv_cache_dtype_name(engine: str, kv_cache_dtype: str) -> str:
+    """``kv_cache_dtype`` if ``engine``'s ``--kv-cache-dtype`` takes it (:data:`KV_CACHE_DTYPES`).
+
+    Raises:
+        InvalidInputError: a name the engine refuses at start.
+    """
+    from memacct.planner.geometry import kv_dtype_bytes
+
+    allowed = KV_CACHE_DTYPES.get(engine)
+    if allowed is None or kv_cache_dtype in allowed:
+        return kv_cache_dtype
+    kv_dtype_bytes(kv_cache_dtype)  # a name memacct does not know at all: that error first
+    hint = (" (vLLM stores the KV cache in float32 only for a model run in float32: "
+            "--dtype float32 with --kv-cache-dtype auto)"
+            if kv_cache_dtype.lower() in ("float32", "fp32", "float") else "")  # fmt: skip
+    raise InvalidInputError(
+        f"kv_cache_dtype {kv_cache_dtype!r} is not one {engine} accepts{hint}: give one "
+        f"of {', '.join(allowed)} (vllm/config/cache.py, CacheDType)"
+    )
 
 
 ENGINE_VENDORS: dict[str, tuple[str, ...]] = {

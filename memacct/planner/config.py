@@ -115,6 +115,10 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         ConfigError: the file is missing, too large, not UTF-8, not JSON or
             not a JSON object.
     """
+    if not str(path).strip():  # Path("") is ".", the working directory
+        raise ConfigError(
+            f"config path {str(path)!r} is empty: give the path of a model's config.json"
+        )
     p = Path(path)
     if p.suffix.lower() == ".gguf":
         from memacct.planner.gguf_file import read_gguf

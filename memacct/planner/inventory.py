@@ -221,6 +221,14 @@ def formula_tensors(
     dense_i = _int(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
     moe_i = _int(cfg, "moe_intermediate_size", default=intermediate) or intermediate
     if not experts and not dense_i:
+        raw = cfg.get("intermediate_size")
+        if isinstance(raw, list):  # Gemma 3n: one width per layer, beside per-layer inputs
+            raise ConfigError(
+                f"intermediate_size is a per-layer list ({len(raw)} widths) and this "
+                f"{model_type or 'model'} has weights the formulas do not size: give the "
+                "checkpoint directory or its Hub id (the weights are then read from its "
+                "safetensors headers)"
+            )
         raise ConfigError(
             "intermediate_size: the config has no MLP width; add it to config.json or give the "
             "checkpoint directory"

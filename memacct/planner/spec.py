@@ -344,8 +344,9 @@ class KVCacheSpec(BaseModel):
             source = f"config of {model_name}" if model_name else "the model config"
             default_name = None
         elif isinstance(path_or_dict, (str, os.PathLike)):
-            path = Path(path_or_dict)
-            if path.exists() and path.suffix.lower() != ".gguf" and revision is None:
+            path = Path(path_or_dict)  # Path("") is "."; resolve_model names an empty name
+            named = bool(os.fspath(path_or_dict).strip())
+            if named and path.exists() and path.suffix.lower() != ".gguf" and revision is None:
                 config = read_config_file(path)
                 source = str(path / "config.json" if path.is_dir() else path)
                 default_name = (path if path.is_dir() else path.parent).name or None

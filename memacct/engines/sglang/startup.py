@@ -201,7 +201,8 @@ class SglangStartup(BatchDefaults):
             )
         if not 0 < fraction < 1:
             raise InvalidInputError(
-                f"mem_fraction_static must be in (0, 1), got {fraction!r}: give e.g. 0.85"
+                f"gpu_memory_utilization (SGLang's mem_fraction_static) must be in (0, 1) "
+                f"for SGLang, got {fraction!r}: give e.g. 0.85"
             )
         if weights is None:
             weights = estimate_weights(config, tensor_parallel_size=tp)
