@@ -277,3 +277,17 @@ def test_preset_with_per_layer_mlp_widths_says_why_it_is_refused(
     though its config holds 35 of them (a per-layer list)."""
     code, _, err = run(["plan", "--model", "gemma-3n-e4b", "--device", "h100"], capsys)
     assert code == 2 and "per-layer list (35 widths)" in err and "no MLP width" not in err
+
+
+@pytest.mark.parametrize("engine", ["vllm-mindspore", "vllm-ascend"])
+def test_enforce_eager_that_changes_nothing_is_refused(
+    engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--engine vllm-mindspore --enforce-eager`` printed the same plan as without it
+    (no graph term is modelled there): an option that does nothing on that path."""
+    code, out, err = run([*QWEN, "--device", "910b", "--engine", engine, "--enforce-eager"],
+                         capsys)  # fmt: skip
+    assert code == 2 and "--enforce-eager changes nothing" in err and not out
+    eager = plan_offline("qwen2.5-7b", device="h100", enforce_eager=True)
+    graphs = plan_offline("qwen2.5-7b", device="h100")
+    assert eager.kv_cache_bytes > graphs.kv_cache_bytes  # vLLM: it frees the graphs' memory

@@ -228,6 +228,8 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
         config, total_memory=device.total, device_name=device.name, settings=settings,
         weights=weights,
     )  # fmt: skip
+    if opts.enforce_eager and not est.cudagraph_memory:
+        _refuse_if_idle_eager(startup, config, device, settings, weights, est, opts.engine)
     spec = est.kv_spec or spec  # a drafter's layers, a pipeline stage's
     budget = MemoryBudget.from_estimate(
         est, device=device.name, device_label=device.label, enforce_eager=opts.enforce_eager,
@@ -249,6 +251,25 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
         )  # fmt: skip
     # The release followed is the start-up's (its KV-cache manager's rules are the newest).
     return plan.model_copy(update={"model": opts.model_name, "engine_version": est.version})
+
+
+def _refuse_if_idle_eager(startup: Any, config: Mapping[str, Any], device: Any,
+                          settings: Any, weights: Any, est: Any, engine: str) -> None:
+    """Refuse ``--enforce-eager`` where the engine's start-up, as modelled, is the same
+    without it (no graph memory, no other term moved): an option that does nothing."""
+    from dataclasses import replace
+
+    graphs = startup.estimate(
+        config, total_memory=device.total, device_name=device.name,
+        settings=replace(settings, enforce_eager=False), weights=weights,
+    )  # fmt: skip
+    terms = ("requested_memory", "activation_peak", "non_allocator_increase",
+             "cudagraph_memory", "weights_memory")  # fmt: skip
+    if all(getattr(graphs, t, None) == getattr(est, t, None) for t in terms):
+        raise InvalidInputError(
+            f"--enforce-eager changes nothing in {engine}'s start-up as memacct models it (no "
+            "graph memory is charged without it either): drop it"
+        )
 
 
 @dataclass(frozen=True)
