@@ -66,6 +66,8 @@ from memacct.registry import (
 from memacct.units import GiB, MiB
 
 if TYPE_CHECKING:
+    from memacct.engines.offline import plan_capacity, plan_offline
+    from memacct.options import PlanOptions
     from memacct.planner import (
         KVCachePlan,
         KVCacheSpec,
@@ -92,11 +94,23 @@ _PLANNER_NAMES = {
 }
 
 
+# The offline plan (an engine's start-up estimated from the model), also on first use.
+_OFFLINE_NAMES = {
+    "PlanOptions": "memacct.options",
+    "plan_capacity": "memacct.engines.offline",
+    "plan_offline": "memacct.engines.offline",
+}
+
+
 def __getattr__(name: str) -> Any:
     if name in _PLANNER_NAMES:
         from memacct import planner
 
         return getattr(planner, name)
+    if name in _OFFLINE_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(_OFFLINE_NAMES[name]), name)
     raise AttributeError(f"module 'memacct' has no attribute {name!r}")
 
 
@@ -123,6 +137,7 @@ __all__ = [
     "MemorySnapshot",
     "MiB",
     "ModelConfig",
+    "PlanOptions",
     "ProfileResult",
     "ProfiledSetup",
     "ProfilingError",
@@ -138,7 +153,9 @@ __all__ = [
     "load_profile",
     "memory_profiling",
     "model_presets",
+    "plan_capacity",
     "plan_kv_cache",
+    "plan_offline",
     "register_backend",
     "save_profile",
     "snapshot",

@@ -291,3 +291,13 @@ def test_enforce_eager_that_changes_nothing_is_refused(
     eager = plan_offline("qwen2.5-7b", device="h100", enforce_eager=True)
     graphs = plan_offline("qwen2.5-7b", device="h100")
     assert eager.kv_cache_bytes > graphs.kv_cache_bytes  # vLLM: it frees the graphs' memory
+
+
+def test_offline_api_is_reachable_from_the_package() -> None:
+    """``memacct.plan_offline`` raised AttributeError: the offline API was only in
+    ``memacct.engines.offline``."""
+    import memacct
+
+    assert memacct.plan_offline is plan_offline and memacct.plan_capacity is plan_capacity
+    assert memacct.PlanOptions is PlanOptions
+    assert {"plan_offline", "plan_capacity", "PlanOptions"} <= set(memacct.__all__)
