@@ -301,3 +301,16 @@ def test_offline_api_is_reachable_from_the_package() -> None:
     assert memacct.plan_offline is plan_offline and memacct.plan_capacity is plan_capacity
     assert memacct.PlanOptions is PlanOptions
     assert {"plan_offline", "plan_capacity", "PlanOptions"} <= set(memacct.__all__)
+
+
+@pytest.mark.parametrize("flags", [["--json"], ["--device", "zzz"], ["--engine", "sglang"],
+                                   ["--plot", "x.png"]])  # fmt: skip
+def test_model_list_refuses_the_flags_it_would_ignore(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--model list --json`` printed plain names; ``--model list --device zzz`` listed
+    them without a word about the unknown device."""
+    code, out, err = run(["plan", "--model", "list", *flags], capsys)
+    assert code == 2 and not out and f"drop {flags[0]}" in err
+    code, out, _ = run(["plan", "--model", "list"], capsys)
+    assert code == 0 and "qwen2.5-7b" in out.split()

@@ -134,8 +134,7 @@ def plan_cmd(**flags: Any) -> None:
     from memacct.planner import model_presets
 
     if flags["model"] == "list":
-        for name in model_presets():
-            click.echo(name)
+        _list_presets(flags, model_presets())
         return
     if flags["plot_path"] is not None:
         _check_plot_path(flags["plot_path"])
@@ -166,6 +165,25 @@ def plan_cmd(**flags: Any) -> None:
     print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
     if not plan.fits:
         raise click.exceptions.Exit(1)
+
+
+def _list_presets(flags: dict[str, Any], names: Any) -> None:
+    """``--model list``: the presets, one a line; any other flag beside it is refused, as it
+    would be ignored (``--json`` too: every JSON ``memacct plan`` prints is a plan)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [name for name in flags if name != "model"
+             and ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]  # fmt: skip
+    if given:
+        flag = {param.name: param.opts[0] for param in ctx.command.params}
+        shown = ", ".join(flag.get(name, name) for name in given)
+        raise InvalidInputError(
+            f"--model list lists the model presets and plans nothing: drop {shown} (or give "
+            "a model to plan)"
+        )
+    for name in names:
+        click.echo(name)
 
 
 def _serve_flags() -> dict[str, Any]:
