@@ -198,7 +198,7 @@ def test_docs_architectures_is_generated_from_the_rules() -> None:
                           check=False, cwd=ROOT, capture_output=True, text=True)
     assert tool.returncode == 0, tool.stderr
     text = (ROOT / "docs" / "architectures.md").read_text(encoding="utf-8")
-    for arch in ("JambaForCausalLM", "FalconH1ForCausalLM", "Plamo2ForCausalLM",
+    for arch in ("JambaForCausalLM", "FalconH1ForCausalLM", "Olmo2ForCausalLM",
                  "Qwen2_5_VLForConditionalGeneration", "BertModel"):
         assert f"| `{arch}` |" in text
 
@@ -234,7 +234,15 @@ def test_falcon_multi_query_keeps_one_kv_head_as_vllm_does() -> None:
     assert KVCacheSpec.from_hf_config(new).num_kv_heads == 8
 
 
-def test_a_field_outside_the_rule_refuses_the_config() -> None:
+def test_a_field_outside_the_rule_refuses_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No rule of vLLM 0.33 refuses a field today (HunYuan's use_cla went with its native
+    # module): the mechanism, on a rule that would.
+    from dataclasses import replace
+
+    from memacct.planner import arch_rules
+
+    monkeypatch.setitem(arch_rules.RULES, "transformers",
+                        replace(arch_rules.RULES["transformers"], refuse_if="use_cla"))
     hunyuan = {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense",
                "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "head_dim": 128, "use_cla": False,
@@ -244,8 +252,29 @@ def test_a_field_outside_the_rule_refuses_the_config() -> None:
         KVCacheSpec.from_hf_config({**hunyuan, "use_cla": True})
 
 
+def test_the_transformers_backend_keeps_one_attention_per_layer() -> None:
+    """vLLM 0.33 runs HunYuan, Olmo-2 ... through its Transformers backend: every layer its
+    own cache (no CLA sharing), sliding only where layer_types says so."""
+    hunyuan = {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense",
+               "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "head_dim": 128, "use_cla": True,
+               "cla_share_factor": 2, "torch_dtype": "bfloat16", "sliding_window": 4096}
+    spec = KVCacheSpec.from_hf_config(hunyuan)
+    assert [x.kind for x in spec.layers] == ["full"] * 4
+    typed = {**hunyuan, "layer_types": ["sliding_attention", "full_attention"] * 2}
+    assert [x.kind for x in KVCacheSpec.from_hf_config(typed).layers] == ["sliding", "full"] * 2
+
+
+def test_an_architecture_vllm_removed_is_refused_naming_the_version() -> None:
+    for arch in ("MiniMaxText01ForCausalLM", "BambaForCausalLM", "Plamo2ForCausalLM"):
+        with pytest.raises(ConfigError, match=f"{arch}.*vLLM removed it.*0\\.2"):
+            KVCacheSpec.from_hf_config({"architectures": [arch], "hidden_size": 64,
+                                        "num_hidden_layers": 2, "num_attention_heads": 2})
+
+
 def test_minimax_lightning_layers_keep_a_heads_x_d_x_d_state() -> None:
-    minimax = {"architectures": ["MiniMaxText01ForCausalLM"], "model_type": "minimax_text_01",
+    # vLLM 0.33 removed MiniMaxText01ForCausalLM (refused); read by its model type.
+    minimax = {"model_type": "minimax_text_01",
                "hidden_size": 6144, "num_hidden_layers": 8, "num_attention_heads": 64,
                "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16",
                "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1]}

@@ -46,18 +46,31 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import sys
 import time
+import traceback
 import types
 from pathlib import Path
 from typing import Any
+
+from golden_tables import merge_tables, write_table
+from golden_vllm_standins import (
+    emulate_h100,
+    meta_values,
+    patch_parallel_groups,
+    stub_extension,
+    stub_ops,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "memacct" / "planner" / "configs"
 OUT = ROOT / "tests" / "data" / "golden"
 # Models outside the presets, for the grid kept aside.
 EXTRA = OUT / "models"
+# Architectures memacct was not tuned to (tools/golden_new_archs.py writes them).
+NEW = EXTRA / "new"
 GiB = 1 << 30
 
 MAIN_GRID: dict[str, Any] = {
@@ -83,14 +96,34 @@ ASIDE_GRID: dict[str, Any] = {
 }
 
 
-def _stub(name: str) -> None:
-    sys.modules.setdefault(name, types.ModuleType(name))
+# Architectures memacct was not tuned to: TP sizes, KV dtypes, lengths, a small budget
+# (refusals) and a large one.
+NEW_GRID: dict[str, Any] = {
+    "tensor_parallel_size": [1, 2, 4],
+    "pipeline_parallel_size": [1, 2],
+    "kv_cache_dtype": ["auto", "fp8"],
+    "max_model_len": [8192, "full"],
+    "budget_bytes": [2 * GiB, 24 * GiB],
+    "block_size": [16],
+    "max_num_batched_tokens": [8192],
+    "async_scheduling": [True],
+}
 
 
 def import_vllm(src: str) -> dict[str, Any]:
     sys.path.insert(0, src)
+    # No CUDA device is visible: vLLM then keeps Triton on with no active driver
+    # (vllm/triton_utils/importing.py), and its Triton-decorated Mamba ops import.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     for name in ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn"):
-        _stub(name)
+        stub_extension(name)
+    emulate_h100()
+    stub_ops()
+    # The registry inspects a model class in a subprocess, which would lack these
+    # stand-ins (and fall back to the Transformers backend): inspect it here.
+    from vllm.model_executor.models import registry as model_registry
+
+    model_registry._run_in_subprocess = lambda fn: fn()
     import vllm
     from vllm.config.vllm import VllmConfig
     from vllm.distributed.utils import get_pp_indices
@@ -183,27 +216,24 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
     return full
 
 
-_TP = [1]  # the tensor-parallel size the patched vLLM functions report
-
-
-def _patch_tensor_parallel(tp: int) -> None:
-    """Make vLLM's model code see ``tp`` ranks (rank 0) without starting a process group.
-
-    Model files import these two functions by name from ``vllm.distributed``, so both
-    namespaces are patched before any model module is imported, with functions that read
-    ``_TP`` at call time (a module imported earlier sees a later size too).
-    """
-    import vllm.distributed as dist
-    import vllm.distributed.parallel_state as state
-
-    _TP[0] = tp
-    for module in (dist, state):
-        module.get_tensor_model_parallel_world_size = lambda: _TP[0]  # type: ignore[attr-defined]
-        module.get_tensor_model_parallel_rank = lambda: 0  # type: ignore[attr-defined]
+_SPECS: dict[tuple[str, int, str, int], list[tuple[int, Any, str | None]]] = {}
+# The model class vLLM's registry resolved for each config (its JSON): a Transformers
+# backend class where vLLM 0.33 runs the architecture through transformers.
+CLASSES: dict[str, str] = {}
 
 
 def model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
                 max_model_len: int) -> list[tuple[int, Any, str | None]]:
+    """:func:`build_model_specs`, once per config, TP size, KV dtype and length."""
+    key = (json.dumps(raw, sort_keys=True), tp, cache_dtype, max_model_len)
+    if key not in _SPECS:
+        _SPECS[key] = build_model_specs(raw, tp=tp, cache_dtype=cache_dtype,
+                                        max_model_len=max_model_len)
+    return _SPECS[key]
+
+
+def build_model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
+                      max_model_len: int) -> list[tuple[int, Any, str | None]]:
     """``(layer index, vLLM KV-cache spec, mamba_type)`` of every cache-holding module.
 
     Built by vLLM itself: ``EngineArgs(...).create_engine_config()`` reads the config as
@@ -219,27 +249,43 @@ def model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
     import tempfile
 
     import torch
-    from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import get_model_architecture, initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
 
-    _patch_tensor_parallel(tp)
+    patch_parallel_groups(tp)
     with tempfile.TemporaryDirectory() as folder:
         Path(folder, "config.json").write_text(json.dumps(raw))
         args = EngineArgs(model=folder, skip_tokenizer_init=True, load_format="dummy",
                           kv_cache_dtype=cache_dtype, max_model_len=max_model_len,
-                          enforce_eager=True, trust_remote_code=False)
+                          enforce_eager=True, trust_remote_code=False, runner="generate",
+                          tensor_parallel_size=tp)
         vllm_config = args.create_engine_config()
         model_cls, _ = get_model_architecture(vllm_config.model_config)
-        with set_current_vllm_config(vllm_config), torch.device("meta"):
-            model_cls(vllm_config=vllm_config, prefix="")
+        CLASSES[json.dumps(raw, sort_keys=True)] = f"{model_cls.__module__}.{model_cls.__name__}"
+        # The Transformers backend puts the parameters it makes on the device's type.
+        vllm_config.device_config.device = torch.device("meta")
+        # As BaseModelLoader.load_model builds it, on the meta device.
+        with set_default_torch_dtype(vllm_config.model_config.dtype), torch.device("meta"), \
+                meta_values():
+            try:
+                model = initialize_model(vllm_config=vllm_config, prefix="")
+            except AssertionError as exc:  # vLLM's layers refuse this TP size
+                raise ValueError(f"model construction failed: {exc!r}") from exc
         found: list[tuple[int, Any, str | None]] = []
+        paths = {id(m): path + "." for path, m in model.named_modules()}
         context = vllm_config.compilation_config.static_forward_context
         for name, module in context.items():
+            if not isinstance(module, AttentionLayerBase):  # MoE runners register too
+                continue
             if getattr(module, "kv_sharing_target_layer_name", None) is not None:
                 continue
             spec = module.get_kv_cache_spec(vllm_config)
-            match = re.search(r"layers\.(\d+)\.", name)
+            # The decoder layer a module sits in, by its place in the module tree: a
+            # module's registered name may number it otherwise (Falcon-H1's Mamba mixers
+            # are "model.{num_layers + i}.mixer").
+            match = re.search(r"layers\.(\d+)\.", paths.get(id(module), name))
             if spec is None or match is None:
                 continue
             found.append((int(match.group(1)), spec, getattr(module, "mamba_type", None)))
@@ -264,7 +310,8 @@ def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
 
     The model's own specs get the block size and, for Mamba hybrids, the raise and the
     padded state page of ``Platform._align_hybrid_block_size`` (:func:`align_hybrid_block_size`);
-    a Mamba spec runs in align mode (prefix caching on) with one prefill checkpoint block.
+    a Mamba spec keeps the cache mode vLLM gave it: "align" (prefix caching on, one
+    prefill checkpoint block) where the model supports Mamba prefix caching, else "none".
     """
     import dataclasses
 
@@ -283,16 +330,24 @@ def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
         for k, (i, own, kind) in enumerate(found):
             if not start <= i < end:
                 continue
-            if isinstance(own, MambaSpec):
+            if isinstance(own, MambaSpec) and own.mamba_cache_mode == "align":
                 spec = dataclasses.replace(
-                    own, block_size=block, page_size_padded=padded, mamba_cache_mode="align",
+                    own, block_size=block, page_size_padded=padded,
                     num_prefill_checkpoint_blocks=1,
-                    prefill_checkpoint_alignment=64 if kind == "gdn_attention" else 1)
+                    prefill_checkpoint_alignment=64 if _gdn(kind) else 1)
+            elif isinstance(own, MambaSpec):  # prefix caching off (no Mamba prefix caching)
+                spec = dataclasses.replace(own, block_size=block, page_size_padded=padded)
             else:
                 spec = dataclasses.replace(own, block_size=block)
             specs[f"model.layers.{i}.cache.{k}"] = spec
         per_stage.append(specs)
     return per_stage
+
+
+def _gdn(kind: Any) -> bool:
+    """A gated-delta-net state (``mamba_type``: a string, or vLLM 0.33's
+    ``MambaAttentionBackendEnum.GDN_ATTN``)."""
+    return str(getattr(kind, "name", kind)) in ("gdn_attention", "GDN_ATTN")
 
 
 def align_hybrid_block_size(states: list[tuple[Any, str | None]], attn_1: int,
@@ -306,7 +361,7 @@ def align_hybrid_block_size(states: list[tuple[Any, str | None]], attn_1: int,
 
     mamba_page = max(spec.page_size_bytes for spec, _ in states)
     align = max(16, block)
-    align = math.lcm(align, 64 if any(k == "gdn_attention" for _, k in states) else 1)
+    align = math.lcm(align, 64 if any(_gdn(k) for _, k in states) else 1)
     attn_block = align * cdiv(mamba_page, align * attn_1)
     attn_block = 16 * cdiv(attn_block, 16)
     block = max(block, attn_block)
@@ -315,11 +370,11 @@ def align_hybrid_block_size(states: list[tuple[Any, str | None]], attn_1: int,
 
 
 def rejection(cfg: dict[str, Any], tp: int, pp: int) -> str | None:
-    heads = cfg["num_attention_heads"]
-    if heads % tp:
+    heads = cfg.get("num_attention_heads") or 0
+    if heads and heads % tp:
         return f"num_attention_heads {heads} not divisible by tensor_parallel_size {tp}"
     kv = cfg.get("num_key_value_heads") or heads
-    if not cfg.get("kv_lora_rank"):
+    if kv and not cfg.get("kv_lora_rank"):
         if kv >= tp and kv % tp:
             return f"num_key_value_heads {kv} not divisible by tensor_parallel_size {tp}"
         if kv < tp and tp % kv:
@@ -344,13 +399,20 @@ def run_row(v: dict[str, Any], raw: dict[str, Any], cfg: dict[str, Any],
     planning = v["planning"]
     tp, pp = row["tensor_parallel_size"], row["pipeline_parallel_size"]
     cache_dtype = kv_dtype(raw, row["kv_cache_dtype"])
-    found = model_specs(raw, tp=tp, cache_dtype=cache_dtype, max_model_len=row["max_model_len"])
+    try:
+        found = model_specs(raw, tp=tp, cache_dtype=cache_dtype,
+                            max_model_len=row["max_model_len"])
+    except ValueError as exc:  # vLLM's own config checks refuse the row
+        if "derived max_model_len" in str(exc):
+            return {"skipped": "max_model_len over the model's own limit (vLLM refuses it)"}
+        return {"resolved_kv_cache_dtype": cache_dtype, "error": str(exc)[:300]}
     specs = build_specs(v, found, num_layers=cfg["num_hidden_layers"], pp=pp,
                         block=row["block_size"])
     vc = fake_config(v, max_model_len=row["max_model_len"], tp=tp, pp=pp,
                      batched=row["max_num_batched_tokens"],
                      async_scheduling=row["async_scheduling"],
-                     mamba=any(isinstance(s, MambaSpec) for _, s, _ in found))
+                     mamba=any(isinstance(s, MambaSpec) and s.mamba_cache_mode == "align"
+                               for _, s, _ in found))
     groups = planning.get_global_kv_cache_groups(vc, specs)
     out: dict[str, Any] = {
         "resolved_kv_cache_dtype": cache_dtype,
@@ -381,54 +443,93 @@ def run_row(v: dict[str, Any], raw: dict[str, Any], cfg: dict[str, Any],
     return out
 
 
+def grid_models(grid: str) -> tuple[dict[str, Path], dict[str, str]]:
+    """The configs a grid runs over, and where each came from."""
+    sources = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
+    if grid == "aside":
+        sources.update({p.stem: p for p in sorted(EXTRA.glob("*.json"))})
+    if grid != "new":
+        return sources, {}
+    sources = {p.stem: p for p in sorted(NEW.glob("*.json")) if p.stem != "sources"}
+    origin: dict[str, str] = json.loads((NEW / "sources.json").read_text())
+    return sources, origin
+
+
+def model_rows(v: dict[str, Any], raw: dict[str, Any], grid: dict[str, Any], model: str,
+               small: bool) -> list[dict[str, Any]]:
+    cfg = text_config(raw)
+    full_len = int(cfg.get("max_position_embeddings") or 0)
+    keys = list(grid)
+    seen: set[tuple[Any, ...]] = set()
+    rows: list[dict[str, Any]] = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        row = dict(zip(keys, values, strict=True))
+        if row["max_model_len"] == "full":
+            if not full_len:  # no max_position_embeddings (Mamba): 8192 stands for it
+                continue
+            row["max_model_len"] = full_len
+        key = tuple(row.values())
+        if key in seen:
+            continue
+        seen.add(key)
+        row = {"model": model, **row}
+        reason = rejection(cfg, row["tensor_parallel_size"], row["pipeline_parallel_size"])
+        if reason is not None:
+            rows.append({**row, "skipped": reason})
+            continue
+        result = run_row(v, raw, cfg, row)
+        if small:  # keep the table small: the numbers only
+            result.pop("groups", None)
+            result.pop("message", None)
+        rows.append({**row, **result})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-src", default="/work/vllm033/src")
-    parser.add_argument("--grid", choices=["main", "aside"], default="main")
+    parser.add_argument("--grid", choices=["main", "aside", "new"], default="main")
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--merge", nargs="*", default=None,
+                        help="join tables written by runs over parts of a grid's models")
     args = parser.parse_args()
+    if args.merge:
+        return merge_tables([Path(p) for p in args.merge], Path(args.out))
     v = import_vllm(args.vllm_src)
     if not str(v["version"]).startswith("0.33"):
         print(f"warning: vLLM {v['version']} imported, expected 0.33", file=sys.stderr)
-    grid = MAIN_GRID if args.grid == "main" else ASIDE_GRID
-    sources = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
-    if args.grid == "aside":
-        sources.update({p.stem: p for p in sorted(EXTRA.glob("*.json"))})
+    grid = {"main": MAIN_GRID, "aside": ASIDE_GRID, "new": NEW_GRID}[args.grid]
+    sources, origin = grid_models(args.grid)
     models = args.models or list(sources)
     rows: list[dict[str, Any]] = []
+    failed: dict[str, str] = {}
+    classes: dict[str, str] = {}
     started = time.time()
     for model in models:
         raw = json.loads(sources[model].read_text())
-        cfg = text_config(raw)
-        full_len = int(cfg.get("max_position_embeddings") or 0)
-        keys = list(grid)
-        seen: set[tuple[Any, ...]] = set()
-        for values in itertools.product(*(grid[k] for k in keys)):
-            row = dict(zip(keys, values, strict=True))
-            row["max_model_len"] = full_len if row["max_model_len"] == "full" else row[
-                "max_model_len"]
-            key = tuple(row.values())
-            if key in seen:
-                continue
-            seen.add(key)
-            row = {"model": model, **row}
-            reason = rejection(cfg, row["tensor_parallel_size"], row["pipeline_parallel_size"])
-            if reason is not None:
-                rows.append({**row, "skipped": reason})
-                continue
-            result = run_row(v, raw, cfg, row)
-            if args.grid == "aside":  # keep the table small: the numbers only
-                result.pop("groups", None)
-                result.pop("message", None)
-            rows.append({**row, **result})
-        print(f"{model}: {sum(r['model'] == model for r in rows)} rows", flush=True)
-    out = Path(args.out) if args.out else OUT / (
-        "vllm-0.33.json" if args.grid == "main" else "vllm-0.33-aside.json")
+        try:
+            found = model_rows(v, raw, grid, model, small=args.grid != "main")
+        except Exception as exc:  # the generator's stand-ins, not vLLM's planning: no rows
+            traceback.print_exc()
+            failed[model] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            print(f"{model}: FAILED ({failed[model]})", flush=True)
+            continue
+        rows.extend(found)
+        classes[model] = CLASSES.get(json.dumps(raw, sort_keys=True), "?")
+        print(f"{model}: {len(found)} rows", flush=True)
+    out = Path(args.out) if args.out else OUT / {
+        "main": "vllm-0.33.json", "aside": "vllm-0.33-aside.json",
+        "new": "vllm-0.33-new-archs.json"}[args.grid]
     out.parent.mkdir(parents=True, exist_ok=True)
+    import torch
+    import transformers
+
     table = {
         "vllm_version": v["version"],
         "generator": "tools/golden_vllm.py",
+        "versions": {"vllm": v["version"], "torch": torch.__version__,
+                     "transformers": transformers.__version__},
         "grid": grid,
         "emulated": {
             "device": "H100 (SM90), CUDA platform, V2 model runner",
@@ -437,13 +538,14 @@ def main() -> int:
             "hybrid_kv_cache_manager": True,
             "mamba_cache_mode": "align for Mamba/GDN hybrids (prefix caching on), else none",
         },
-        "models": {m: str(sources[m].relative_to(ROOT)) for m in models},
+        "models": {m: str(sources[m].relative_to(ROOT)) for m in models if m not in failed},
+        **({"sources": {m: origin[m] for m in models if m in origin}} if origin else {}),
+        "vllm_classes": classes,
+        **({"generator_failed": failed} if failed else {}),
         "seconds": round(time.time() - started, 1),
         "rows": rows,
     }
-    text = json.dumps(table, separators=(",", ":")).replace('},{"model"', '},\n{"model"')
-    out.write_text(text + "\n")
-    print(f"wrote {out}: {len(rows)} rows")
+    write_table(table, out)
     return 0
 
 

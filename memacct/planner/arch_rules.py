@@ -99,8 +99,8 @@ def _state(layout: str, module: str, config_class: str, *reads: str, note: str =
                 frozenset(reads), note)
 
 
-_ATTENTION_FREE = ("attention-free: the state is sized, vLLM's block size for a model without "
-                   "attention layers is not checked against a golden table")
+_ATTENTION_FREE = ("attention-free (only recurrent states, no attention layer): memacct's "
+                   "plan needs an attention layer; no rule yet")
 
 RULES: dict[str, Rule] = {
     **{m: _decoder(m) for m in _DECODER_MODULES},
@@ -112,7 +112,7 @@ RULES: dict[str, Rule] = {
     "granitemoehybrid": _state("decoder", "granitemoehybrid", "GraniteMoeHybridConfig",
                                "mamba_n_heads"),
     "nemotron_h": _state("nemotron_h", "nemotron_h", "NemotronHConfig",
-                         "hybrid_override_pattern", "mamba_num_heads"),
+                         "hybrid_override_pattern", "layers_block_type", "mamba_num_heads"),
     # transformers' JambaConfig.layers_block_type: attention where i % period == offset.
     "jamba": _state("jamba", "jamba", "JambaConfig", "attn_layer_period"),
     "bamba": _state("bamba", "bamba", "BambaConfig", "attn_layer_indices", "mamba_n_heads"),
@@ -145,9 +145,21 @@ RULES: dict[str, Rule] = {
                     prefix_caching=False),
     "lfm2_moe": replace(_state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
                         prefix_caching=False),
-    "mamba": _state("mamba", "mamba", "MambaConfig", note=_ATTENTION_FREE),
-    "mamba2": _state("mamba2", "mamba2", "Mamba2Config", "mamba_n_heads", note=_ATTENTION_FREE),
+    # vLLM 0.33 runs these architectures through its Transformers backend
+    # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
+    "transformers": Rule(
+        "transformers", "exact",
+        "vllm/model_executor/models/transformers/base.py (_create_attention_instances); "
+        "transformers' config class"),
 }
+
+# Modules vLLM 0.33 renamed or moved, read by the rule of the module they came from.
+RULES["mistral"] = replace(RULES["llama"], source=f"{_MODELS}/mistral.py; transformers' config "
+                                                  f"class")
+RULES["mimo_v2"] = replace(RULES["mimo_v2_flash"], source=f"{_MODELS}/mimo_v2.py "
+                           f"(hybrid_layer_pattern, swa_* geometry)")
+RULES["kimi_k3"] = replace(RULES["kimi_linear"], source=RULES["kimi_linear"].source.replace(
+    f"{_MODELS}/kimi_linear.py", "vllm/models/kimi_k3"))
 
 _ENCODER_ONLY = "an encoder-only pooling model: it keeps no KV cache"
 _DRAFT = "a speculative-decoding draft: plan the target model (drafts are not modelled)"
@@ -158,7 +170,7 @@ REFUSED: dict[str, str] = {
                      "llama_eagle3", "mistral_large_3_eagle", "deepseek_eagle", "deepseek_mtp",
                      "ernie_mtp", "longcat_flash_mtp", "glm4_moe_mtp", "medusa",
                      "openpangu_mtp", "qwen3_next_mtp"), _DRAFT),
-    "transformers": "runs through vLLM's Transformers backend: no model file to read",
+    **dict.fromkeys(("mamba", "mamba2"), _ATTENTION_FREE),
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "plamo3": "no rule yet",
     "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
@@ -222,6 +234,14 @@ def registry() -> dict[str, dict[str, str]]:
     return tables
 
 
+@cache
+def removed() -> dict[str, str]:
+    """Architectures vLLM no longer runs: ``{architecture: last version that ran it}``."""
+    text = resources.files("memacct.planner").joinpath("vllm_registry.json").read_text("utf-8")
+    gone: dict[str, str] = json.loads(text).get("removed", {})
+    return gone
+
+
 def _module_of(architecture: str) -> str | None:
     for table in registry().values():
         if architecture in table:
@@ -283,6 +303,9 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     if arch is not None and _module_of(arch) is None:
         reason = ("not in the vLLM model registry memacct holds "
                   "(memacct/planner/vllm_registry.json)")
+        if arch in removed():
+            reason = (f"vLLM removed it (the last version that ran it is {removed()[arch]}; "
+                      f"vLLM 0.33 refuses it)")
     if rule is None:
         name = arch or cfg.model_type
         if assume_full_attention:

@@ -294,6 +294,12 @@ def spec_fields(
     stages = pipeline_partition(num_layers, pp)
     stage = _stage_of(layers, stages)
     start = sum(stages[:stage])
+    if not any(x.bytes_per_token for x in layers):
+        raise ConfigError(
+            f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} has no "
+            f"attention layer (attention-free: only recurrent states), which memacct does "
+            f"not plan yet: refused"
+        )
     mine = [x for x in layers if start <= x.layer < start + stages[stage] and x.bytes_per_token]
     if not mine:
         raise ConfigError(

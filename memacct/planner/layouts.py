@@ -79,6 +79,26 @@ def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _each([("sliding", span)] * n)
 
 
+def _transformers_backend(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """vLLM's Transformers backend (``transformers/base.py``,
+    ``_create_attention_instances``): one attention per layer, sliding only where
+    ``layer_types[i]`` is ``sliding_attention`` (``sliding_window`` alone slides nothing);
+    a layer of any other type does not dispatch through the attention interface and vLLM
+    refuses the model."""
+    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        return _each([_FULL] * n)
+    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    kinds = _typed(cfg, n, layer_types, window)
+    if any(kind[0] not in ("full", "sliding") for kind in kinds):
+        raise ConfigError(
+            f"{cfg.source}: {cfg.architecture or cfg.model_type} runs through vLLM's "
+            f"Transformers backend, which keeps only full and sliding attention layers; "
+            f"layer_types lists others, so vLLM refuses it: fix layer_types"
+        )
+    return _each(kinds)
+
+
 # layer_types entries, per model type where a name means a state (transformers' config classes).
 _STATE_TYPES: dict[tuple[str, str], str] = {
     ("qwen3_next", "linear_attention"): "gdn",
@@ -150,9 +170,24 @@ def _pattern(cfg: ModelConfig, key: str, n: int, table: dict[str, Kind]) -> list
     return _each([table.get(str(c), _NONE) for c in pattern])
 
 
+# transformers 5's NemotronHConfig writes layers_block_type and derives the pattern from it
+# (NemotronHConfig._list_to_pattern), which nemotron_h.py reads.
+_NEMOTRON_H_TYPES = {"linear_attention": "M", "mamba": "M", "moe": "E", "full_attention": "*",
+                     "attention": "*", "mlp": "-"}
+
+
 def _nemotron_h(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Nemotron-H: ``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP or MoE (no cache)."""
-    return _pattern(cfg, "hybrid_override_pattern", n, {"M": ("mamba2", None), "*": _FULL})
+    table = {"M": ("mamba2", None), "*": _FULL}
+    types = cfg.get("layers_block_type")
+    if cfg.get("hybrid_override_pattern") is None and isinstance(types, list):
+        if len(types) != n or any(str(t) not in _NEMOTRON_H_TYPES for t in types):
+            raise ConfigError(
+                f"{cfg.source}: layers_block_type must list one of "
+                f"{sorted(_NEMOTRON_H_TYPES)} per layer ({n}): fix layers_block_type"
+            )
+        return _each([table.get(_NEMOTRON_H_TYPES[str(t)], _NONE) for t in types])
+    return _pattern(cfg, "hybrid_override_pattern", n, table)
 
 
 def _jamba(cfg: ModelConfig, n: int) -> list[list[Kind]]:
@@ -222,6 +257,7 @@ LAYOUTS: dict[str, Layout] = {
     "zamba2": _zamba2,
     "kimi_linear": _kimi_linear,
     "lfm2": _decoder,
+    "transformers": _transformers_backend,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
 }

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Configs of architectures memacct was not tuned to, for ``golden_vllm.py --grid new``.
+
+Each config is a public one: the defaults of the architecture's transformers config class
+(``AutoConfig.for_model(model_type)``, whose docstring names the checkpoint they follow),
+with the ``architectures`` entry of its vLLM class, or a published config.json quoted in
+full where one was found (``PUBLISHED``), or a published size table applied to the class
+defaults (``SIZED``). Written to ``tests/data/golden/models/new/<name>.json`` with
+``sources.json`` naming each one's source. Run by hand in the golden venv (transformers
+from vLLM's own requirements), never in ``make test``::
+
+    /tmp/vllmenv/bin/python tools/golden_new_archs.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "data" / "golden" / "models" / "new"
+
+# name: (transformers model_type, vLLM architecture)
+DEFAULTS: dict[str, tuple[str, str]] = {
+    "jamba-v0.1": ("jamba", "JambaForCausalLM"),
+    "falcon-h1-1.5b-deep": ("falcon_h1", "FalconH1ForCausalLM"),
+    "bamba-9b": ("bamba", "BambaForCausalLM"),
+    "zamba2-2.7b": ("zamba2", "Zamba2ForCausalLM"),
+    "nemotron-3-nano-30b-a3b": ("nemotron_h", "NemotronHForCausalLM"),
+    "lfm2-1.2b": ("lfm2", "Lfm2ForCausalLM"),
+    "lfm2-8b-a1b": ("lfm2_moe", "Lfm2MoeForCausalLM"),
+    "minimax-text-01": ("minimax", "MiniMaxText01ForCausalLM"),
+    "kimi-linear-48b-a3b": ("kimi_linear", "KimiLinearForCausalLM"),
+    "qwen3-next-default": ("qwen3_next", "Qwen3NextForCausalLM"),
+    "mimo-v2-flash": ("mimo_v2_flash", "MiMoV2FlashForCausalLM"),
+    "gpt-oss-default": ("gpt_oss", "GptOssForCausalLM"),
+    "gemma-2-default": ("gemma2", "Gemma2ForCausalLM"),
+    "gemma-3-4b": ("gemma3_text", "Gemma3ForCausalLM"),
+    "gemma-3n-e4b-default": ("gemma3n_text", "Gemma3nForCausalLM"),
+    "cohere2-default": ("cohere2", "Cohere2ForCausalLM"),
+    "llama-4-scout-text": ("llama4_text", "Llama4ForCausalLM"),
+    "deepseek-v3-default": ("deepseek_v3", "DeepseekV3ForCausalLM"),
+    "glm-4-default": ("glm4", "Glm4ForCausalLM"),
+    "glm-4.5": ("glm4_moe", "Glm4MoeForCausalLM"),
+    "ernie-4.5-0.3b": ("ernie4_5", "Ernie4_5ForCausalLM"),
+    "ernie-4.5-21b-a3b": ("ernie4_5_moe", "Ernie4_5_MoeForCausalLM"),
+    "hunyuan-7b": ("hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM"),
+    "hunyuan-a13b": ("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM"),
+    "olmo-2-7b": ("olmo2", "Olmo2ForCausalLM"),
+    "olmo-3-7b": ("olmo3", "Olmo3ForCausalLM"),
+    "exaone-4.0-32b": ("exaone4", "Exaone4ForCausalLM"),
+    "smollm3-3b": ("smollm3", "SmolLM3ForCausalLM"),
+    "seed-oss-36b": ("seed_oss", "SeedOssForCausalLM"),
+    "apertus-8b": ("apertus", "ApertusForCausalLM"),
+    "phi-3-mini": ("phi3", "Phi3ForCausalLM"),
+    "qwen3-moe-default": ("qwen3_moe", "Qwen3MoeForCausalLM"),
+    "minimax-m2": ("minimax_m2", "MiniMaxM2ForCausalLM"),
+    "falcon-mamba-default": ("falcon_mamba", "FalconMambaForCausalLM"),
+}
+
+# Keys a class's defaults leave out that its published checkpoint sets.
+FIXES: dict[str, dict[str, Any]] = {
+    "glm-4.5": {"head_dim": 128},
+    "minimax-m2": {"rotary_dim": 64},
+    "lfm2-1.2b": {"block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256,
+                  "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True},
+}
+FIX_SOURCES = {
+    "glm-4.5": "head_dim 128 from zai-org/GLM-4.5's config.json (Glm4MoeConfig has no "
+               "head_dim default)",
+    "minimax-m2": "rotary_dim 64 from MiniMaxAI/MiniMax-M2's config.json (no class default)",
+    "lfm2-1.2b": "block_* sizes from LiquidAI/LFM2-1.2B's config.json (vLLM's lfm2.py reads "
+                 "them; Lfm2Config has none)",
+}
+
+# Published config.json files, quoted (the keys that are not tokenizer ids).
+PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
+    "jamba-1.5-mini": (
+        "https://huggingface.co/ai21labs/AI21-Jamba-1.5-Mini/blob/main/config.json "
+        "(quoted in full in a public test helper found by the code search)",
+        {"architectures": ["JambaForCausalLM"], "attention_dropout": 0.0,
+         "attn_layer_offset": 4, "attn_layer_period": 8, "expert_layer_offset": 1,
+         "expert_layer_period": 2, "hidden_act": "silu", "hidden_size": 4096,
+         "initializer_range": 0.02, "intermediate_size": 14336, "mamba_conv_bias": True,
+         "mamba_d_conv": 4, "mamba_d_state": 16, "mamba_dt_rank": 256, "mamba_expand": 2,
+         "mamba_proj_bias": False, "max_position_embeddings": 262144, "model_type": "jamba",
+         "num_attention_heads": 32, "num_experts": 16, "num_experts_per_tok": 2,
+         "num_hidden_layers": 32, "num_key_value_heads": 8, "num_logits_to_keep": 1,
+         "output_router_logits": False, "rms_norm_eps": 1e-06,
+         "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False,
+         "torch_dtype": "bfloat16", "use_cache": True, "use_mamba_kernels": False,
+         "vocab_size": 65536}),
+}
+
+_FALCON_H1_TABLE = ("transformers' FalconH1 model doc size table (docs v5.0.0rc1 "
+                    "model_doc/falcon_h1.md) on FalconH1Config defaults")
+# Published size tables applied to a class's defaults: name -> (base, source, overrides).
+SIZED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "falcon-h1-0.5b": ("falcon_h1", _FALCON_H1_TABLE, {
+        "num_hidden_layers": 36, "hidden_size": 1024, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "mamba_n_heads": 24, "head_dim": 64, "mamba_d_head": 64,
+        "mamba_d_ssm": 1536, "mamba_d_state": 128, "max_position_embeddings": 16384}),
+    "falcon-h1-7b": ("falcon_h1", _FALCON_H1_TABLE, {
+        "num_hidden_layers": 44, "hidden_size": 3072, "num_attention_heads": 12,
+        "num_key_value_heads": 2, "mamba_n_heads": 24, "head_dim": 128, "mamba_d_head": 128,
+        "mamba_d_ssm": 3072, "mamba_d_state": 256, "max_position_embeddings": 262144}),
+}
+
+
+def class_defaults(model_type: str) -> tuple[dict[str, Any], str]:
+    from transformers import AutoConfig, __version__
+
+    config = AutoConfig.for_model(model_type)
+    match = re.search(r"\[([\w.\-]+/[\w.\-]+)\]", type(config).__doc__ or "")
+    follows = f", which follow {match.group(1)}" if match else ""
+    data = config.to_dict()
+    # transformers 5 derives some counts (Nemotron-H's layers, from its pattern): written.
+    if "num_hidden_layers" not in data and hasattr(config, "num_hidden_layers"):
+        data["num_hidden_layers"] = config.num_hidden_layers
+    for key in ("transformers_version", "_name_or_path", "id2label", "label2id"):
+        data.pop(key, None)
+    return data, f"transformers {__version__} {type(config).__name__} defaults{follows}"
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    sources: dict[str, str] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for name, (model_type, arch) in DEFAULTS.items():
+        try:
+            data, source = class_defaults(model_type)
+        except (KeyError, ValueError) as exc:
+            print(f"{name}: {model_type} unknown to this transformers ({exc}); skipped")
+            continue
+        configs[name] = {**data, **FIXES.get(name, {}), "architectures": [arch]}
+        sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
+    for name, (base, source, overrides) in SIZED.items():
+        data, defaults = class_defaults(base)
+        arch = next(a for m, a in DEFAULTS.values() if m == base)
+        configs[name] = {**data, **overrides, "architectures": [arch]}
+        sources[name] = f"{source} ({defaults})"
+    for name, (source, data) in PUBLISHED.items():
+        configs[name] = data
+        sources[name] = source
+    for name, data in configs.items():
+        # A class default that is not a finite number (Mamba-2's time_step_limit upper
+        # bound, inf) is left to the class: plain JSON cannot carry it.
+        finite = {k: v for k, v in data.items() if _finite(v)}
+        (OUT / f"{name}.json").write_text(json.dumps(finite, indent=1, sort_keys=True) + "\n")
+    (OUT / "sources.json").write_text(json.dumps(sources, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(configs)} configs to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
