@@ -314,3 +314,29 @@ def test_model_list_refuses_the_flags_it_would_ignore(
     assert code == 2 and not out and f"drop {flags[0]}" in err
     code, out, _ = run(["plan", "--model", "list"], capsys)
     assert code == 0 and "qwen2.5-7b" in out.split()
+
+
+def test_layout_a_profile_did_not_record_is_said_to_be_taken_on_trust(tmp_path: Path) -> None:
+    """A profile saved without its setup (the README's example) planned at TP 2 doubled its
+    blocks without a word, though nothing said the profiled run was at TP 2."""
+    import memacct
+    from memacct.sim import SimDevice
+
+    dev = SimDevice("h100-80gb")
+    backend = memacct.get_backend("sim", device=dev)
+    baseline = memacct.snapshot(backend)
+    weights = [dev.malloc(2**30) for _ in range(15)]
+    with memacct.memory_profiling(backend, baseline) as session:
+        dev.free(dev.malloc(3 * 2**30))
+    assert weights and session.result.profiled.tensor_parallel_size is None
+    config = load_model_preset("qwen2.5-7b")
+    one = memacct.plan_kv_cache(session.result, KVCacheSpec.from_hf_config(config))
+    assert not any("recorded no" in note for note in one.notes)
+    two = memacct.plan_kv_cache(
+        session.result, KVCacheSpec.from_hf_config(config, tensor_parallel_size=2),
+        max_num_seqs=4,
+    )  # fmt: skip
+    assert two.num_blocks > one.num_blocks
+    said = [note for note in two.notes if "the profile recorded no" in note]
+    assert len(said) == 2
+    assert "tensor_parallel_size: planned with 2" in said[0] and "max_num_seqs" in said[1]

@@ -28,7 +28,10 @@ from memacct.errors import InvalidInputError
 from memacct.models import ProfiledSetup, ProfileResult
 from memacct.planner.spec import KVCacheSpec
 
-__all__ = ["ProfileMismatchError", "check_profile_matches", "mismatches", "planned_setup"]
+__all__ = [
+    "ProfileMismatchError", "check_profile_matches", "mismatches", "planned_setup",
+    "unrecorded_notes",
+]
 
 
 class ProfileMismatchError(InvalidInputError):
@@ -129,3 +132,37 @@ def check_profile_matches(
             "with this layout and these budgets, or pass allow_mismatch=True "
             "(memacct plan --allow-mismatch) to plan anyway"
         )
+
+
+# A layout or budget a plan can assume without the profile saying so: the figures the
+# profile measured are the run's, whatever it was, so the plan says which it took on trust.
+_TRUSTED = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+            "max_num_batched_tokens": None, "max_num_seqs": None}  # fmt: skip
+
+
+def unrecorded_notes(
+    result: ProfileResult | None,
+    spec: KVCacheSpec,
+    *,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> tuple[str, ...]:
+    """One note per layout or budget the plan assumes that the profile did not record (a
+    profile saved without its setup), so that a plan at TP 2 from a profile of unknown TP,
+    whose blocks double with the degree, says it took the degree on trust."""
+    if result is None:
+        return ()
+    planned = planned_setup(
+        spec, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+    )
+    notes = []
+    for field, default in _TRUSTED.items():
+        value = planned.get(field)
+        if value is None or value == default or getattr(result.profiled, field) is not None:
+            continue
+        notes.append(
+            f"the profile recorded no {field}: planned with {value} as given, and its measured "
+            f"figures are the profiled run's, whatever its {field} was (profile with the "
+            "setup recorded, ProfiledSetup, to have it checked)"
+        )
+    return tuple(notes)

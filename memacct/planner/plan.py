@@ -29,7 +29,7 @@ from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.models import ProfileResult, load_model_json
-from memacct.planner.guard import check_profile_matches
+from memacct.planner.guard import check_profile_matches, unrecorded_notes
 from memacct.planner.kvplan import (
     PLAN_FORMAT_VERSION,
     Agreement,
@@ -280,6 +280,9 @@ def plan_kv_cache(
         ) from None
     plan = make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
                       reserve, limit_note)
+    trusted = unrecorded_notes(result, spec, max_num_batched_tokens=batched, max_num_seqs=seqs)
+    if trusted:
+        plan = plan.model_copy(update={"notes": (*plan.notes, *trusted)})
     for warning in result.warnings:
         logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
     logger.info("%s", plan.report())
