@@ -340,3 +340,29 @@ def test_layout_a_profile_did_not_record_is_said_to_be_taken_on_trust(tmp_path: 
     said = [note for note in two.notes if "the profile recorded no" in note]
     assert len(said) == 2
     assert "tensor_parallel_size: planned with 2" in said[0] and "max_num_seqs" in said[1]
+
+
+@pytest.mark.parametrize(("keyword", "value"), [
+    ("allow_mismatch", "no"), ("async_scheduling", "no"), ("enable_prefix_caching", 0),
+    ("engine_options", [1]),
+])  # fmt: skip
+def test_plan_kv_cache_refuses_flags_that_are_not_bools(keyword: str, value: Any) -> None:
+    """``allow_mismatch="no"`` was truthy and let a mismatched profile through;
+    ``engine_options=[1]`` raised TypeError from ``dict()``."""
+    import memacct
+
+    spec = KVCacheSpec.from_hf_config(load_model_preset("qwen2.5-7b"))
+    with pytest.raises(InvalidInputError, match=keyword):
+        memacct.plan_kv_cache(None, spec, kv_cache_memory_bytes=2**34, **{keyword: value})
+
+
+def test_save_profile_to_no_path_is_named(tmp_path: Path) -> None:
+    """``save_profile(result, None)`` raised TypeError from pathlib."""
+    import memacct
+    from memacct.sim import SimDevice
+
+    backend = memacct.get_backend("sim", device=SimDevice("h100-80gb"))
+    with memacct.memory_profiling(backend, memacct.snapshot(backend)) as session:
+        pass
+    with pytest.raises(InvalidInputError, match="path must be a file path, got None"):
+        save_profile(session.result, None)  # type: ignore[arg-type]

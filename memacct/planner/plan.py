@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memacct.checks import check_fraction, check_int, check_optional_int
+from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
 from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
@@ -73,6 +73,7 @@ def save_profile(result: ProfileResult, path: str | os.PathLike[str]) -> Path:
     """
     if not isinstance(result, ProfileResult):
         raise InvalidInputError(f"save_profile takes a ProfileResult, got {type(result).__name__}")
+    check_type("path", path, (str, os.PathLike), "a file path")
     return atomic_write_text(Path(path), result.model_dump_json(indent=2) + "\n", "profile")
 
 
@@ -166,6 +167,9 @@ def plan_kv_cache(
         )
     if not isinstance(spec, KVCacheSpec):
         raise InvalidInputError(f"plan_kv_cache takes a KVCacheSpec, got {type(spec).__name__}")
+    for flag, value in (("allow_mismatch", allow_mismatch), ("async_scheduling", async_scheduling),
+                        ("enable_prefix_caching", enable_prefix_caching)):  # fmt: skip
+        check_type(flag, value, bool, "True or False")  # "no" is truthy: never read as a bool
     check_profile_matches(
         result, spec, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         allow_mismatch=allow_mismatch,
@@ -493,6 +497,11 @@ def _engine_options(
     kv_engine: Any, engine: str, options: Mapping[str, float | int | str] | None
 ) -> dict[str, float | int | str]:
     """``options`` if ``engine`` has them (its manager's ``options``), else refused."""
+    if options is not None and not isinstance(options, Mapping):
+        raise InvalidInputError(
+            f"engine_options must be a mapping of option name to value, got {options!r} "
+            f"({type(options).__name__})"
+        )
     given = dict(options or {})
     accepted = tuple(getattr(kv_engine, "options", ()))
     unknown = sorted(set(given) - set(accepted))
