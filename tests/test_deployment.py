@@ -229,22 +229,7 @@ def test_cpu_offload_moves_layer_weights_only() -> None:
 # ------------------------------------------------------------------ multimodal
 
 
-QWEN25_VL_3B: dict[str, Any] = {
-    # Qwen/Qwen2.5-VL-3B-Instruct's config.json (the Hub), the fields the plan reads.
-    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-    "hidden_size": 2048, "intermediate_size": 11008, "num_attention_heads": 16,
-    "num_hidden_layers": 36, "num_key_value_heads": 2, "vocab_size": 151936,
-    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16", "rope_theta": 1000000.0,
-    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-    "vision_config": {
-        "depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
-        "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
-        "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
-        "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
-        "temporal_patch_size": 2,
-    },
-}  # fmt: skip
+from _configs import QWEN25_VL_3B  # noqa: E402
 
 
 def test_dummy_item_tokens_follow_the_processor_defaults() -> None:
@@ -253,8 +238,10 @@ def test_dummy_item_tokens_follow_the_processor_defaults() -> None:
     # "{'image': 16384, 'video': 114688} are reserved for multi-modal embeddings".
     assert item_tokens(QWEN25_VL_3B, mm, "image", 128000)[0] == 16384
     assert item_tokens(QWEN25_VL_3B, mm, "video", 128000)[0] == 114688
+    # get_image_size_with_most_features factors max_pixels // 28**2 merged tokens into the
+    # closest height x width pair: 1280 = 32 x 40 (a square side would give 35 x 35 = 1225).
     small = Multimodal(mm_processor_kwargs={"max_pixels": 1280 * 28 * 28})
-    assert item_tokens(QWEN25_VL_3B, small, "image", 128000)[0] == 35 * 35
+    assert item_tokens(QWEN25_VL_3B, small, "image", 128000)[0] == 32 * 40
     sized = Multimodal(limit_mm_per_prompt={"image": {"count": 1, "width": 512,
                                                       "height": 512}})  # fmt: skip
     assert item_tokens(QWEN25_VL_3B, sized, "image", 128000)[0] == (504 // 28) ** 2

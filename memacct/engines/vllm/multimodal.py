@@ -1,34 +1,50 @@
 """vLLM's multimodal start-up: the encoder's profile pass and the encoder cache it holds.
 
-vLLM 0.33's profile run (``vllm/v1/worker/gpu_model_runner.py``, ``profile_run``) first
-encodes a dummy batch of the modality whose largest item has the most tokens, unless
-``--skip-mm-profiling``; the outputs stay in the encoder cache while the text dummy run
-follows. The budget (``vllm/multimodal/encoder_budget.py``, ``MultiModalBudget``):
+vLLM's profile run (``vllm/v1/worker/gpu_model_runner.py``, ``profile_run``; 0.11.0 and
+0.33.0 alike) first encodes a dummy batch of the modality whose largest item has the most
+tokens, unless ``--skip-mm-profiling``; the outputs stay in the encoder cache, and the dummy
+inputs stay referenced (``batched_dummy_mm_inputs``), while the text dummy run follows. The
+budget (``vllm/multimodal/encoder_budget.py``, ``MultiModalBudget``; ``v1/worker/utils.py``
+in 0.11):
 
 * tokens per item, from the model's processor defaults (:func:`item_tokens`): Qwen2-VL and
   Qwen2.5-VL (``vllm/model_executor/models/qwen2_vl.py``, ``Qwen2VLProcessingInfo``) size
   the largest image by ``max_pixels`` (12,845,056 by default, ``--mm-processor-kwargs``
-  overrides it) on the 28-pixel grid of 14-pixel patches merged 2 x 2, and the largest video
-  by as many frames of that size as ``max_model_len`` holds (``_get_max_video_frames``,
-  at most ``_MAX_FRAMES_PER_VIDEO`` = 600; the budget asks with a count of 1 per modality
-  whatever the limit, vllm-project/vllm#38465), two frames per temporal patch; the size form of
-  ``--limit-mm-per-prompt`` (``width``, ``height``, ``num_frames``) replaces the largest
-  item;
-* the encoder budget: ``max(max_num_batched_tokens, largest item)``, and
-  ``max(1, min(max_num_seqs x limit, budget // item tokens))`` items per dummy batch.
+  overrides it): ``get_image_size_with_most_features`` factors ``max_pixels // 28**2``
+  merged tokens into the closest height x width pair (aspect ratio at most 200); the
+  largest video has as many frames of that size as ``max_model_len`` holds
+  (``_get_max_video_frames``), at most ``_MAX_FRAMES_PER_VIDEO`` (14 in 0.11 and 0.33, 16 in
+  0.10), two frames per temporal patch; the size form of ``--limit-mm-per-prompt``
+  (``width``, ``height``, ``num_frames``) replaces the largest item;
+* the encoder budget ``max(max_num_batched_tokens, largest item)``
+  (``compute_mm_encoder_budget``); items per batch ``max(1, min(budget // item,
+  max_num_seqs x per_prompt))``, ``per_prompt = max(1, min(limit, max_model_len // item))``
+  (``MultiModalBudget._get_max_items``).
 
-The encoder's peak (:func:`encoder_profile`) follows the Qwen2.5-VL vision block
-(``Qwen2_5_VisionBlock.forward``, ``Qwen2_5_VisionAttention.forward``) per patch: the
-residual stream, ``qkv`` (3 widths), the concatenated q/k (2), their float32 copy (4) and
-the rotary embedding's float32 output (4; ``apply_rotary_pos_emb_vision`` upcasts): 14
-widths in the attention; the MLP holds the residual, its norm and the attention output (3
-widths) and the gated ``gate_up`` plus its activation (3 intermediate widths); besides, the
-dummy pixel values stay referenced in float32 as the processor made them and in the model
-dtype as ``_process_image_input`` / ``_process_video_input`` cast them (``3 x 2 x 14 x 14``
-values per patch), and the vision rotary table. Qwen2-VL's MLP is not gated (2
-intermediate widths).
+The dummy pixel values are in the model dtype (``InputProcessingContext._postprocess_output``
+casts the processor's floats to ``model_config.dtype``; 0.11 ``multimodal/processing.py``,
+0.33 ``multimodal/processing/context.py``), ``3 x 2 x 14 x 14`` values per patch.
 
-Other multimodal families are planned without the encoder pass, and the plan says so.
+The encoder's peak (:func:`encoder_profile`) is the Qwen2/2.5-VL vision block's working set
+per patch, in model-dtype widths of the vision ``hidden_size`` (``embed_dim``), as the
+release's ``Qwen2_5_VisionAttention.forward`` allocates it (:func:`attention_widths`):
+
+* up to 0.11 (0.11.0 ``qwen2_5_vl.py``): the block input and ``norm1`` (2), ``qkv`` (3),
+  the ``.contiguous()`` q, k, v (3), ``torch.cat([q, k])`` (2), and in
+  ``apply_rotary_pos_emb_vision`` (``qwen2_vl.py``) its float32 copy ``t.float()`` (4),
+  the float32 rotary output (4) and ``.type_as(t)`` (2): 20 widths; the float32 rotary
+  table, its ``cos`` and ``sin`` (3 x head_dim / 2 floats). The xFormers / FlashAttention
+  varlen kernels are linear in the patches (head size 80 is not in 0.11's FlashAttention
+  list, so an A100 runs xFormers' ``memory_efficient_attention_forward``);
+* 0.12 on (read off 0.33.0): the block input and ``norm1`` (2), ``qkv`` (3), the
+  contiguous q/k pair (2), ``ApplyRotaryEmb``'s model-dtype output (2), the FlashAttention
+  output (``flash_attn_maxseqlen_wrapper``, ``out=``) and ``proj`` (2): 11 widths; the MLP
+  at ``down_proj`` holds the fused-norm input and residual plus ``down_proj``'s output (3
+  widths) and ``gate_up`` plus the activation (3 intermediate widths; Qwen2-VL's ungated
+  MLP 2); the rotary ``cos`` / ``sin`` (head_dim values in the model dtype).
+
+Other multimodal families are planned without the encoder pass, and the plan says so
+(:func:`unmodelled_note`).
 """
 
 from __future__ import annotations
@@ -41,13 +57,15 @@ from typing import Any
 from memacct.engines.deployment import Multimodal
 
 __all__ = [
-    "ATTENTION_WIDTHS",
     "DEFAULT_MAX_PIXELS",
-    "MAX_FRAMES_PER_VIDEO",
     "EncoderProfile",
+    "attention_widths",
     "encoder_profile",
+    "has_encoder",
     "item_tokens",
+    "max_frames_per_video",
     "modelled",
+    "unmodelled_note",
 ]
 
 DEFAULT_MAX_PIXELS = 12845056
@@ -56,18 +74,18 @@ DEFAULT_MAX_PIXELS = 12845056
 DEFAULT_MIN_PIXELS = 3136
 """The same processors' ``min_pixels`` (4 x 28 x 28)."""
 
-MAX_FRAMES_PER_VIDEO = 600
-"""``_MAX_FRAMES_PER_VIDEO`` in ``vllm/model_executor/models/qwen2_vl.py``."""
-
-ATTENTION_WIDTHS = 14
-"""Model-dtype widths per patch alive at the vision attention's peak (module notes)."""
+MAX_ASPECT_RATIO = 200
+"""``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+_ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower",
+                 "visual", "speech_config", "image_size")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class EncoderProfile:
-    """The encoder's profile pass: its peak, what it leaves in the encoder cache, and a note."""
+    """The encoder's profile pass: its peak, what it leaves held during the text dummy run,
+    and a note."""
 
     peak_bytes: int
     held_bytes: int
@@ -78,6 +96,38 @@ def modelled(config: Mapping[str, Any]) -> bool:
     """Whether memacct models this config's encoder pass (Qwen2-VL and Qwen2.5-VL)."""
     return str(config.get("model_type", "")) in _FAMILIES and isinstance(
         config.get("vision_config"), Mapping)  # fmt: skip
+
+
+def has_encoder(config: Mapping[str, Any]) -> bool:
+    """Whether the config carries a vision or audio tower (a key of :data:`_ENCODER_KEYS`),
+    or its architecture is in vLLM 0.33's multimodal registry table."""
+    if any(config.get(key) is not None for key in _ENCODER_KEYS if key != "image_size"):
+        return True
+    from memacct.planner.arch_rules import registry
+
+    archs = config.get("architectures") or []
+    table = registry().get("multimodal", {})
+    return any(isinstance(a, str) and a in table for a in archs)
+
+
+def unmodelled_note(config: Mapping[str, Any]) -> str:
+    """The plan note of a multimodal model whose encoder pass memacct does not model."""
+    archs = config.get("architectures") or [config.get("model_type") or "this model"]
+    name = str(archs[0])
+    return (f"multimodal: the encoder's start-up profile pass of {name} is not modelled, so "
+            "the KV figure is an upper bound (vLLM encodes the largest dummy items first); "
+            "pass --skip-mm-profiling or --limit-mm-per-prompt '{\"image\": 0, \"video\": 0, "
+            "\"audio\": 0}' as vLLM allows, or plan with --profile")  # fmt: skip
+
+
+def max_frames_per_video(version: tuple[int, int] | None) -> int:
+    """``_MAX_FRAMES_PER_VIDEO`` of ``qwen2_vl.py``: 16 in 0.10, 14 from 0.11 (0.33 too)."""
+    return 16 if version is not None and version < (0, 11) else 14
+
+
+def attention_widths(version: tuple[int, int] | None) -> int:
+    """Model-dtype widths per patch at the vision attention's peak (module notes)."""
+    return 20 if version is not None and version < (0, 12) else 11
 
 
 def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
@@ -97,14 +147,24 @@ def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
     return h, w
 
 
+def _most_features(max_pixels: int, unit: int) -> tuple[int, int]:
+    """``get_image_size_with_most_features``: (height, width) of the largest image."""
+    for n in range(max(1, max_pixels // (unit * unit)), 0, -1):
+        d = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
+        if (n // d) / d <= MAX_ASPECT_RATIO:
+            return unit * d, unit * (n // d)
+    return unit, unit
+
+
 def _vision(config: Mapping[str, Any]) -> Mapping[str, Any]:
     vision = config.get("vision_config")
     return vision if isinstance(vision, Mapping) else {}
 
 
 def item_tokens(
-    config: Mapping[str, Any], mm: Multimodal, modality: str, max_model_len: int
-) -> tuple[int, int]:
+    config: Mapping[str, Any], mm: Multimodal, modality: str, max_model_len: int,
+    version: tuple[int, int] | None = None,
+) -> tuple[int, int]:  # fmt: skip
     """(tokens, patches) of the largest dummy item of ``modality`` (see the module notes)."""
     vision = _vision(config)
     patch = int(vision.get("patch_size", 14))
@@ -118,8 +178,7 @@ def item_tokens(
     if "width" in size and "height" in size:
         h, w = _smart_resize(size["height"], size["width"], factor, min_pixels, max_pixels)
     else:
-        side = max(factor, math.floor(math.sqrt(max_pixels) / factor) * factor)
-        h = w = side
+        h, w = _most_features(max_pixels, factor)
     frame_patches = (h // patch) * (w // patch)
     frame_tokens = frame_patches // (merge * merge)
     if modality == "image":
@@ -127,56 +186,77 @@ def item_tokens(
     if "num_frames" in size:
         frames = size["num_frames"]
     else:
-        frames = 0
+        frames = 1
         while ((frames + 1 + (frames + 1) % temporal) // temporal) * frame_tokens <= max_model_len:
             frames += 1
         # The budget sizes one item with a count of 1 per modality whatever the limit
         # (encoder_budget.py, get_mm_max_toks_per_item; vllm-project/vllm#38465).
-        frames = max(1, min(frames, MAX_FRAMES_PER_VIDEO))
+        frames = max(1, min(frames, max_frames_per_video(version)))
     groups = max(1, (frames + frames % temporal) // temporal)
     return groups * frame_tokens, groups * frame_patches
+
+
+def _per_patch_bytes(config: Mapping[str, Any], version: tuple[int, int] | None,
+                     dtype_bytes: int) -> int:  # fmt: skip
+    """The vision block's peak working set per patch, the dummy pixel values included."""
+    vision = _vision(config)
+    qwen25 = str(config.get("model_type")) == "qwen2_5_vl"
+    width = int(vision.get("hidden_size" if qwen25 else "embed_dim", 1280))
+    head_dim = width // int(vision.get("num_heads", 16))
+    if qwen25:
+        inner = 3 * int(vision.get("intermediate_size", 3420))
+    else:
+        inner = 2 * width * int(vision.get("mlp_ratio", 4))
+    widths = attention_widths(version)
+    per_patch = max(widths * width, 3 * width + inner) * dtype_bytes
+    if widths == attention_widths((0, 11)):
+        per_patch += 3 * (head_dim // 2) * 4  # float32 rotary table, cos and sin
+    else:
+        per_patch += head_dim * dtype_bytes  # cos and sin in the model dtype
+    patch = int(vision.get("patch_size", 14))
+    values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
+        vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
+    return per_patch + values * dtype_bytes
 
 
 def encoder_profile(
     config: Mapping[str, Any], mm: Multimodal, *, max_num_batched_tokens: int,
     max_num_seqs: int, max_model_len: int | None, dtype_bytes: int,
+    version: tuple[int, int] | None = None,
 ) -> EncoderProfile | None:  # fmt: skip
-    """The encoder pass of the profile run (``None``: the model has no encoder memacct models,
-    or ``--skip-mm-profiling``). See the module notes."""
+    """The encoder pass of the profile run (``None``: the model has no encoder). A
+    multimodal model memacct does not model gets a zero pass and :func:`unmodelled_note`.
+    See the module notes."""
+    if mm.skip_mm_profiling and has_encoder(config):
+        return EncoderProfile(
+            0,
+            0,
+            "--skip-mm-profiling: no encoder pass in the profile run "
+            "(an image or video at serving time may run out of memory)",
+        )
     if not modelled(config):
-        return None
-    if mm.skip_mm_profiling:
-        return EncoderProfile(0, 0, "--skip-mm-profiling: no encoder pass in the profile run "
-                                    "(an image or video at serving time may run out of memory)")
+        return EncoderProfile(0, 0, unmodelled_note(config)) if has_encoder(config) else None
     seq_len = max_model_len or int(config.get("max_position_embeddings") or 32768)
-    items = {m: item_tokens(config, mm, m, seq_len) for m in ("image", "video")
+    items = {m: item_tokens(config, mm, m, seq_len, version) for m in ("image", "video")
              if mm.count(m) > 0}  # fmt: skip
     if not items:
         return EncoderProfile(0, 0, "--limit-mm-per-prompt allows no image or video: no "
                                     "encoder pass")  # fmt: skip
-    modality = max(items, key=lambda m: items[m][0])
+    modality = max(items, key=lambda m: (items[m][0], m))
     tokens, patches = items[modality]
     budget = max(max_num_batched_tokens, tokens)
-    count = max(1, min(max_num_seqs * mm.count(modality), budget // tokens))
+    per_prompt = max(1, min(mm.count(modality), seq_len // tokens))
+    count = max(1, min(budget // tokens, max_num_seqs * per_prompt))
     vision = _vision(config)
-    qwen25 = str(config.get("model_type")) == "qwen2_5_vl"
-    width = int(vision.get("hidden_size" if qwen25 else "embed_dim", 1280))
-    heads = int(vision.get("num_heads", 16))
-    if qwen25:
-        mlp = 3 * width + 3 * int(vision.get("intermediate_size", 3420))
-    else:
-        mlp = 3 * width + 2 * width * int(vision.get("mlp_ratio", 4))
-    per_patch = max(ATTENTION_WIDTHS * width, mlp) * dtype_bytes
+    out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", 1280)))
     patch = int(vision.get("patch_size", 14))
     values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
         vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
-    per_patch += values * (4 + dtype_bytes)  # the pixel values: float32 and the cast copy
-    per_patch += (width // heads // 2) * 4  # the vision rotary table (float32)
-    out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", width)))
-    held = count * tokens * out_hidden * dtype_bytes
-    peak = count * patches * per_patch + held
+    outputs = count * tokens * out_hidden * dtype_bytes
+    pixels = count * patches * values * dtype_bytes
+    peak = count * patches * _per_patch_bytes(config, version, dtype_bytes)
     note = (f"multimodal profile: {count} dummy {modality}(s) of {tokens:,} tokens "
             f"({patches:,} patches) through the vision encoder, {peak / 2**30:.2f} GiB at its "
             "peak; --limit-mm-per-prompt, --mm-processor-kwargs max_pixels or "
             "--skip-mm-profiling change it")  # fmt: skip
-    return EncoderProfile(peak, held, note)
+    return EncoderProfile(peak, outputs + pixels, note)

@@ -40,7 +40,7 @@ from memacct.checks import check_batch_budget, check_fraction, check_int
 from memacct.engines.deployment import Deployment
 from memacct.engines.forward import ForwardPass
 from memacct.engines.trace import trace_peak
-from memacct.engines.vllm.multimodal import modelled as is_multimodal
+from memacct.engines.vllm.multimodal import has_encoder as is_multimodal
 from memacct.engines.vllm.releases import (
     ALLREDUCE_FUSION_SINCE,
     FLASHINFER_SAMPLER_DEFAULT_SINCE,
