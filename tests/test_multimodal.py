@@ -48,6 +48,21 @@ GEMMA3_4B: dict[str, Any] = {
                       "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14},
 }  # fmt: skip
 
+MISTRAL_SMALL_31: dict[str, Any] = {
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json (the Hub), the fields read.
+    "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+    "torch_dtype": "bfloat16", "spatial_merge_size": 2, "image_token_index": 10,
+    "text_config": {
+        "model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "num_hidden_layers": 40, "vocab_size": 131072, "max_position_embeddings": 131072,
+        "rope_theta": 1000000000.0, "sliding_window": None,
+    },
+    "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "image_size": 1540,
+                      "intermediate_size": 4096, "num_attention_heads": 16,
+                      "num_hidden_layers": 24, "patch_size": 14, "head_dim": 64},
+}  # fmt: skip
+
 VIDEO_PATCHES = 7 * 256 * 256  # 14 frames of 3584 x 3584: 7 temporal patches of 256 x 256
 PIXEL_BYTES = 3 * 2 * 14 * 14 * 2  # one patch's dummy pixel values in bfloat16
 
@@ -114,15 +129,30 @@ def test_qwen_vl_vision_towers_hold_what_transformers_builds() -> None:
 
 
 def test_a_multimodal_model_without_an_encoder_rule_says_so_in_the_plan() -> None:
-    plan = plan_offline(GEMMA3_4B, device="h100", max_model_len=8192)
-    notes = [n for n in plan.notes if "Gemma3ForConditionalGeneration" in n]
+    plan = plan_offline(MISTRAL_SMALL_31, device="h100", max_model_len=8192)
+    notes = [n for n in plan.notes if "Mistral3ForConditionalGeneration" in n]
     assert notes and "not modelled" in notes[0] and "upper bound" in notes[0]
     skip = Deployment(multimodal=Multimodal(skip_mm_profiling=True))
-    skipped = plan_offline(GEMMA3_4B, device="h100", max_model_len=8192, deployment=skip)
+    skipped = plan_offline(MISTRAL_SMALL_31, device="h100", max_model_len=8192, deployment=skip)
     assert not any("not modelled" in n for n in skipped.notes)
     assert any("--skip-mm-profiling" in n for n in skipped.notes)
     text = plan_offline(load_model_preset("llama-3.1-8b"), device="h100", max_model_len=8192)
     assert not any(n.startswith("multimodal") for n in text.notes)
+
+
+def test_gemma3_encodes_as_many_256_token_images_as_the_budget_holds() -> None:
+    # H100 defaults: budget max(8192, 256) -> 32 images of 64 x 64 SigLIP patches; the SigLIP
+    # MLP's 3 widths + 2 intermediate (3 x 1152 + 2 x 4304) beat the attention's 7 x 1152.
+    p = encoder_profile(GEMMA3_4B, Multimodal(), max_num_batched_tokens=8192,
+                        max_num_seqs=1024, max_model_len=8192, dtype_bytes=2)  # fmt: skip
+    assert p is not None
+    assert p.peak_bytes == 32 * 4096 * (3 * 1152 + 2 * 4304 + 3 * 14 * 14) * 2
+    assert p.held_bytes == 32 * 256 * 2560 * 2 + 32 * 4096 * 3 * 14 * 14 * 2
+    plain = plan_offline(GEMMA3_4B, device="h100", max_model_len=8192)
+    skip = Deployment(multimodal=Multimodal(skip_mm_profiling=True))
+    skipped = plan_offline(GEMMA3_4B, device="h100", max_model_len=8192, deployment=skip)
+    assert skipped.num_blocks > plain.num_blocks
+    assert any("32 dummy image(s) of 256 tokens" in n for n in plain.notes)
 
 
 def test_the_registry_marks_a_multimodal_architecture_without_a_tower_key() -> None:

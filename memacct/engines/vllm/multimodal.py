@@ -43,6 +43,10 @@ release's ``Qwen2_5_VisionAttention.forward`` allocates it (:func:`attention_wid
   widths) and ``gate_up`` plus the activation (3 intermediate widths; Qwen2-VL's ungated
   MLP 2); the rotary ``cos`` / ``sin`` (head_dim values in the model dtype).
 
+Gemma 3 (read off 0.33.0 ``gemma3_mm.py`` and ``siglip.py``): 256 tokens per image
+(``mm_tokens_per_image``), 64 x 64 SigLIP patches each, the SigLIP layer's working set
+(:func:`_gemma3_item`).
+
 Other multimodal families are planned without the encoder pass, and the plan says so
 (:func:`unmodelled_note`).
 """
@@ -77,7 +81,7 @@ DEFAULT_MIN_PIXELS = 3136
 MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
-_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
 _ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower",
                  "visual", "speech_config", "image_size")  # fmt: skip
 
@@ -93,7 +97,7 @@ class EncoderProfile:
 
 
 def modelled(config: Mapping[str, Any]) -> bool:
-    """Whether memacct models this config's encoder pass (Qwen2-VL and Qwen2.5-VL)."""
+    """Whether memacct models this config's encoder pass (Qwen2-VL, Qwen2.5-VL, Gemma 3)."""
     return str(config.get("model_type", "")) in _FAMILIES and isinstance(
         config.get("vision_config"), Mapping)  # fmt: skip
 
@@ -219,6 +223,61 @@ def _per_patch_bytes(config: Mapping[str, Any], version: tuple[int, int] | None,
     return per_patch + values * dtype_bytes
 
 
+@dataclass(frozen=True)
+class _Item:
+    """The largest dummy item of the profiled modality and what one patch of it costs."""
+
+    modality: str
+    tokens: int
+    patches: int
+    per_patch: int  # bytes at the encoder's peak, the dummy pixel values included
+    values: int  # pixel values per patch
+    out_hidden: int  # width of one encoder output token
+
+
+def _qwen_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
+               version: tuple[int, int] | None, dtype_bytes: int) -> _Item | None:  # fmt: skip
+    items = {m: item_tokens(config, mm, m, seq_len, version) for m in ("image", "video")
+             if mm.count(m) > 0}  # fmt: skip
+    if not items:
+        return None
+    modality = max(items, key=lambda m: (items[m][0], m))
+    vision = _vision(config)
+    patch = int(vision.get("patch_size", 14))
+    values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
+        vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
+    out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", 1280)))
+    per_patch = _per_patch_bytes(config, version, dtype_bytes)
+    return _Item(modality, *items[modality], per_patch, values, out_hidden)
+
+
+def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> _Item | None:
+    """Gemma 3 (vLLM 0.33 ``gemma3_mm.py``): ``mm_tokens_per_image`` (256) per crop, one crop
+    unless ``do_pan_and_scan`` (then ``pan_and_scan_max_num_crops`` + 1, 4 + 1 by default:
+    ``Gemma3ProcessingInfo.get_num_image_tokens``, ``get_image_size_with_most_features``);
+    each crop ``(image_size / patch_size)**2`` SigLIP patches. The SigLIP layer
+    (``siglip.py``, ``SiglipEncoderLayer``, ``SiglipAttention``, ``SiglipMLP``) holds per
+    patch the residual, ``layer_norm1``, ``qkv_proj`` (3), the attention output and
+    ``out_proj``: 7 widths; or the residual, ``layer_norm2`` and ``fc2``'s output (3 widths)
+    with ``fc1``'s output and its activation (2 intermediate widths)."""
+    if mm.count("image") <= 0:
+        return None
+    vision = _vision(config)
+    width = int(vision.get("hidden_size", 1152))
+    inner = int(vision.get("intermediate_size", 4304))
+    patch = int(vision.get("patch_size", 14))
+    side = int(vision.get("image_size", 896)) // patch
+    kwargs = mm.mm_processor_kwargs
+    crops = 1 + (int(kwargs.get("pan_and_scan_max_num_crops", 4))
+                 if kwargs.get("do_pan_and_scan") else 0)  # fmt: skip
+    tokens = crops * int(config.get("mm_tokens_per_image", 256))
+    values = int(vision.get("num_channels", 3)) * patch * patch
+    per_patch = (max(7 * width, 3 * width + 2 * inner) + values) * dtype_bytes
+    text = config.get("text_config")
+    out_hidden = int((text if isinstance(text, Mapping) else config).get("hidden_size", width))
+    return _Item("image", tokens, crops * side * side, per_patch, values, out_hidden)
+
+
 def encoder_profile(
     config: Mapping[str, Any], mm: Multimodal, *, max_num_batched_tokens: int,
     max_num_seqs: int, max_model_len: int | None, dtype_bytes: int,
@@ -236,27 +295,24 @@ def encoder_profile(
         )
     if not modelled(config):
         return EncoderProfile(0, 0, unmodelled_note(config)) if has_encoder(config) else None
-    seq_len = max_model_len or int(config.get("max_position_embeddings") or 32768)
-    items = {m: item_tokens(config, mm, m, seq_len, version) for m in ("image", "video")
-             if mm.count(m) > 0}  # fmt: skip
-    if not items:
+    text = config.get("text_config")
+    positions = (text if isinstance(text, Mapping) else config).get("max_position_embeddings")
+    seq_len = max_model_len or int(positions or 32768)
+    if str(config.get("model_type")) == "gemma3":
+        item = _gemma3_item(config, mm, dtype_bytes)
+    else:
+        item = _qwen_item(config, mm, seq_len, version, dtype_bytes)
+    if item is None:
         return EncoderProfile(0, 0, "--limit-mm-per-prompt allows no image or video: no "
                                     "encoder pass")  # fmt: skip
-    modality = max(items, key=lambda m: (items[m][0], m))
-    tokens, patches = items[modality]
-    budget = max(max_num_batched_tokens, tokens)
-    per_prompt = max(1, min(mm.count(modality), seq_len // tokens))
-    count = max(1, min(budget // tokens, max_num_seqs * per_prompt))
-    vision = _vision(config)
-    out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", 1280)))
-    patch = int(vision.get("patch_size", 14))
-    values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
-        vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
-    outputs = count * tokens * out_hidden * dtype_bytes
-    pixels = count * patches * values * dtype_bytes
-    peak = count * patches * _per_patch_bytes(config, version, dtype_bytes)
-    note = (f"multimodal profile: {count} dummy {modality}(s) of {tokens:,} tokens "
-            f"({patches:,} patches) through the vision encoder, {peak / 2**30:.2f} GiB at its "
-            "peak; --limit-mm-per-prompt, --mm-processor-kwargs max_pixels or "
-            "--skip-mm-profiling change it")  # fmt: skip
+    budget = max(max_num_batched_tokens, item.tokens)
+    per_prompt = max(1, min(mm.count(item.modality), seq_len // item.tokens))
+    count = max(1, min(budget // item.tokens, max_num_seqs * per_prompt))
+    outputs = count * item.tokens * item.out_hidden * dtype_bytes
+    pixels = count * item.patches * item.values * dtype_bytes
+    peak = count * item.patches * item.per_patch
+    note = (f"multimodal profile: {count} dummy {item.modality}(s) of {item.tokens:,} tokens "
+            f"({item.patches:,} patches) through the vision encoder, {peak / 2**30:.2f} GiB at "
+            "its peak; --limit-mm-per-prompt, --mm-processor-kwargs or --skip-mm-profiling "
+            "change it")  # fmt: skip
     return EncoderProfile(peak, outputs + pixels, note)
