@@ -45,7 +45,8 @@ GEMMA3_4B: dict[str, Any] = {
     },
     "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
                       "image_size": 896, "intermediate_size": 4304,
-                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14},
+                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
+                      "vision_use_head": False},
 }  # fmt: skip
 
 MISTRAL_SMALL_31: dict[str, Any] = {

@@ -82,8 +82,8 @@ MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
-_ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower",
-                 "visual", "speech_config", "image_size")  # fmt: skip
+_ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "visual",
+                 "speech_config")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def modelled(config: Mapping[str, Any]) -> bool:
 def has_encoder(config: Mapping[str, Any]) -> bool:
     """Whether the config carries a vision or audio tower (a key of :data:`_ENCODER_KEYS`),
     or its architecture is in vLLM 0.33's multimodal registry table."""
-    if any(config.get(key) is not None for key in _ENCODER_KEYS if key != "image_size"):
+    if any(config.get(key) is not None for key in _ENCODER_KEYS):
         return True
     from memacct.planner.arch_rules import registry
 
