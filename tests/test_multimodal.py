@@ -137,6 +137,9 @@ def test_a_multimodal_model_without_an_encoder_rule_says_so_in_the_plan() -> Non
     skipped = plan_offline(MISTRAL_SMALL_31, device="h100", max_model_len=8192, deployment=skip)
     assert not any("not modelled" in n for n in skipped.notes)
     assert any("--skip-mm-profiling" in n for n in skipped.notes)
+    none = Deployment(multimodal=Multimodal(limit_mm_per_prompt={"image": 0}))
+    zeroed = plan_offline(MISTRAL_SMALL_31, device="h100", max_model_len=8192, deployment=none)
+    assert any("allows no image item: no encoder pass" in n for n in zeroed.notes)
     text = plan_offline(load_model_preset("llama-3.1-8b"), device="h100", max_model_len=8192)
     assert not any(n.startswith("multimodal") for n in text.notes)
 

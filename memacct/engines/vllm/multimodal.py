@@ -294,7 +294,15 @@ def encoder_profile(
             "(an image or video at serving time may run out of memory)",
         )
     if not modelled(config):
-        return EncoderProfile(0, 0, unmodelled_note(config)) if has_encoder(config) else None
+        if not has_encoder(config):
+            return None
+        listed = sorted(mm.limit_mm_per_prompt)
+        if listed and all(mm.count(m) == 0 for m in listed):
+            note = (f"--limit-mm-per-prompt allows no {', '.join(listed)} item: no encoder "
+                    "pass for those (a modality not listed would still be profiled, not "
+                    "modelled)")  # fmt: skip
+            return EncoderProfile(0, 0, note)
+        return EncoderProfile(0, 0, unmodelled_note(config))
     text = config.get("text_config")
     positions = (text if isinstance(text, Mapping) else config).get("max_position_embeddings")
     seq_len = max_model_len or int(positions or 32768)
