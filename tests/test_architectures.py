@@ -18,7 +18,7 @@ import pytest
 
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
-from memacct.errors import ConfigError
+from memacct.errors import ConfigError, InvalidInputError
 from memacct.planner import KVCacheSpec
 from memacct.planner.config import ModelConfig
 from memacct.planner.layers import FullAttention, Mamba1State, Mamba2State, SlidingWindow
@@ -285,7 +285,9 @@ def test_minimax_lightning_layers_keep_a_heads_x_d_x_d_state() -> None:
     assert spec.bytes_per_token == 2 * 2 * 128 * 2
 
 
-def test_zamba2_hybrid_layers_add_attention_and_keep_one_state_block() -> None:
+def test_zamba2_hybrid_layers_add_attention_and_keep_prefix_caching_states() -> None:
+    """vLLM 0.33 keeps Mamba prefix caching on for Zamba2 too (3 state blocks per request,
+    golden table vllm-0.33-new-archs.json), and refuses pipeline parallelism for it."""
     types = ["mamba", "mamba", "hybrid", "mamba", "mamba", "hybrid"]
     zamba = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
              "hidden_size": 2560, "num_hidden_layers": 6, "num_attention_heads": 32,
@@ -299,7 +301,9 @@ def test_zamba2_hybrid_layers_add_attention_and_keep_one_state_block() -> None:
     assert (full.kv_heads, full.head_size) == (16, 160)
     state = next(x for x in spec.layers if isinstance(x, Mamba2State))
     assert state.state_bytes == ((5120 + 2 * 2 * 64) // 2 * 3 + 80 // 2 * 64 * 64) * 2
-    assert state.blocks_per_request(8192, 0, 16, prefix_caching=True) == 1
+    assert state.blocks_per_request(8192, 0, 16, prefix_caching=True) == 3
+    with pytest.raises(InvalidInputError, match="Zamba2ForCausalLM.*pipeline parallelism"):
+        KVCacheSpec.from_hf_config(zamba, pipeline_parallel_size=2)
 
 
 def test_a_language_model_in_llm_config_is_read_by_its_model_type() -> None:
@@ -342,3 +346,18 @@ def test_kimi_linear_kda_layers_and_mla_layers() -> None:
     assert spec.layers[0].state_kind == "kda"
     assert spec.layers[0].state_bytes == 3 * 32 * 128 // 2 * 3 * 2 + 16 * 128 * 128 * 4
     assert spec.bytes_per_token == (512 + 64) * 2
+
+
+def test_nemotron_h_reads_transformers_5_layers_block_type() -> None:
+    """transformers 5 writes layers_block_type (its NemotronHConfig derives the pattern
+    nemotron_h.py reads from it)."""
+    nemotron = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+                "hidden_size": 2688, "num_hidden_layers": 4, "num_attention_heads": 32,
+                "num_key_value_heads": 2, "head_dim": 128, "mamba_num_heads": 64,
+                "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+                "torch_dtype": "bfloat16",
+                "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"]}
+    spec = KVCacheSpec.from_hf_config(nemotron)
+    assert [x.kind for x in spec.layers if x.has_cache] == ["mamba", "full"]
+    with pytest.raises(ConfigError, match="layers_block_type"):
+        KVCacheSpec.from_hf_config({**nemotron, "layers_block_type": ["conv"] * 4})

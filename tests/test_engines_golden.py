@@ -19,7 +19,7 @@ import pytest
 
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
-from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.errors import ConfigError, InsufficientMemoryError, InvalidInputError
 from memacct.planner import KVCacheSpec, model_presets
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -31,20 +31,25 @@ def table(name: str) -> dict[str, Any]:
     return data
 
 
+ROOT = Path(__file__).parent.parent
+NEW_ARCHS = "vllm-0.33-new-archs.json"
+
+
 @cache
-def spec(model: str, kv: str, tp: int, pp: int) -> KVCacheSpec:
+def spec(model: str, kv: str, tp: int, pp: int, config: str | None = None) -> KVCacheSpec:
     kwargs: dict[str, Any] = {
         "kv_cache_dtype": kv, "tensor_parallel_size": tp, "pipeline_parallel_size": pp}
-    if model in model_presets():
+    if config is None and model in model_presets():
         return KVCacheSpec.from_preset(model, **kwargs)
-    return KVCacheSpec.from_hf_config(GOLDEN / "models" / f"{model}.json", model_name=model,
-                                      **kwargs)
+    path = ROOT / config if config else GOLDEN / "models" / f"{model}.json"
+    return KVCacheSpec.from_hf_config(path, model_name=model, **kwargs)
 
 
-def mismatch(row: dict[str, Any]) -> str | None:
-    """Why memacct disagrees with the row, or None."""
+def mismatch(row: dict[str, Any], config: str | None = None) -> str | None:
+    """Why memacct disagrees with the row, or None (``config``: the row's config file,
+    for models outside the presets)."""
     args = (row["model"], row["kv_cache_dtype"], row["tensor_parallel_size"],
-            row["pipeline_parallel_size"])
+            row["pipeline_parallel_size"], config)
     settings = KVSettings(
         block_size=row["block_size"], max_model_len=row["max_model_len"],
         max_num_batched_tokens=row["max_num_batched_tokens"],
@@ -81,6 +86,49 @@ def test_every_golden_row_agrees_with_vllm(name: str) -> None:
     rows = [row for row in table(name)["rows"] if "skipped" not in row]
     failures = [(row, why) for row in rows if (why := mismatch(row)) is not None]
     assert not failures, f"{len(failures)} of {len(rows)} rows disagree, first: {failures[:3]}"
+
+
+def new_arch_outcomes() -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]],
+                                 list[tuple[dict[str, Any], str]]]:
+    """The new-architecture rows memacct matches, refuses (naming the architecture) and
+    gets wrong."""
+    data = table(NEW_ARCHS)
+    exact: list[dict[str, Any]] = []
+    refused: list[tuple[dict[str, Any], str]] = []
+    wrong: list[tuple[dict[str, Any], str]] = []
+    for row in data["rows"]:
+        if "skipped" in row:
+            continue
+        config = data["models"][row["model"]]
+        try:
+            why = mismatch(row, config)
+        except ConfigError as exc:
+            arch = json.loads((ROOT / config).read_text()).get("architectures", ["?"])[0]
+            (refused if arch in str(exc) else wrong).append((row, str(exc)))
+            continue
+        if why is None:
+            exact.append(row)
+        else:
+            wrong.append((row, why))
+    return exact, refused, wrong
+
+
+def test_new_architectures_are_exact_or_refused_naming_the_architecture() -> None:
+    """Golden rows of architectures memacct was not tuned to (tools/golden_new_archs.py):
+    no row silently wrong, at least 90% exact."""
+    exact, refused, wrong = new_arch_outcomes()
+    total = len(exact) + len(refused) + len(wrong)
+    assert total > 300
+    assert not wrong, f"{len(wrong)} of {total} rows wrong, first: {wrong[:3]}"
+    assert len(exact) >= 0.9 * total, f"{len(exact)} of {total} exact, refused: {refused[:3]}"
+
+
+def test_new_architecture_table_names_versions_and_sources() -> None:
+    data = table(NEW_ARCHS)
+    assert data["versions"]["vllm"].startswith("0.33")
+    assert set(data["models"]) <= set(data["sources"]), "every config names its source"
+    assert not set(data["models"]) & set(model_presets())
+    assert len({r["model"] for r in data["rows"]}) >= 30
 
 
 def test_golden_tables_name_their_vllm_version_and_cover_every_preset() -> None:

@@ -34,3 +34,21 @@ def write_table(table: dict[str, Any], out: Path) -> None:
     text = json.dumps(table, separators=(",", ":")).replace('},{"model"', '},\n{"model"')
     out.write_text(text + "\n")
     print(f"wrote {out}: {len(table['rows'])} rows")
+
+
+def rejection(cfg: dict[str, Any], tp: int, pp: int) -> str | None:
+    heads = cfg.get("num_attention_heads") or 0
+    if heads and heads % tp:
+        return f"num_attention_heads {heads} not divisible by tensor_parallel_size {tp}"
+    kv = cfg.get("num_key_value_heads") or heads
+    if kv and not cfg.get("kv_lora_rank"):
+        if kv >= tp and kv % tp:
+            return f"num_key_value_heads {kv} not divisible by tensor_parallel_size {tp}"
+        if kv < tp and tp % kv:
+            return f"tensor_parallel_size {tp} not a multiple of num_key_value_heads {kv}"
+    for key in ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads"):
+        if cfg.get(key) and cfg[key] % tp:
+            return f"{key} {cfg[key]} not divisible by tensor_parallel_size {tp}"
+    if pp > cfg["num_hidden_layers"]:
+        return "more pipeline stages than layers"
+    return None

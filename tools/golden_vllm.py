@@ -55,7 +55,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from golden_tables import merge_tables, write_table
+from golden_tables import merge_tables, rejection, write_table
 from golden_vllm_standins import (
     emulate_h100,
     meta_values,
@@ -220,6 +220,9 @@ _SPECS: dict[tuple[str, int, str, int], list[tuple[int, Any, str | None]]] = {}
 # The model class vLLM's registry resolved for each config (its JSON): a Transformers
 # backend class where vLLM 0.33 runs the architecture through transformers.
 CLASSES: dict[str, str] = {}
+# Whether the class supports pipeline parallelism (ModelConfig.verify_with_parallel_config
+# refuses more than one stage otherwise).
+PP_SUPPORTED: dict[str, bool] = {}
 
 
 def model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
@@ -263,7 +266,11 @@ def build_model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
                           tensor_parallel_size=tp)
         vllm_config = args.create_engine_config()
         model_cls, _ = get_model_architecture(vllm_config.model_config)
-        CLASSES[json.dumps(raw, sort_keys=True)] = f"{model_cls.__module__}.{model_cls.__name__}"
+        key = json.dumps(raw, sort_keys=True)
+        CLASSES[key] = f"{model_cls.__module__}.{model_cls.__name__}"
+        model_config = vllm_config.model_config
+        PP_SUPPORTED[key] = model_config.registry.is_pp_supported_model(
+            model_config.architectures, model_config)
         # The Transformers backend puts the parameters it makes on the device's type.
         vllm_config.device_config.device = torch.device("meta")
         # As BaseModelLoader.load_model builds it, on the meta device.
@@ -369,24 +376,6 @@ def align_hybrid_block_size(states: list[tuple[Any, str | None]], attn_1: int,
     return block, (page if page != mamba_page else None)
 
 
-def rejection(cfg: dict[str, Any], tp: int, pp: int) -> str | None:
-    heads = cfg.get("num_attention_heads") or 0
-    if heads and heads % tp:
-        return f"num_attention_heads {heads} not divisible by tensor_parallel_size {tp}"
-    kv = cfg.get("num_key_value_heads") or heads
-    if kv and not cfg.get("kv_lora_rank"):
-        if kv >= tp and kv % tp:
-            return f"num_key_value_heads {kv} not divisible by tensor_parallel_size {tp}"
-        if kv < tp and tp % kv:
-            return f"tensor_parallel_size {tp} not a multiple of num_key_value_heads {kv}"
-    for key in ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads"):
-        if cfg.get(key) and cfg[key] % tp:
-            return f"{key} {cfg[key]} not divisible by tensor_parallel_size {tp}"
-    if pp > cfg["num_hidden_layers"]:
-        return "more pipeline stages than layers"
-    return None
-
-
 _REFUSALS = ("To serve at least one request", "No available memory for the cache blocks",
              "Cannot auto-fit max_model_len")
 _ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
@@ -406,6 +395,10 @@ def run_row(v: dict[str, Any], raw: dict[str, Any], cfg: dict[str, Any],
         if "derived max_model_len" in str(exc):
             return {"skipped": "max_model_len over the model's own limit (vLLM refuses it)"}
         return {"resolved_kv_cache_dtype": cache_dtype, "error": str(exc)[:300]}
+    if pp > 1 and not PP_SUPPORTED.get(json.dumps(raw, sort_keys=True), True):
+        return {"resolved_kv_cache_dtype": cache_dtype,
+                "error": "Pipeline parallelism is not supported for this model "
+                         "(vllm/config/model.py, verify_with_parallel_config)"}
     specs = build_specs(v, found, num_layers=cfg["num_hidden_layers"], pp=pp,
                         block=row["block_size"])
     vc = fake_config(v, max_model_len=row["max_model_len"], tp=tp, pp=pp,

@@ -57,6 +57,9 @@ class Rule:
         prefix_caching: whether the model supports Mamba prefix caching
             (``SupportsMambaPrefixCaching``); without it vLLM turns prefix caching
             off and a state keeps one block.
+        pipeline_parallel: whether the model class supports pipeline parallelism
+            (``SupportsPP``); vLLM refuses more than one stage otherwise
+            (``ModelConfig.verify_with_parallel_config``).
     """
 
     layout: str
@@ -66,6 +69,7 @@ class Rule:
     note: str = ""
     refuse_if: str | None = None
     prefix_caching: bool = True
+    pipeline_parallel: bool = True
 
 
 _MODELS = "vllm/model_executor/models"
@@ -131,12 +135,13 @@ RULES: dict[str, Rule] = {
         "minimax", "minimax_text_01", "MiniMaxText01Config (attn_type_list)", "attn_type_list",
         note="lightning-attention states sized (linear_attention_state_shape); the state "
              "blocks a request keeps under prefix caching are not checked against vLLM"),
-    # zamba2.py: a Mamba2 mixer in every layer, its own KV cache in each hybrid layer;
-    # Zamba2ForCausalLM does not support Mamba prefix caching.
+    # zamba2.py: a Mamba2 mixer in every layer, its own KV cache in each hybrid layer.
+    # vLLM 0.33 keeps Mamba prefix caching on for every hybrid (MambaModelConfig in
+    # vllm/model_executor/models/config.py sets mamba_cache_mode "align" whenever prefix
+    # caching is on; SupportsMambaPrefixCaching no longer gates it).
     "zamba2": Rule("zamba2", "exact", f"{_MODELS}/zamba2.py, {_MAMBA}; transformers "
                    f"Zamba2Config", frozenset({"layers_block_type", "n_mamba_heads"}),
-                   prefix_caching=False),
-    # Lfm2ForCausalLM does not declare SupportsMambaPrefixCaching: one state block.
+                   pipeline_parallel=False),
     "kimi_linear": _state(
         "kimi_linear", "kimi_linear", "KimiLinearConfig (is_kda_layer)", "linear_attn_config",
         note="KDA states sized by kda_state_shape (conv of q, k, v; fp32 recurrent state); "
@@ -153,6 +158,8 @@ RULES: dict[str, Rule] = {
         "transformers' config class"),
 }
 
+# Gemma3nForCausalLM does not declare SupportsPP in vLLM 0.33 (gemma3n.py).
+RULES["gemma3n"] = replace(RULES["gemma3n"], pipeline_parallel=False)
 # Modules vLLM 0.33 renamed or moved, read by the rule of the module they came from.
 RULES["mistral"] = replace(RULES["llama"], source=f"{_MODELS}/mistral.py; transformers' config "
                                                   f"class")

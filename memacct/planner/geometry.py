@@ -240,6 +240,12 @@ def spec_fields(
     ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
     """
     rule = resolve_rule(cfg, assume_full_attention=assume_full_attention)
+    if pp > 1 and not rule.pipeline_parallel:
+        raise InvalidInputError(
+            f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} does not "
+            f"support pipeline parallelism in vLLM (its model class is not SupportsPP, "
+            f"{rule.source.split(',')[0]}): use pipeline_parallel_size 1"
+        )
     num_layers = cfg.required(_LAYER_KEYS, _MAX_LAYERS)
     num_heads = cfg.required(_HEAD_KEYS, _MAX_HEADS)
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
