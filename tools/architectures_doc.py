@@ -87,9 +87,12 @@ head_dim x head_dim` (MiniMax-Text-01, `attn_type_list`); Kimi delta attention
 heads x head_dim / tp x (kernel - 1)` and an fp32 `heads / tp x head_dim x
 head_dim`; Zamba2 keeps a Mamba-2 state in every layer and a KV cache of all
 its heads in each `hybrid` layer (`zamba2.py`). A state keeps 3 blocks per
-request with prefix caching (vLLM's `mamba_cache_mode` "align") when the model
-declares `SupportsMambaPrefixCaching`, else 1 (Zamba2, LFM2). A rule may refuse
-a config that sets a field it does not model (HunYuan's `use_cla`).
+request with prefix caching: vLLM 0.33 sets `mamba_cache_mode` "align" for
+every hybrid when prefix caching is on (`MambaModelConfig` in
+`vllm/model_executor/models/config.py`; `SupportsMambaPrefixCaching` no longer
+gates it, Zamba2 and LFM2 included). Zamba2 and Gemma-3n refuse more than one
+pipeline stage (not `SupportsPP`, `ModelConfig.verify_with_parallel_config`). A
+rule may refuse a config that sets a field it does not model.
 MiMo-V2-Flash's sliding layers (`hybrid_layer_pattern[i] == 1`) use
 `swa_num_key_value_heads`, `swa_head_dim` and `swa_v_head_dim`, its full layers
 `num_key_value_heads`, `head_dim` and `v_head_dim` (`mimo_v2_flash.py`). The

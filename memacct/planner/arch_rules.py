@@ -146,10 +146,10 @@ RULES: dict[str, Rule] = {
         "kimi_linear", "kimi_linear", "KimiLinearConfig (is_kda_layer)", "linear_attn_config",
         note="KDA states sized by kda_state_shape (conv of q, k, v; fp32 recurrent state); "
              "the model file's call and its prefix-caching support are not checked"),
-    "lfm2": replace(_state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
-                    prefix_caching=False),
-    "lfm2_moe": replace(_state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
-                        prefix_caching=False),
+    # LFM2 keeps its short-convolution states under prefix caching too (vLLM 0.33's
+    # MambaModelConfig: mamba_cache_mode "align" whenever prefix caching is on).
+    "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
+    "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
     # vLLM 0.33 runs these architectures through its Transformers backend
     # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
     "transformers": Rule(
