@@ -678,7 +678,11 @@ def test_nemotron_h_pattern_gives_mamba_attention_and_cacheless_layers() -> None
     config = nemotron_h("M-M*-E", ssm_state_size=128, n_groups=2)
     spec = KVCacheSpec.from_hf_config(config)
     assert [x.kind for x in spec.layers] == ["mamba", "none", "mamba", "full", "none", "none"]
-    assert spec.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 2
+    # The SSM state is float32 unless the config names a dtype (vLLM 0.33's
+    # NemotronHForCausalLMConfig); the conv state keeps the model dtype.
+    assert spec.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 4
+    bf16 = KVCacheSpec.from_hf_config(config | {"mamba_ssm_cache_dtype": "bfloat16"})
+    assert bf16.layers[0].state_bytes == (1024 + 2 * 2 * 128) * 3 * 2 + 16 * 64 * 128 * 2
     assert spec.bytes_per_token == 2 * 2 * 64 * 2
     with pytest.raises(ConfigError, match="hybrid_override_pattern"):
         KVCacheSpec.from_hf_config(config | {"hybrid_override_pattern": "M*"})

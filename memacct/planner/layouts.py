@@ -283,8 +283,13 @@ class Geometry:
 
 
 def ssm_dtype_bytes(cfg: ModelConfig, model_bytes: int) -> int:
-    """The recurrent state's bytes: ``mamba_ssm_dtype`` when written, else the model dtype."""
+    """The recurrent state's bytes: ``mamba_ssm_dtype`` when written, else the model dtype
+    (Nemotron-H: float32)."""
     name = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
+    if name is None and cfg.model_type == "nemotron_h":
+        # vLLM 0.33's NemotronHForCausalLMConfig (vllm/model_executor/models/config.py):
+        # the SSM cache is float32 unless the config names another dtype.
+        name = "float32"
     if isinstance(name, str):
         key = _DTYPE_ALIASES.get(name.lower().removeprefix("torch."), name.lower())
         return _KV_DTYPES.get(key, model_bytes)
