@@ -80,8 +80,8 @@ def check_kv_cache_dtype_name(engine: str, kv_cache_dtype: str) -> str:
     if allowed is None or kv_cache_dtype in allowed:
         return kv_cache_dtype
     kv_dtype_bytes(kv_cache_dtype)  # a name memacct does not know at all: that error first
-    hint = (" (vLLM stores the KV cache in float32 only for a model run in float32: "
-            "--dtype float32 with --kv-cache-dtype auto)"
+    hint = (" (vLLM keeps a float32 KV cache only for a model served in float32, "
+            "--dtype float32, which memacct does not plan)"
             if kv_cache_dtype.lower() in ("float32", "fp32", "float") else "")  # fmt: skip
     raise InvalidInputError(
         f"kv_cache_dtype {kv_cache_dtype!r} is not one {engine} accepts{hint}: give one "
