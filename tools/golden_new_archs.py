@@ -64,14 +64,21 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 # Keys a class's defaults leave out that its published checkpoint sets.
 FIXES: dict[str, dict[str, Any]] = {
     "glm-4.5": {"head_dim": 128},
-    "minimax-m2": {"rotary_dim": 64},
+    "minimax-m2": {"rotary_dim": 64, "scoring_func": "sigmoid"},
+    "hunyuan-7b": {"head_dim": 128},
+    "hunyuan-a13b": {"head_dim": 128},
     "lfm2-1.2b": {"block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256,
                   "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True},
 }
 FIX_SOURCES = {
     "glm-4.5": "head_dim 128 from zai-org/GLM-4.5's config.json (Glm4MoeConfig has no "
                "head_dim default)",
-    "minimax-m2": "rotary_dim 64 from MiniMaxAI/MiniMax-M2's config.json (no class default)",
+    "minimax-m2": "rotary_dim 64 and scoring_func sigmoid from MiniMaxAI/MiniMax-M2's "
+                  "config.json (no class defaults)",
+    "hunyuan-7b": "head_dim 128 from tencent/Hunyuan-7B-Instruct's config.json (the class "
+                  "default is None)",
+    "hunyuan-a13b": "head_dim 128 from tencent/Hunyuan-A13B-Instruct's config.json (the class "
+                    "default is None)",
     "lfm2-1.2b": "block_* sizes from LiquidAI/LFM2-1.2B's config.json (vLLM's lfm2.py reads "
                  "them; Lfm2Config has none)",
 }

