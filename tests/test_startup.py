@@ -14,12 +14,12 @@ from memacct.engines.sglang.startup import (
     prefill_graph_sizes,
 )
 from memacct.engines.sglang.startup import STARTUP as SGLANG
+from memacct.engines.vllm.releases import default_sampler
 from memacct.engines.vllm.startup import STARTUP as VLLM
 from memacct.engines.vllm.startup import (
     StartupSettings,
     batch_defaults,
     capture_sizes,
-    default_sampler,
     full_capture_sizes,
 )
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
@@ -52,11 +52,11 @@ def test_capture_sizes_stop_at_twice_the_sequences_or_512() -> None:
 
 def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> None:
     config = load_model_preset("llama-3.1-70b")
-    old = {"engine_version": "0.11.0"}
-    one = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                        settings=StartupSettings(tensor_parallel_size=4, **old))  # fmt: skip
-    two = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                        settings=StartupSettings(tensor_parallel_size=8, **old))  # fmt: skip
+    one, two = (
+        VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
+                      settings=StartupSettings(tensor_parallel_size=tp, engine_version="0.11.0"))
+        for tp in (4, 8)
+    )  # fmt: skip
     # 1024 rows x 128256 logits x 38 bytes, on every rank.
     assert one.activation_peak == pytest.approx(1024 * 128256 * 38, rel=0.03)
     assert two.activation_peak == pytest.approx(one.activation_peak, rel=0.01)
@@ -304,7 +304,7 @@ def test_weights_that_do_not_fit_still_ask_for_more_ranks() -> None:
 
 
 def test_non_torch_growth_follows_release_tp_and_device() -> None:
-    from memacct.engines.vllm.startup import (
+    from memacct.engines.vllm.releases import (
         NON_TORCH_TP1_BYTES,
         NON_TORCH_TP1_BYTES_0_18,
         NON_TORCH_TP_BYTES,

@@ -101,7 +101,7 @@ Ascend backend is not modelled. An engine not listed is not checked."""
 
 
 def _release(text: str) -> tuple[int, int] | None:
-    from memacct.engines.vllm.startup import parse_version
+    from memacct.engines.vllm.releases import parse_version
 
     return parse_version(text)
 

@@ -171,7 +171,8 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     from memacct.devices import check_quantization
     from memacct.engines import get_engine
     from memacct.engines.deployment import serve_deployment
-    from memacct.engines.vllm.startup import check_sampler, serving_kv_cache_dtype
+    from memacct.engines.vllm.releases import check_sampler
+    from memacct.engines.vllm.startup import serving_kv_cache_dtype
     from memacct.planner.plan import plan_kv_cache
     from memacct.planner.weights import estimate_weights
 

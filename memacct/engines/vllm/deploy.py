@@ -168,11 +168,11 @@ def _adjust(
     s: StartupSettings, d: Deployment, *, first: bool, last: bool, layer_share: float,
 ) -> StartupEstimate:  # fmt: skip
     """The activation and graph terms of one stage's rank under ``d``."""
+    from memacct.engines.vllm.releases import parse_version
     from memacct.engines.vllm.startup import (
         GRAPH_BYTES_PER_LAYER_WIDTH,
         capture_sizes,
         full_capture_sizes,
-        parse_version,
     )
 
     tokens, seqs = est.max_num_batched_tokens, est.max_num_seqs

@@ -1,7 +1,7 @@
 """vLLM's rules that changed between releases: the dummy sampler's top-k/top-p path, the
 non-torch growth after vLLM's baseline snapshot, and the release number itself.
 
-Split from :mod:`memacct.engines.vllm.startup`, which re-exports every name; sources and
+Split from :mod:`memacct.engines.vllm.startup`; importers take these names from here. Sources and
 measurements of each constant are in its docstring and in docs/engines.md.
 """
 

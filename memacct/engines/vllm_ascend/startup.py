@@ -13,7 +13,8 @@ float32 next to the model-dtype logits. The defaults come from vLLM's
 
 from __future__ import annotations
 
-from memacct.engines.vllm.startup import NON_TORCH_TP_BYTES, VllmStartup
+from memacct.engines.vllm.releases import NON_TORCH_TP_BYTES
+from memacct.engines.vllm.startup import VllmStartup
 from memacct.units import GiB
 
 __all__ = ["STARTUP", "VllmAscendStartup"]
