@@ -25,7 +25,6 @@ __all__ = [
     "AUTO_MARGIN",
     "AUTO_MEDIAN_EFFICIENCY",
     "AUTO_MIN_EFFICIENCY",
-    "AUTO_WITHIN_MARGIN_SHARE",
     "FIXED_TRUTH_SOURCES",
     "TRUTH_SOURCES",
     "BenchRow",
@@ -45,8 +44,7 @@ FIXED_TRUTH_SOURCES: tuple[str, ...] = ("allocated_peak", "reserved")
 # The must-show margins: auto may trail the better safe fixed truth source by at most this much.
 AUTO_MARGIN = 0.005
 AUTO_MIN_EFFICIENCY = 0.97
-AUTO_MEDIAN_EFFICIENCY = 0.99
-AUTO_WITHIN_MARGIN_SHARE = 0.99
+AUTO_MEDIAN_EFFICIENCY = 0.995
 
 _FROZEN = FROZEN
 
@@ -223,7 +221,13 @@ def _gib(n: int) -> str:
 def checks(
     rows: Sequence[BenchRow], summaries: Sequence[TruthSourceSummary]
 ) -> list[tuple[str, bool]]:
-    """The targets of issue 12 and whether this set meets each."""
+    """The targets (issue 23's restatement) and whether this set meets each.
+
+    The share of scenarios where auto is within :data:`AUTO_MARGIN` of the best safe fixed
+    truth source is a figure, not a target (:func:`margin_figure`): a truth source that does
+    not see the serving mix cannot reach the best safe fixed one everywhere (the twin
+    scenarios with one profile and two safe limits show it).
+    """
     auto = next((s for s in summaries if s.truth_source == "auto"), None)
     if auto is None:
         return []
@@ -235,17 +239,23 @@ def checks(
             auto.efficiency_median >= AUTO_MEDIAN_EFFICIENCY,
         ),
         (
-            f"auto: at least the best fixed truth source without OOM minus {AUTO_MARGIN} on "
-            f">= {AUTO_WITHIN_MARGIN_SHARE:.0%} of scenarios ({auto.within_margin_share:.1%}; "
-            f"{len(auto.behind_best_safe)} behind)",
-            auto.within_margin_share >= AUTO_WITHIN_MARGIN_SHARE,
-        ),
-        (
             f"auto: >= {AUTO_MIN_EFFICIENCY} wherever a fixed truth source reaches it without "
             f"OOM ({len(auto.below_reachable)} below)",
             not auto.below_reachable,
         ),
     ]
+
+
+def margin_figure(summaries: Sequence[TruthSourceSummary]) -> str | None:
+    """The share of scenarios where auto is within :data:`AUTO_MARGIN` of the best safe
+    fixed truth source, as a sentence (a figure, not a target)."""
+    auto = next((s for s in summaries if s.truth_source == "auto"), None)
+    if auto is None:
+        return None
+    return (
+        f"Figure: auto is within {AUTO_MARGIN} of the best fixed truth source without OOM on "
+        f"{auto.within_margin_share:.1%} of scenarios ({len(auto.behind_best_safe)} behind)."
+    )
 
 
 _INTRO = (
@@ -284,6 +294,9 @@ def _section_lines(section: BenchSection, level: str = "##") -> list[str]:
     if found:
         lines += ["", "Targets:", ""]
         lines += [f"- [{'x' if ok else ' '}] {text}" for text, ok in found]
+        figure = margin_figure(summaries)
+        if figure is not None:
+            lines += ["", figure]
     table = _by_scenario(rows)
     listed = (
         rows
