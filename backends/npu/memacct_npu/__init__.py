@@ -179,12 +179,6 @@ class AscendBackend(TorchLikeBackend):
             return True
         return isinstance(exc, RuntimeError) and str(exc).startswith("NPU out of memory")
 
-    def is_out_of_memory(self, exc: BaseException) -> bool:
-        """torch.OutOfMemoryError; older torch_npu raised RuntimeError("NPU out of memory ...")."""
-        if super().is_out_of_memory(exc):
-            return True
-        return isinstance(exc, RuntimeError) and str(exc).startswith("NPU out of memory")
-
     @classmethod
     def availability(cls) -> Availability:
         """Whether torch_npu is installed and the machine has an NPU, told without importing it.
