@@ -65,8 +65,8 @@ def test_the_cuda_and_npu_backends_name_their_models(monkeypatch: pytest.MonkeyP
     ascend = SimDevice("ascend-910b-64gb", allocator="npu")
     assert npu.AscendBackend(ascend.api).allocator_model == PresetModel("npu")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    assert (
-        cuda.CudaBackend(dev.api, attribution=False).allocator_model == PresetModel("torch-cuda-expandable")
+    assert cuda.CudaBackend(dev.api, attribution=False).allocator_model == PresetModel(
+        "torch-cuda-expandable"
     )
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
     assert cuda.CudaBackend(dev.api, attribution=False).allocator_model is None

@@ -78,7 +78,7 @@ def test_listing_backends_imports_no_framework(infos: dict[str, memacct.BackendI
         " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    names, imported = (out.stdout.splitlines() + [""])[:2]
+    names, imported = ([*out.stdout.splitlines(), ""])[:2]
     assert all(f"'{name}'" in names for name in PLUGINS), names
     assert imported == ""
 

@@ -11,7 +11,6 @@ from _harness import simulate_engine_start, workload_from_config
 import memacct
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
-from memacct.sim.allocator import PresetModel
 from memacct.replay import (
     RUN_STEPS,
     RUNS,
@@ -24,6 +23,7 @@ from memacct.replay import (
     serving_shapes,
     shape_grid,
 )
+from memacct.sim.allocator import PresetModel
 
 
 @cache
@@ -68,7 +68,9 @@ def test_the_simulated_engine_profiles_auto_with_a_replay() -> None:
 
 def test_a_fixed_truth_source_runs_no_replay() -> None:
     start = simulate_engine_start(
-        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32,
+        load_model_preset("qwen2.5-7b"),
+        max_num_batched_tokens=1024,
+        max_num_seqs=32,
         truth_source="reserved",
     )
     assert "replay" not in start.result.truth_source_reason
@@ -97,10 +99,13 @@ def test_cache_ends_spread_over_one_page_and_the_replay_takes_the_worst() -> Non
     work = small()
     kv = 6 * 2**30
     ends = cache_ends_over(20 * 2**20)
-    each = [replay_need(PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv, cache_ends=(e,))
-            for e in ends]
-    assert replay_need(PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv,
-                       cache_ends=ends) == max(each)
+    each = [
+        replay_need(PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv, cache_ends=(e,))
+        for e in ends
+    ]
+    assert replay_need(
+        PresetModel("torch-cuda-expandable"), work, kv_cache_bytes=kv, cache_ends=ends
+    ) == max(each)
 
 
 def test_a_decode_instance_replays_one_token_per_sequence() -> None:
@@ -154,21 +159,29 @@ def test_every_pair_of_the_grid_needs_at_least_the_ladder_and_any_one_pair() -> 
 def test_a_decode_instance_needs_no_more_than_a_mixed_one() -> None:
     work = small()
     kv = 4 * 2**30
-    decode = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, role="decode", pairs=True)
+    decode = replay_need(
+        PresetModel("torch-cuda"), work, kv_cache_bytes=kv, role="decode", pairs=True
+    )
     mixed = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
     assert 0 < decode < mixed
 
 
 def test_the_simulated_engine_records_its_serving_role() -> None:
     start = simulate_engine_start(
-        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32,
+        load_model_preset("qwen2.5-7b"),
+        max_num_batched_tokens=1024,
+        max_num_seqs=32,
         serving_role="decode",
     )
     assert start.result.profiled.serving_role == "decode"
     assert "of a decode instance" in start.result.truth_source_reason
     with pytest.raises(InvalidInputError, match="serving_role"):
-        simulate_engine_start(load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024,
-                              max_num_seqs=32, serving_role="both")
+        simulate_engine_start(
+            load_model_preset("qwen2.5-7b"),
+            max_num_batched_tokens=1024,
+            max_num_seqs=32,
+            serving_role="both",
+        )
 
 
 def test_the_random_sequences_are_reproducible_and_within_the_budgets() -> None:
@@ -186,10 +199,30 @@ def test_random_sequences_never_lower_the_need_and_a_floor_is_kept_exactly() -> 
     work = small()
     kv = 4 * 2**30
     pairs = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
-    both = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True)
+    both = replay_need(
+        PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True
+    )
     assert both >= pairs
     # A floor above the need is the answer; one below it changes nothing.
-    assert replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True,
-                       floor=both + 64 * 2**20) == both + 64 * 2**20
-    assert replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True,
-                       floor=both // 2) == both
+    assert (
+        replay_need(
+            PresetModel("torch-cuda"),
+            work,
+            kv_cache_bytes=kv,
+            pairs=True,
+            sequences=True,
+            floor=both + 64 * 2**20,
+        )
+        == both + 64 * 2**20
+    )
+    assert (
+        replay_need(
+            PresetModel("torch-cuda"),
+            work,
+            kv_cache_bytes=kv,
+            pairs=True,
+            sequences=True,
+            floor=both // 2,
+        )
+        == both
+    )
