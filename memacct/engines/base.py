@@ -20,7 +20,9 @@ from memacct.checks import FROZEN
 from memacct.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
     from memacct.planner.spec import KVCacheSpec
+    from memacct.planner.weights import WeightEstimate
 
 __all__ = [
     "BLOCK_SIZES",
@@ -33,6 +35,7 @@ __all__ = [
     "KVManager",
     "KVSettings",
     "StartupModel",
+    "StartupRequest",
     "check_block_size",
     "check_kv_cache_dtype_name",
     "check_release",
@@ -321,32 +324,35 @@ class Engine:
     startup: Any = None
 
 
-class StartupModel(Protocol):
-    """An engine's start-up as it bears on memory (``engines/<name>/startup.py``)."""
+@dataclass(frozen=True)
+class StartupRequest:
+    """What an engine's start-up estimate is asked about: one rank of ``config`` on a device
+    of ``total_memory`` bytes named ``device_name``, under ``settings`` (``None``: the
+    engine's defaults), with ``weights`` when known already (e.g. from a checkpoint)."""
+
+    config: Mapping[str, Any]
+    total_memory: int
+    device_name: str = ""
+    settings: StartupSettings | None = None
+    weights: WeightEstimate | None = None
+
+
+class StartupModel:
+    """An engine's start-up as it bears on memory (``engines/<name>/startup.py``): each
+    engine subclasses it and implements :meth:`start`; :meth:`estimate` is the one
+    signature every engine and caller share."""
 
     name: str
     version: str
 
     def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
-        ...
+        raise NotImplementedError
 
-    def estimate(
-        self,
-        config: Mapping[str, Any],
-        *,
-        total_memory: int,
-        device_name: str = "",
-        settings: Any = None,
-        weights: Any = None,
-    ) -> Any:
-        """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget."""
-        ...
-
-    def settings(self, **common: Any) -> Any:
+    def settings(self, **common: Any) -> StartupSettings:
         """The engine's settings from the common ones (``gpu_memory_utilization`` ``None``:
         the engine's default; SGLang reads it as ``mem_fraction_static``)."""
-        ...
+        raise NotImplementedError
 
     def sampler_peak(
         self,
@@ -356,5 +362,35 @@ class StartupModel(Protocol):
         version: tuple[int, int] | None = None,
         sampler: str | None = None,
     ) -> int:
-        """Bytes the profile run's sampler holds over ``seqs`` rows (0: it samples nothing)."""
-        ...
+        """Bytes the profile run's sampler holds over ``seqs`` rows; 0 here, for an engine
+        whose profile run samples nothing (SGLang, vllm-mindspore)."""
+        return 0
+
+    def estimate(
+        self,
+        config: Mapping[str, Any],
+        *,
+        total_memory: int,
+        device_name: str = "",
+        settings: StartupSettings | None = None,
+        weights: WeightEstimate | None = None,
+    ) -> StartupEstimate:
+        """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget.
+
+        Args:
+            config: the model's ``config.json``.
+            total_memory: the device's total memory as the runtime reports it.
+            device_name: the device's name (selects the engine's defaults and
+                the MXFP4 kernel layout).
+            settings: the engine's settings; ``None`` fields take its defaults.
+            weights: the weights when known already (e.g. from a checkpoint).
+
+        Raises:
+            InvalidInputError: a setting out of range.
+            ConfigError: the config lacks a size the estimate needs.
+        """
+        return self.start(StartupRequest(config, total_memory, device_name, settings, weights))
+
+    def start(self, request: StartupRequest) -> StartupEstimate:
+        """The engine's own estimate of :meth:`estimate`'s ``request``."""
+        raise NotImplementedError

@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memacct.engines.base import StartupRequest
 from memacct.engines.sglang.options import SGLANG_VERSION, check_kv_cache_dtype
 from memacct.engines.vllm.startup import BatchDefaults, StartupEstimate, StartupSettings
 from memacct.errors import InvalidInputError
-from memacct.planner.weights import WeightEstimate, estimate_weights
+from memacct.planner.weights import estimate_weights
 from memacct.units import GiB, MiB
 
 __all__ = [
@@ -159,26 +160,19 @@ class SglangStartup(BatchDefaults):
         fraction = common.pop("gpu_memory_utilization", None)
         return SglangSettings(mem_fraction_static=fraction, **common)
 
-    def sampler_peak(self, *_args: Any, **_kwargs: Any) -> int:
-        """0: SGLang does not profile a sampler run (its activations live outside the pool)."""
-        return 0
+    # sampler_peak: StartupModel's 0, as SGLang does not profile a sampler run (its
+    # activations live outside the pool).
 
-    def estimate(
-        self,
-        config: Mapping[str, Any],
-        *,
-        total_memory: int,
-        device_name: str = "",
-        settings: StartupSettings | None = None,
-        weights: WeightEstimate | None = None,
-    ) -> StartupEstimate:
+    def start(self, request: StartupRequest) -> StartupEstimate:
         """The KV pool SGLang allocates on one rank.
 
         Raises:
             InvalidInputError: ``mem_fraction_static`` out of (0, 1), or a KV dtype SGLang
                 has no name for (``fp8``).
         """
-        s = settings or SglangSettings()
+        config, total_memory = request.config, request.total_memory
+        device_name = request.device_name
+        s = request.settings or SglangSettings()
         check_kv_cache_dtype(s.kv_cache_dtype)
         tp = s.tensor_parallel_size
         gpu_mem = total_memory / MiB_F
@@ -204,6 +198,7 @@ class SglangStartup(BatchDefaults):
                 f"gpu_memory_utilization (SGLang's mem_fraction_static) must be in (0, 1) "
                 f"for SGLang, got {fraction!r}: give e.g. 0.85"
             )
+        weights = request.weights
         if weights is None:
             weights = estimate_weights(config, tensor_parallel_size=tp)
         context = CONTEXT_BYTES[0] if tp == 1 else CONTEXT_BYTES[1]

@@ -46,6 +46,7 @@ from memacct.planner.weights import WeightEstimate, mxfp4_padding
 from memacct.units import format_gib
 
 if TYPE_CHECKING:
+    from memacct.engines.base import StartupRequest
     from memacct.engines.vllm.startup import StartupEstimate, StartupSettings, VllmStartup
 
 __all__ = ["deployment_kv_spec", "estimate_deployment"]
@@ -112,16 +113,9 @@ def _stage_weights(
     return w
 
 
-def estimate_deployment(
-    startup: VllmStartup,
-    config: Mapping[str, Any],
-    *,
-    total_memory: int,
-    device_name: str,
-    settings: StartupSettings,
-    weights: WeightEstimate | None,
-) -> StartupEstimate:
-    """One rank's start-up under ``settings.deployment`` (the binding pipeline stage's rank).
+def estimate_deployment(startup: VllmStartup, request: StartupRequest) -> StartupEstimate:
+    """One rank's start-up under ``request.settings.deployment`` (the binding pipeline
+    stage's rank).
 
     Raises:
         InvalidInputError: a combination vLLM refuses, or one memacct does not plan.
@@ -129,6 +123,9 @@ def estimate_deployment(
     from memacct.engines.vllm.releases import device_class
     from memacct.engines.vllm.startup import serving_kv_cache_dtype
 
+    config, device_name, weights = request.config, request.device_name, request.weights
+    settings = request.settings
+    assert settings is not None
     d = settings.deployment
     assert d is not None
     cfg = serving_config(config, d)
@@ -147,8 +144,7 @@ def estimate_deployment(
     best: StartupEstimate | None = None
     for stage, layers in enumerate(parts):
         w = _stage_weights(cfg, d, plain, stage, layers, pad, given, notes)
-        est = startup.estimate(cfg, total_memory=total_memory, device_name=device_name,
-                               settings=plain, weights=w)  # fmt: skip
+        est = startup.start(replace(request, config=cfg, settings=plain, weights=w))
         est = _adjust(startup, cfg, est, spec, plain, d, first=stage == 0,
                       last=stage == pp - 1, layer_share=layers / total_layers)  # fmt: skip
         # Every stage gets the blocks of the one with the least room; memacct sizes blocks

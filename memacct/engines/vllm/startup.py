@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memacct.checks import check_batch_budget, check_fraction, check_int
+from memacct.engines.base import StartupModel, StartupRequest
 from memacct.engines.deployment import Deployment
 from memacct.engines.forward import ForwardPass
 from memacct.engines.trace import trace_peak
@@ -199,7 +200,7 @@ class StartupEstimate:
         return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
 
 
-class BatchDefaults:
+class BatchDefaults(StartupModel):
     """``defaults``: vLLM's per-device batch defaults (:func:`batch_defaults`), which SGLang's
     chunked-prefill size and running-request cap follow too."""
 
@@ -237,30 +238,11 @@ class VllmStartup(BatchDefaults):
     """Whether the dummy sampler takes vLLM's CUDA top-k/top-p paths (:data:`SAMPLERS`);
     otherwise it holds :attr:`sampler_bytes_per_logit` per logit."""
 
-    def estimate(
-        self,
-        config: Mapping[str, Any],
-        *,
-        total_memory: int,
-        device_name: str = "",
-        settings: StartupSettings | None = None,
-        weights: WeightEstimate | None = None,
-    ) -> StartupEstimate:
-        """Estimate one rank's start-up on a device of ``total_memory`` bytes.
-
-        Args:
-            config: the model's ``config.json``.
-            total_memory: the device's total memory as the runtime reports it.
-            device_name: the device's name (selects the engine's defaults and
-                the MXFP4 kernel layout).
-            settings: the engine's settings; ``None`` fields take its defaults.
-            weights: the weights when known already (e.g. from a checkpoint).
-
-        Raises:
-            InvalidInputError: a setting out of range.
-            ConfigError: the config lacks a size the estimate needs.
-        """
-        s = settings or StartupSettings()
+    def start(self, request: StartupRequest) -> StartupEstimate:
+        """vLLM's start-up of one rank (see :meth:`StartupModel.estimate`)."""
+        config, total_memory = request.config, request.total_memory
+        device_name = request.device_name
+        s = request.settings or StartupSettings()
         check_fraction("gpu_memory_utilization", s.gpu_memory_utilization)
         check_int("total_memory", total_memory)
         # A deployment other than the defaults, or a multimodal model's encoder pass (an
@@ -270,8 +252,7 @@ class VllmStartup(BatchDefaults):
             from memacct.engines.vllm.deploy import estimate_deployment
 
             s = s if d is not None else replace(s, deployment=Deployment())
-            return estimate_deployment(self, config, total_memory=total_memory,
-                                       device_name=device_name, settings=s, weights=weights)
+            return estimate_deployment(self, replace(request, settings=s))
         notes: list[str] = []
         d_tokens, d_seqs = self.defaults(total_memory, device_name, parse_version(s.engine_version))
         tokens = s.max_num_batched_tokens or d_tokens
@@ -290,6 +271,7 @@ class VllmStartup(BatchDefaults):
         if defaulted:
             notes.append(f"{self.name} defaults on this device: {', '.join(defaulted)}")
         layout = s.mxfp4_layout or device_class(device_name)
+        weights = request.weights
         if weights is None:
             weights = estimate_weights(
                 config, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)

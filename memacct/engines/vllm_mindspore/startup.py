@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.checks import check_fraction, check_int
+from memacct.engines.base import StartupModel, StartupRequest
 from memacct.engines.trace import trace_peak
 from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
 from memacct.engines.vllm_mindspore.deepseek_graph import (
@@ -101,7 +102,7 @@ def _pages(nbytes: int) -> int:
     return -(-nbytes // VMM_PAGE_BYTES) * VMM_PAGE_BYTES
 
 
-class VllmMindsporeStartup:
+class VllmMindsporeStartup(StartupModel):
     """vllm-mindspore 0.2.0's start-up model (see the module docstring)."""
 
     name = "vllm-mindspore"
@@ -120,9 +121,7 @@ class VllmMindsporeStartup:
         known = VllmMindsporeSettings.__dataclass_fields__
         return VllmMindsporeSettings(**{k: v for k, v in common.items() if k in known})
 
-    def sampler_peak(self, *_args: Any, **_kwargs: Any) -> int:
-        """0: the graph's LM head runs on the last token only; no sampler term is charged."""
-        return 0
+    # sampler_peak: StartupModel's 0, as the graph's LM head runs on the last token only.
 
     def graph(self, config: Mapping[str, Any], s: StartupSettings, max_len: int) -> Any:
         """The rank's graph: the Qwen2 graph or MindFormers' DeepSeek-V3 graph.
@@ -147,15 +146,7 @@ class VllmMindsporeStartup:
             f"model_type {config.get('model_type')!r}; plan it with --engine vllm-ascend"
         )
 
-    def estimate(
-        self,
-        config: Mapping[str, Any],
-        *,
-        total_memory: int,
-        device_name: str = "",
-        settings: StartupSettings | None = None,
-        weights: WeightEstimate | None = None,
-    ) -> StartupEstimate:
+    def start(self, request: StartupRequest) -> StartupEstimate:
         """One rank's start-up on a device of ``total_memory`` bytes.
 
         ``weights`` is ignored: the graph's own parameters and masks are what the worker
@@ -165,7 +156,8 @@ class VllmMindsporeStartup:
             InvalidInputError: a setting out of range, an unknown truth source, or a
                 model without a graph here.
         """
-        s = settings or VllmMindsporeSettings()
+        config, total_memory = request.config, request.total_memory
+        s = request.settings or VllmMindsporeSettings()
         check_fraction("gpu_memory_utilization", s.gpu_memory_utilization)
         check_int("total_memory", total_memory)
         truth = getattr(s, "truth_source", "reserved")
