@@ -22,7 +22,7 @@ import enum
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
@@ -33,6 +33,7 @@ from memacct.units import format_gib
 
 __all__ = [
     "ExcludedRegion",
+    "JsonFile",
     "MemoryDelta",
     "MemorySnapshot",
     "ProfileResult",
@@ -287,7 +288,37 @@ class ProfiledSetup(BaseModel):
         return self
 
 
-class ProfileResult(BaseModel):
+_Loaded = TypeVar("_Loaded", bound="JsonFile")
+
+
+class JsonFile(BaseModel):
+    """A model saved to and loaded from a JSON file: a profile, a plan (``file_kind`` names
+    it in messages)."""
+
+    file_kind: ClassVar[str] = "file"
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model as JSON (atomically); returns the path.
+
+        Raises:
+            ConfigError: the file cannot be written.
+        """
+        text = self.model_dump_json(indent=2) + "\n"
+        return atomic_write_text(Path(path), text, self.file_kind)
+
+    @classmethod
+    def load(cls: type[_Loaded], path: str | os.PathLike[str]) -> _Loaded:
+        """Read a file written by :meth:`save`, cross-checked by the model's validators.
+
+        Raises:
+            ConfigError: missing, over 16 MiB, not JSON, or fields that contradict
+                each other (a tampered or corrupt file), in one line.
+        """
+        loaded: _Loaded = load_model_json(cls, read_text(path, cls.file_kind), str(path))
+        return loaded
+
+
+class ProfileResult(JsonFile):
     """What a profiling session measured, and the non-KV-cache memory it implies.
 
     Attributes:
@@ -354,6 +385,7 @@ class ProfileResult(BaseModel):
     """
 
     model_config = FROZEN
+    file_kind: ClassVar[str] = "profile"
 
     format_version: int = Field(default=PROFILE_FORMAT_VERSION, strict=True)
     baseline: MemorySnapshot
@@ -459,25 +491,6 @@ class ProfileResult(BaseModel):
                 f"({self.cudagraph_memory}) and retained_memory ({self.retained_memory}) is "
                 f"below the {self.truth_source} increase it comes from ({floor})"
             )
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the profile as JSON (atomically); returns the path.
-
-        Raises:
-            ConfigError: the file cannot be written.
-        """
-        return atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", "profile")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ProfileResult:
-        """Read a profile written by :meth:`save`, cross-checked (see :class:`ProfileResult`).
-
-        Raises:
-            ConfigError: missing, over 16 MiB, not JSON, or fields that contradict
-                each other (a tampered or corrupt file), in one line.
-        """
-        result: ProfileResult = load_model_json(cls, read_text(path, "profile"), str(path))
-        return result
 
     @property
     def backend(self) -> str:

@@ -9,17 +9,14 @@ memacct's own lines, then the lines the engine itself logs (vLLM 0.33:
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from memacct.checks import FROZEN, check_int
 from memacct.engines.base import KVGroup, KVLayout
 from memacct.errors import InvalidInputError
-from memacct.io import atomic_write_text, read_text
-from memacct.models import TruthSource, load_model_json
+from memacct.models import JsonFile, TruthSource
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
@@ -215,7 +212,7 @@ class MemoryBudget(BaseModel):
         )
 
 
-class KVCachePlan(BaseModel):
+class KVCachePlan(JsonFile):
     """How much of a device the KV cache gets, in bytes, blocks and tokens, and why (contract).
 
     Sizes are bytes, for one rank. ``kv_cache_bytes`` is the budget;
@@ -284,6 +281,7 @@ class KVCachePlan(BaseModel):
     """
 
     model_config = FROZEN
+    file_kind: ClassVar[str] = "plan"
 
     format_version: int = Field(default=PLAN_FORMAT_VERSION, strict=True)
     engine: str = "vllm"
@@ -511,20 +509,3 @@ class KVCachePlan(BaseModel):
         )
         return KVCachePlan.model_validate(data)
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the plan as JSON; returns the path.
-
-        Raises:
-            ConfigError: the file cannot be written.
-        """
-        return atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", "plan")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> KVCachePlan:
-        """Read a plan written by :meth:`save`.
-
-        Raises:
-            ConfigError: missing, over 16 MiB, not JSON, or numbers that do not add up.
-        """
-        plan: KVCachePlan = load_model_json(cls, read_text(path, "plan"), str(path))
-        return plan
