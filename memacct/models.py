@@ -163,10 +163,10 @@ class MemorySnapshot(BaseModel):
     def __str__(self) -> str:
         other = "n/a" if self.other_processes is None else format_gib(self.other_processes)
         return (
-            f"{self.backend}:{self.device} total {format_gib(self.total)}, "
-            f"free {format_gib(self.free)}, used {format_gib(self.used)} "
-            f"(reserved {format_gib(self.reserved)}, allocated {format_gib(self.allocated)}, "
-            f"non-allocator {format_gib(self.non_allocator)}, other processes {other})"
+            f"{self.backend}:{self.device} used {format_gib(self.used)} of "
+            f"{format_gib(self.total)} (free {format_gib(self.free)}): reserved "
+            f"{format_gib(self.reserved)}, allocated {format_gib(self.allocated)}, non-allocator "
+            f"{format_gib(self.non_allocator)}, other processes {other}"
         )
 
 

@@ -78,7 +78,7 @@ def test_snapshot_subtraction_across_devices_is_refused() -> None:
 
 
 def test_snapshot_str_is_in_gib() -> None:
-    assert "total 80.00GiB" in str(snap())
+    assert "sim:0 used 30.00GiB of 80.00GiB (free 50.00GiB): reserved 20.00GiB" in str(snap())
     assert "other processes 4.00GiB" in str(snap())
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from memacct.cli.common import console as _console
 from memacct.cli.group import app
 from memacct.errors import InvalidInputError
-from memacct.units import GiB, format_gib
+from memacct.units import GiB
 
 __all__ = ["snapshot_cmd"]
 
@@ -116,14 +116,8 @@ MIN_WATCH_S = 0.1
 
 
 def _snapshot_line(snap: Any) -> str:
-    stamp = time.strftime("%H:%M:%S", time.localtime(snap.timestamp))
-    other = "n/a" if snap.other_processes is None else format_gib(snap.other_processes)
-    return (
-        f"{stamp} {snap.backend}:{snap.device} used {format_gib(snap.used)} of "
-        f"{format_gib(snap.total)} (free {format_gib(snap.free)}): reserved "
-        f"{format_gib(snap.reserved)}, allocated {format_gib(snap.allocated)}, non-allocator "
-        f"{format_gib(snap.non_allocator)}, other processes {other}"
-    )
+    # One line per refresh: the time, then the snapshot as MemorySnapshot prints itself.
+    return f"{time.strftime('%H:%M:%S', time.localtime(snap.timestamp))} {snap}"
 
 
 def _sim_note(name: str, demo: bool, as_json: bool) -> str | None:
