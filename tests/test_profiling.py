@@ -72,21 +72,21 @@ def test_profile_numbers_are_exact_with_every_kind_of_memory(
     assert result.after.other_processes == 3 * GiB
 
 
-def test_peak_before_excluded_region_survives_it(dev: SimDevice, profile: Profile) -> None:
+@pytest.mark.parametrize(
+    ("before", "inside", "after", "peak"),
+    [pytest.param(3, 1, 2, 3, id="a-peak-before-the-region-survives-it"),
+     pytest.param(0, 8, 1, 1, id="a-spike-inside-the-region-does-not-count")],
+)  # fmt: skip
+def test_an_excluded_region_takes_out_only_its_own_spike(
+    dev: SimDevice, profile: Profile, before: int, inside: int, after: int, peak: int
+) -> None:
     with profile() as session:
-        dev.free(dev.malloc(3 * GiB))
+        if before:
+            dev.free(dev.malloc(before * GiB))
         with session.exclude("compile"):
-            dev.free(dev.malloc(1 * GiB))
-        dev.free(dev.malloc(2 * GiB))
-    assert session.result.activation_peak == 3 * GiB
-
-
-def test_spike_inside_excluded_region_does_not_count(dev: SimDevice, profile: Profile) -> None:
-    with profile() as session:
-        with session.exclude("compile"):
-            dev.free(dev.malloc(8 * GiB))
-        dev.free(dev.malloc(1 * GiB))
-    assert session.result.activation_peak == 1 * GiB
+            dev.free(dev.malloc(inside * GiB))
+        dev.free(dev.malloc(after * GiB))
+    assert session.result.activation_peak == peak * GiB
 
 
 def test_memory_an_excluded_region_keeps_still_counts(dev: SimDevice, profile: Profile) -> None:
