@@ -8,6 +8,7 @@ sessions are refused) are not repeated here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -70,14 +71,32 @@ def test_device_is_free_for_a_new_session_after_a_failed_one(
     assert session.result.activation_peak == GiB
 
 
-def test_exception_inside_an_excluded_region_propagates_and_leaves_no_result(
-    dev: SimDevice, attributed: DeviceBackend
+def _capture_fails(dev: SimDevice) -> None:
+    raise KeyError("capture failed")
+
+
+def _runs_out_of_memory(dev: SimDevice) -> None:
+    dev.malloc(100 * GiB)
+
+
+@pytest.mark.parametrize(
+    ("fail", "error", "match"),
+    [pytest.param(_capture_fails, KeyError, "capture failed", id="its-own-exception"),
+     pytest.param(_runs_out_of_memory, ProfilingOutOfMemoryError, "max_num_batched_tokens",
+                  id="out-of-memory-is-a-profiling-oom")],
+)  # fmt: skip
+def test_a_failure_inside_an_excluded_region_propagates_and_leaves_no_result(
+    dev: SimDevice,
+    attributed: DeviceBackend,
+    fail: Callable[[SimDevice], None],
+    error: type[BaseException],
+    match: str,
 ) -> None:
     baseline = memacct.snapshot(attributed)
-    with pytest.raises(KeyError, match="capture failed"):
+    with pytest.raises(error, match=match):
         with memacct.memory_profiling(attributed, baseline) as session:
             with session.exclude("cuda-graphs"):
-                raise KeyError("capture failed")
+                fail(dev)
     with pytest.raises(ProfilingError, match="no profile result"):
         _ = session.result
 
@@ -106,16 +125,6 @@ def test_out_of_memory_message_gives_the_device_numbers(
     assert "on sim:0 (total 79.19GiB, free 71.19GiB, weights 8.00GiB)" in message
     assert "smaller max_num_batched_tokens" in message
     assert isinstance(info.value.__cause__, memacct.sim.SimOutOfMemory)
-
-
-def test_out_of_memory_inside_an_excluded_region_is_a_profiling_oom(
-    dev: SimDevice, attributed: DeviceBackend
-) -> None:
-    baseline = memacct.snapshot(attributed)
-    with pytest.raises(ProfilingOutOfMemoryError, match="max_num_batched_tokens"):
-        with memacct.memory_profiling(attributed, baseline) as session:
-            with session.exclude("compile"):
-                dev.malloc(100 * GiB)
 
 
 def test_out_of_memory_on_a_device_that_then_cannot_be_read_still_says_oom(
