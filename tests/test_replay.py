@@ -59,20 +59,20 @@ def test_the_replay_needs_at_least_the_profiled_steps_allocated_peak() -> None:
     assert need >= peak - 2 * 2**20
 
 
-def test_the_simulated_engine_profiles_auto_with_a_replay() -> None:
-    start = simulate_engine_start(
-        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32
+def _small_start(**options: Any) -> Any:
+    """Qwen2.5-7B's simulated start at 1,024 tokens and 32 sequences, with ``options``."""
+    return simulate_engine_start(
+        load_model_preset("qwen2.5-7b"), max_num_batched_tokens=1024, max_num_seqs=32, **options
     )
+
+
+def test_the_simulated_engine_profiles_auto_with_a_replay() -> None:
+    start = _small_start()
     assert "replaying the profile" in start.result.truth_source_reason
 
 
 def test_a_fixed_truth_source_runs_no_replay() -> None:
-    start = simulate_engine_start(
-        load_model_preset("qwen2.5-7b"),
-        max_num_batched_tokens=1024,
-        max_num_seqs=32,
-        truth_source="reserved",
-    )
+    start = _small_start(truth_source="reserved")
     assert "replay" not in start.result.truth_source_reason
 
 
@@ -167,21 +167,11 @@ def test_a_decode_instance_needs_no_more_than_a_mixed_one() -> None:
 
 
 def test_the_simulated_engine_records_its_serving_role() -> None:
-    start = simulate_engine_start(
-        load_model_preset("qwen2.5-7b"),
-        max_num_batched_tokens=1024,
-        max_num_seqs=32,
-        serving_role="decode",
-    )
+    start = _small_start(serving_role="decode")
     assert start.result.profiled.serving_role == "decode"
     assert "of a decode instance" in start.result.truth_source_reason
     with pytest.raises(InvalidInputError, match="serving_role"):
-        simulate_engine_start(
-            load_model_preset("qwen2.5-7b"),
-            max_num_batched_tokens=1024,
-            max_num_seqs=32,
-            serving_role="both",
-        )
+        _small_start(serving_role="both")
 
 
 def test_the_random_sequences_are_reproducible_and_within_the_budgets() -> None:
@@ -197,32 +187,14 @@ def test_the_random_sequences_are_reproducible_and_within_the_budgets() -> None:
 
 def test_random_sequences_never_lower_the_need_and_a_floor_is_kept_exactly() -> None:
     work = small()
-    kv = 4 * 2**30
-    pairs = replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True)
-    both = replay_need(
-        PresetModel("torch-cuda"), work, kv_cache_bytes=kv, pairs=True, sequences=True
-    )
+
+    def need(**options: Any) -> int:
+        return replay_need(PresetModel("torch-cuda"), work, kv_cache_bytes=4 * 2**30,
+                           pairs=True, **options)  # fmt: skip
+
+    pairs = need()
+    both = need(sequences=True)
     assert both >= pairs
     # A floor above the need is the answer; one below it changes nothing.
-    assert (
-        replay_need(
-            PresetModel("torch-cuda"),
-            work,
-            kv_cache_bytes=kv,
-            pairs=True,
-            sequences=True,
-            floor=both + 64 * 2**20,
-        )
-        == both + 64 * 2**20
-    )
-    assert (
-        replay_need(
-            PresetModel("torch-cuda"),
-            work,
-            kv_cache_bytes=kv,
-            pairs=True,
-            sequences=True,
-            floor=both // 2,
-        )
-        == both
-    )
+    assert need(sequences=True, floor=both + 64 * 2**20) == both + 64 * 2**20
+    assert need(sequences=True, floor=both // 2) == both
