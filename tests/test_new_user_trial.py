@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from memacct import ConfigError, InvalidInputError, MemacctError
+from memacct import ConfigError, InvalidInputError, MemacctError, ProfileResult
 from memacct.cli import main
 from memacct.engines.offline import plan_capacity, plan_offline, smallest_serving
 from memacct.options import PlanOptions
@@ -164,10 +164,9 @@ def test_defaulted_sequences_are_clamped_to_the_batched_tokens_as_vllm_does() ->
     assert any("max_num_seqs 512" in note for note in plan.notes)
 
 
-def test_profile_with_format_version_true_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``"format_version": true`` was read as version 1 (pydantic's lax bool-to-int)."""
+def _readme_profile() -> ProfileResult:
+    """The README's profile: 15 GiB of weights, then a 3 GiB step on a simulated H100,
+    saved without its setup."""
     import memacct
     from memacct.sim import SimDevice
 
@@ -177,9 +176,16 @@ def test_profile_with_format_version_true_is_refused(
     weights = [dev.malloc(2**30) for _ in range(15)]
     with memacct.memory_profiling(backend, baseline) as session:
         dev.free(dev.malloc(3 * 2**30))
-    good = tmp_path / "p.json"
-    save_profile(session.result, good)
     assert weights
+    return session.result
+
+
+def test_profile_with_format_version_true_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``"format_version": true`` was read as version 1 (pydantic's lax bool-to-int)."""
+    good = tmp_path / "p.json"
+    save_profile(_readme_profile(), good)
     data = json.loads(good.read_text())
     data["format_version"] = True
     bad = tmp_path / "bad.json"
@@ -320,20 +326,14 @@ def test_layout_a_profile_did_not_record_is_said_to_be_taken_on_trust(tmp_path: 
     """A profile saved without its setup (the README's example) planned at TP 2 doubled its
     blocks without a word, though nothing said the profiled run was at TP 2."""
     import memacct
-    from memacct.sim import SimDevice
 
-    dev = SimDevice("h100-80gb")
-    backend = memacct.get_backend("sim", device=dev)
-    baseline = memacct.snapshot(backend)
-    weights = [dev.malloc(2**30) for _ in range(15)]
-    with memacct.memory_profiling(backend, baseline) as session:
-        dev.free(dev.malloc(3 * 2**30))
-    assert weights and session.result.profiled.tensor_parallel_size is None
+    result = _readme_profile()
+    assert result.profiled.tensor_parallel_size is None
     config = load_model_preset("qwen2.5-7b")
-    one = memacct.plan_kv_cache(session.result, KVCacheSpec.from_hf_config(config))
+    one = memacct.plan_kv_cache(result, KVCacheSpec.from_hf_config(config))
     assert not any("recorded no" in note for note in one.notes)
     two = memacct.plan_kv_cache(
-        session.result, KVCacheSpec.from_hf_config(config, tensor_parallel_size=2),
+        result, KVCacheSpec.from_hf_config(config, tensor_parallel_size=2),
         max_num_seqs=4,
     )  # fmt: skip
     assert two.num_blocks > one.num_blocks

@@ -367,23 +367,25 @@ def test_bad_memacct_truth_source_is_an_error_naming_the_variable(
 # -- row 11: the message names the budget that does not fit -----------------------------
 
 
-def test_huge_sequence_budget_is_named_as_the_cause() -> None:
+@pytest.mark.parametrize(
+    ("budget", "error", "said", "not_said"),
+    [pytest.param("max_num_seqs", InsufficientMemoryError,
+                  ("step buffers for max_num_seqs=100000000",
+                   "the weights of Qwen2ForCausalLM only 14.19GiB"),
+                  "raise tensor_parallel_size", id="sequences"),
+     pytest.param("max_num_batched_tokens", ProfilingOutOfMemoryError,
+                  ("max_num_batched_tokens=100000000", "lower max_num_batched_tokens"),
+                  "weights 0.00GiB", id="tokens")],
+)  # fmt: skip
+def test_a_huge_batch_budget_is_named_as_the_cause(
+    budget: str, error: type[Exception], said: tuple[str, ...], not_said: str
+) -> None:
     config = load_model_preset("qwen2.5-7b")
-    with pytest.raises(InsufficientMemoryError) as caught:
-        simulate_engine_start(config, device="h100-80gb", max_num_seqs=100_000_000)
+    with pytest.raises(error) as caught:
+        simulate_engine_start(config, device="h100-80gb", **{budget: 100_000_000})
     message = str(caught.value)
-    assert "step buffers for max_num_seqs=100000000" in message
-    assert "the weights of Qwen2ForCausalLM only 14.19GiB" in message
-    assert "raise tensor_parallel_size" not in message
-
-
-def test_huge_token_budget_is_named_as_the_cause() -> None:
-    config = load_model_preset("qwen2.5-7b")
-    with pytest.raises(ProfilingOutOfMemoryError) as caught:
-        simulate_engine_start(config, device="h100-80gb", max_num_batched_tokens=100_000_000)
-    message = str(caught.value)
-    assert "max_num_batched_tokens=100000000" in message
-    assert "lower max_num_batched_tokens" in message and "weights 0.00GiB" not in message
+    assert all(part in message for part in said), message
+    assert not_said not in message
 
 
 # -- row 12: longer than the model's positions ------------------------------------------
