@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Any
 
 from memacct._version import __version__
 from memacct.engines import get_engine
@@ -108,18 +109,27 @@ def plan_from_budget(
     return plan
 
 
+_MEASURED_TERMS = ("weights_memory", "activation_peak", "non_allocator_increase",
+                   "cudagraph_memory", "retained_memory")  # fmt: skip
+"""The terms of a :class:`ProfileResult` its :class:`MemoryBudget` carries under the same names."""
+
+_RECORDED_FIELDS = ("backend", "device", "truth_source", "requested_truth_source",
+                    "truth_source_reason", "fragmentation")  # fmt: skip
+"""The fields of a :class:`ProfileResult` its plan's :class:`Provenance` carries as they are."""
+
+
+def _copied(result: ProfileResult, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(result, name) for name in names}
+
+
 def profile_budget(result: ProfileResult, target: int, utilization: float) -> MemoryBudget:
     return MemoryBudget(
         source="profile",
         total_memory=result.after.total,
         gpu_memory_utilization=utilization,
         target_allocation=target,
-        weights_memory=result.weights_memory,
-        activation_peak=result.activation_peak,
-        non_allocator_increase=result.non_allocator_increase,
-        cudagraph_memory=result.cudagraph_memory,
+        **_copied(result, _MEASURED_TERMS),
         cudagraph_estimate=result.cudagraph_memory,
-        retained_memory=result.retained_memory,
         weights_source=str(result.weights_source),
         max_num_batched_tokens=result.profiled.max_num_batched_tokens,
         max_num_seqs=result.profiled.max_num_seqs,
@@ -148,12 +158,7 @@ def make_plan(
         budget = profile_budget(result, target, utilization)
         baseline = result.baseline
         provenance = Provenance(
-            backend=result.backend,
-            device=result.device,
-            truth_source=result.truth_source,
-            requested_truth_source=result.requested_truth_source,
-            truth_source_reason=result.truth_source_reason,
-            fragmentation=result.fragmentation,
+            **_copied(result, _RECORDED_FIELDS),
             allocator_settings=dict(result.allocator_settings),
             free_at_start=baseline.free,
             other_processes_at_baseline=baseline.other_processes,
