@@ -62,6 +62,12 @@ def _loaded(
     return spec, work, dev, backend, baseline
 
 
+EVERY_ALLOCATOR_AND_SOURCE = pytest.mark.parametrize(
+    ("allocator", "source"), [(a, s) for a in sorted(PRESETS) for s in SOURCES]
+)
+"""The matrix the exclusion rules must hold on: every allocator preset x truth source."""
+
+
 def blocks(
     allocator: str,
     source: str,
@@ -81,12 +87,14 @@ def blocks(
                 _spike(dev, kept_bytes)
         elif spike == "not wrapped":
             _spike(dev, kept_bytes)
+        elif spike == "graphs":
+            with session.graphs("cudagraphs"):
+                _capture(dev)
     plan = memacct.plan_kv_cache(session.result, spec, gpu_memory_utilization=0.9)
     return plan.num_blocks, session.result
 
 
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("allocator", sorted(PRESETS))
+@EVERY_ALLOCATOR_AND_SOURCE
 def test_an_excluded_spike_the_allocator_gives_back_costs_no_block(
     allocator: str, source: str
 ) -> None:
@@ -98,8 +106,7 @@ def test_an_excluded_spike_the_allocator_gives_back_costs_no_block(
     assert result.excluded_regions[0].retained_bytes == 0
 
 
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("allocator", sorted(PRESETS))
+@EVERY_ALLOCATOR_AND_SOURCE
 def test_an_excluded_spike_that_keeps_a_buffer_never_costs_more_than_not_excluding(
     allocator: str, source: str
 ) -> None:
@@ -140,27 +147,20 @@ def test_memory_a_pool_never_gives_back_is_charged_and_named(source: str) -> Non
 # --- graphs(): the graph pool is its own term --------------------------------------------------
 
 
-def _graphs_profile(allocator: str, source: str) -> tuple[memacct.ProfileResult, int]:
-    spec, work, dev, backend, baseline = _loaded(allocator, SimBackend)
-    with memacct.memory_profiling(backend, baseline, truth_source=source) as session:
-        replay(dev, work.step_trace(8192, 256))
-        with session.graphs("cudagraphs"):
-            # Capture: a transient spike, then the pool the graphs keep and their
-            # executable objects outside the allocator.
-            dev.free(dev.malloc(2048 * MiB))
-            for _ in range(4):
-                dev.malloc(64 * MiB)
-            dev.external_malloc(40 * MiB)
-    plan = memacct.plan_kv_cache(session.result, spec, gpu_memory_utilization=0.9)
-    return session.result, plan.num_blocks
+def _capture(dev: SimDevice) -> None:
+    """A graph capture: a transient spike, then the pool the graphs keep and their
+    executable objects outside the allocator."""
+    dev.free(dev.malloc(2048 * MiB))
+    for _ in range(4):
+        dev.malloc(64 * MiB)
+    dev.external_malloc(40 * MiB)
 
 
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("allocator", sorted(PRESETS))
+@EVERY_ALLOCATOR_AND_SOURCE
 def test_graph_pool_is_charged_as_cudagraph_memory_not_activations(
     allocator: str, source: str
 ) -> None:
-    result, _ = _graphs_profile(allocator, source)
+    _, result = blocks(allocator, source, "graphs")
     pool = result.excluded_regions[0].held_bytes
     assert result.excluded_regions[0].kind == "graphs"
     assert result.cudagraph_memory == pool >= 4 * 64 * MiB + 40 * MiB
@@ -178,7 +178,7 @@ def test_graph_pool_is_charged_as_cudagraph_memory_not_activations(
 
 
 def test_the_plan_carries_the_graph_pool_in_its_non_kv_memory() -> None:
-    result, num_blocks = _graphs_profile("torch-cuda", "allocated_peak")
+    num_blocks, result = blocks("torch-cuda", "allocated_peak", "graphs")
     spec, _ = _model()
     plan = memacct.plan_kv_cache(result, spec, gpu_memory_utilization=0.9)
     assert plan.cudagraph_memory == result.cudagraph_memory > 0
