@@ -126,9 +126,14 @@ def test_max_model_len_defaults_to_the_configs_max_position_embeddings() -> None
     assert p.max_model_len == 131072
 
 
-def test_sliding_window_model_fits_a_length_full_attention_would_not() -> None:
-    mistral = KVCacheSpec.from_preset("mistral-7b")
+def _mistral_on_24_gib() -> tuple[KVCacheSpec, ProfileResult]:
+    """Mistral-7B (all sliding-window layers, window 4096) profiled on a 24 GiB device."""
     result = make_profile(total=24 * GiB, weights=14 * GiB, activation=2 * GiB)
+    return KVCacheSpec.from_preset("mistral-7b"), result
+
+
+def test_sliding_window_model_fits_a_length_full_attention_would_not() -> None:
+    mistral, result = _mistral_on_24_gib()
     # 24 * 0.9 - 17 GiB leaves 4.6 GiB: 36 800-odd tokens full, but only window + chunk needed.
     p = plan_kv_cache(result, mistral, max_model_len=65536, max_num_batched_tokens=2048)
     # Async scheduling keeps two batches in flight: window - 1 + 2 x 2048 tokens, plus a block.
@@ -463,8 +468,7 @@ def test_the_largest_length_named_is_exact() -> None:
 
 
 def test_an_all_sliding_model_fits_any_length_with_chunked_prefill() -> None:
-    mistral = KVCacheSpec.from_preset("mistral-7b")
-    result = make_profile(total=24 * GiB, weights=14 * GiB, activation=2 * GiB)
+    mistral, result = _mistral_on_24_gib()
     p = plan_kv_cache(result, mistral, max_model_len=1_000_000, max_num_batched_tokens=4096)
     blocks = math.ceil((4096 - 1 + 2 * 4096) / 16) + 1
     assert p.request_bytes == blocks * 16 * mistral.bytes_per_token
