@@ -44,6 +44,31 @@ def _choices(names: Any) -> str:
     return ", ".join(sorted(names))
 
 
+class _RawMemory:
+    """Memory taken by handle outside the allocator: this process's (``external``) or other
+    processes' (``other_process``); ``what`` says which in an out-of-memory message."""
+
+    __slots__ = ("bytes", "kind", "live", "what")
+
+    def __init__(self, kind: str, what: str) -> None:
+        self.kind, self.what = kind, what
+        self.live: dict[int, int] = {}
+        self.bytes = 0
+
+    def take(self, handle: int, nbytes: int) -> None:
+        self.live[handle] = nbytes
+        self.bytes += nbytes
+
+    def free(self, handle: int) -> None:
+        nbytes = self.live.pop(handle, None)
+        if nbytes is None:
+            raise InvalidPointerError(
+                f"{self.kind}_free({handle!r}): no live {self.kind}_malloc handle with that "
+                "value (never returned, or already freed)"
+            )
+        self.bytes -= nbytes
+
+
 class _AllocatorMemory:
     """The device's memory as its allocator sees it (a :class:`DeviceMemory`)."""
 
@@ -141,10 +166,8 @@ class SimDevice:
         self._name = name if name is not None else (self._preset or f"sim-{total}")
         self._lock = threading.RLock()
         self._allocator_mapped = 0
-        self._external: dict[int, int] = {}
-        self._external_bytes = 0
-        self._others: dict[int, int] = {}
-        self._other_bytes = 0
+        self._external = _RawMemory("external", "outside the allocator (this process)")
+        self._others = _RawMemory("other_process", "for another process")
         self._next_handle = 1
         self._allocator = make_allocator(
             allocator, _AllocatorMemory(self), **dict(allocator_options or {})
@@ -217,19 +240,19 @@ class SimDevice:
         holds beside its pools (the ``npu`` preset's operator workspace).
         """
         with self._lock:
-            return self._allocator_mapped + self._external_bytes
+            return self._allocator_mapped + self._external.bytes
 
     @property
     def external_memory(self) -> int:
         """This process's memory outside the allocator (:meth:`external_malloc`)."""
         with self._lock:
-            return self._external_bytes
+            return self._external.bytes
 
     @property
     def other_process_memory(self) -> int:
         """Memory held by other processes (:meth:`other_process_malloc`)."""
         with self._lock:
-            return self._other_bytes
+            return self._others.bytes
 
     def memory_stats(self) -> dict[str, int]:
         """The allocator's statistics with torch's key names."""
@@ -336,23 +359,12 @@ class SimDevice:
             SimOutOfMemory: fewer than ``nbytes`` are free (the allocator's
                 cache is not released for memory outside it).
         """
-        with self._lock:
-            nbytes = _check_size(nbytes)
-            handle = self._take_raw(nbytes, "outside the allocator (this process)")
-            self._external[handle] = nbytes
-            self._external_bytes += nbytes
-            return handle
+        return self._raw_malloc(self._external, nbytes)
 
     def external_free(self, handle: int) -> None:
         """Give back memory taken by :meth:`external_malloc`."""
         with self._lock:
-            nbytes = self._external.pop(handle, None)
-            if nbytes is None:
-                raise InvalidPointerError(
-                    f"external_free({handle!r}): no live external_malloc handle with that "
-                    "value (never returned, or already freed)"
-                )
-            self._external_bytes -= nbytes
+            self._external.free(handle)
 
     def other_process_malloc(self, nbytes: int) -> int:
         """Take ``nbytes`` as another process would; return a handle.
@@ -360,28 +372,24 @@ class SimDevice:
         Raises:
             SimOutOfMemory: fewer than ``nbytes`` are free.
         """
-        with self._lock:
-            nbytes = _check_size(nbytes)
-            handle = self._take_raw(nbytes, "for another process")
-            self._others[handle] = nbytes
-            self._other_bytes += nbytes
-            return handle
+        return self._raw_malloc(self._others, nbytes)
 
     def other_process_free(self, handle: int) -> None:
         """Give back memory taken by :meth:`other_process_malloc`."""
         with self._lock:
-            nbytes = self._others.pop(handle, None)
-            if nbytes is None:
-                raise InvalidPointerError(
-                    f"other_process_free({handle!r}): no live other_process_malloc handle "
-                    "with that value (never returned, or already freed)"
-                )
-            self._other_bytes -= nbytes
+            self._others.free(handle)
 
     # ------------------------------------------------------------ internals
 
     def _free_bytes(self) -> int:
-        return self._total - self._allocator_mapped - self._external_bytes - self._other_bytes
+        return self._total - self._allocator_mapped - self._external.bytes - self._others.bytes
+
+    def _raw_malloc(self, raw: _RawMemory, nbytes: int) -> int:
+        with self._lock:
+            nbytes = _check_size(nbytes)
+            handle = self._take_raw(nbytes, raw.what)
+            raw.take(handle, nbytes)
+            return handle
 
     def _take_raw(self, nbytes: int, what: str) -> int:
         free = self._free_bytes()
@@ -393,7 +401,7 @@ class SimDevice:
                 f"capacity of {format_size(self._total)} of which {format_size(free)} is free; "
                 f"this process's allocator holds {format_size(alloc.reserved)} "
                 f"({format_size(alloc.allocated)} allocated), other processes "
-                f"{format_size(self._other_bytes)}. Free memory or ask for less.",
+                f"{format_size(self._others.bytes)}. Free memory or ask for less.",
                 requested=nbytes,
                 attempted=nbytes,
                 total=self._total,
