@@ -11,6 +11,7 @@ import pickle
 import random
 
 import pytest
+from _sim_stats import assert_consistent, stat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,15 +35,6 @@ def make(
     return make_allocator(preset, memory), memory
 
 
-def stat(alloc: CachingAllocator, key: str) -> int:
-    return alloc.memory_stats()[key]
-
-
-def assert_consistent(alloc: CachingAllocator) -> None:
-    """Incremental statistics equal a recount from the blocks."""
-    stats = alloc.memory_stats()
-    for key, value in alloc._recount_stats().items():
-        assert stats[key] == value, key
 
 
 # ---------------------------------------------------------------- rounding

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _sim_stats import assert_consistent, stat
 
 from memacct.errors import InvalidInputError
 from memacct.sim import SimDevice, SimOutOfMemory
@@ -22,16 +23,6 @@ def make(
 ) -> tuple[CachingAllocator, SimpleDeviceMemory]:
     memory = SimpleDeviceMemory(total)
     return make_allocator(preset, memory, **options), memory
-
-
-def stat(alloc: CachingAllocator, key: str) -> int:
-    return alloc.memory_stats()[key]
-
-
-def consistent(alloc: CachingAllocator) -> None:
-    stats = alloc.memory_stats()
-    for key, value in alloc._recount_stats().items():
-        assert stats[key] == value, key
 
 
 # ------------------------------------------------------------------ both modes
@@ -73,7 +64,7 @@ def test_vmm_maps_2mib_pages_on_demand() -> None:
     assert alloc.reserved == memory.mapped == 2 * MiB
     alloc.malloc(1 * MiB)  # shares the first page, then needs a second
     assert alloc.reserved == 4 * MiB
-    consistent(alloc)
+    assert_consistent(alloc)
 
 
 def test_vmm_neighbouring_buffers_share_a_page() -> None:
@@ -114,7 +105,7 @@ def test_vmm_eager_free_moves_idle_pages_where_they_are_needed() -> None:
     alloc.malloc(32 * MiB - 32)
     assert alloc.reserved == 64 * MiB == memory.mapped
     assert stat(alloc, "num_eager_frees") == 1
-    consistent(alloc)
+    assert_consistent(alloc)
 
 
 def test_vmm_one_budget_caps_both_allocators_together() -> None:
@@ -145,7 +136,7 @@ def test_vmm_eager_freed_pages_stay_reserved_until_empty_cache() -> None:
     assert held == memory.mapped <= 64 * MiB
     alloc.empty_cache()
     assert alloc.reserved == memory.mapped == 56 * MiB  # the two live buffers' pages
-    consistent(alloc)
+    assert_consistent(alloc)
 
 
 def test_vmm_empty_cache_returns_every_idle_page() -> None:
@@ -155,7 +146,7 @@ def test_vmm_empty_cache_returns_every_idle_page() -> None:
         alloc.free(p)
     alloc.empty_cache()
     assert alloc.reserved == memory.mapped == 0
-    consistent(alloc)
+    assert_consistent(alloc)
 
 
 def test_vmm_free_merges_only_with_idle_neighbours() -> None:
