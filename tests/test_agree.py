@@ -72,20 +72,21 @@ def test_group_given_without_initialized_distributed_is_agreement_error() -> Non
         agree(rank_plan(0), group=object())
 
 
-def test_without_torch_a_group_is_an_error_naming_the_install(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch (and torch.distributed) cannot be imported."""
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "torch.distributed", None)
+
+
+@pytest.mark.usefixtures("without_torch")
+def test_without_torch_a_group_is_an_error_naming_the_install() -> None:
     with pytest.raises(AgreementError, match="pip install torch"):
         agree(rank_plan(0), group=object())
 
 
-def test_without_torch_and_without_group_is_a_single_rank_no_op(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(sys.modules, "torch", None)
-    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+@pytest.mark.usefixtures("without_torch")
+def test_without_torch_and_without_group_is_a_single_rank_no_op() -> None:
     plan = rank_plan(0)
     agreed = agree(plan)
     assert agreed.num_blocks == plan.num_blocks
