@@ -212,19 +212,26 @@ def test_profile_whose_used_is_not_reserved_plus_non_allocator_is_a_config_error
         load_profile(path)
 
 
-def test_profile_with_a_negative_size_is_a_config_error_naming_field_and_value(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [pytest.param(("activation_peak",), -5, r"activation_peak: .* than or equal to 0 \(got -5\)",
+                  id="a-negative-size-naming-field-and-value"),
+     pytest.param(("weights_memory",), 10**400,
+                  "weights_memory: Input should be less than or equal to",
+                  id="an-absurd-size-refused-before-any-arithmetic"),
+     pytest.param(("before", "device"), 1, "one backend and device",
+                  id="snapshots-from-different-devices"),
+     pytest.param(("kv_cache_fudge",), 1, "kv_cache_fudge: Extra inputs are not permitted",
+                  id="an-unknown-field-named"),
+     pytest.param(("format_version",), 2, "format_version 2 is not supported.*profile again",
+                  id="a-later-format-saying-to-profile-again")],
+)  # fmt: skip
+def test_an_edited_profile_is_a_config_error_saying_what_is_wrong(
+    tmp_path: Path, field: tuple[str, ...], value: Any, match: str
 ) -> None:
     path = tmp_path / "profile.json"
-    path.write_text(edited(sim_profile(), ("activation_peak",), -5))
-    with pytest.raises(ConfigError, match=r"activation_peak: .* than or equal to 0 \(got -5\)"):
-        load_profile(path)
-
-
-def test_profile_with_an_absurd_size_is_refused_before_any_arithmetic(tmp_path: Path) -> None:
-    path = tmp_path / "profile.json"
-    path.write_text(edited(sim_profile(), ("weights_memory",), 10**400))
-    with pytest.raises(ConfigError, match="weights_memory: Input should be less than or equal to"):
+    path.write_text(edited(sim_profile(), field, value))
+    with pytest.raises(ConfigError, match=match):
         load_profile(path)
 
 
@@ -234,31 +241,6 @@ def test_profile_with_nan_or_infinite_float_is_a_config_error(tmp_path: Path, ba
     path = tmp_path / "profile.json"
     path.write_text(text.replace('"fragmentation":', f'"fragmentation":{bad},"x":', 1))
     with pytest.raises(ConfigError, match="fragmentation"):
-        load_profile(path)
-
-
-def test_profile_whose_snapshots_come_from_different_devices_is_a_config_error(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "profile.json"
-    path.write_text(edited(sim_profile(), ("before", "device"), 1))
-    with pytest.raises(ConfigError, match="one backend and device"):
-        load_profile(path)
-
-
-def test_profile_with_unknown_field_is_a_config_error_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / "profile.json"
-    path.write_text(edited(sim_profile(), ("kv_cache_fudge",), 1))
-    with pytest.raises(ConfigError, match="kv_cache_fudge: Extra inputs are not permitted"):
-        load_profile(path)
-
-
-def test_profile_of_a_later_format_is_a_config_error_saying_to_profile_again(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "profile.json"
-    path.write_text(edited(sim_profile(), ("format_version",), 2))
-    with pytest.raises(ConfigError, match="format_version 2 is not supported.*profile again"):
         load_profile(path)
 
 
