@@ -104,15 +104,12 @@ ASIDE_GRID: dict[str, Any] = {
 
 
 # Architectures memacct was not tuned to: TP, KV dtypes, lengths, a small and a large budget.
+# The main grid's KV dtypes, lengths, block size and batch; its own TP, PP and budgets.
 NEW_GRID: dict[str, Any] = {
+    **MAIN_GRID,
     "tensor_parallel_size": [1, 2, 4],
     "pipeline_parallel_size": [1, 2],
-    "kv_cache_dtype": ["auto", "fp8"],
-    "max_model_len": [8192, "full"],
     "budget_bytes": [2 * GiB, 24 * GiB],
-    "block_size": [16],
-    "max_num_batched_tokens": [8192],
-    "async_scheduling": [True],
 }
 
 
