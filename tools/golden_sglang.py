@@ -221,6 +221,16 @@ def swa_row(src: Path, per_token: int, full_layers: int, swa_layers: int, window
             "swa_tokens": config.swa_max_total_num_tokens}
 
 
+def state_layers(layers: list[int], intermediate_size: int, n_groups: int, num_heads: int,
+                 head_dim: int, state_size: int, conv_kernel: int) -> dict[str, Any]:
+    """The layers holding a GDN/Mamba2 state and the arguments of SGLang's
+    ``Mamba2StateShape.create`` for them, as :func:`mamba_row` reads them."""
+    shape = {"intermediate_size": intermediate_size, "n_groups": n_groups,
+             "num_heads": num_heads, "head_dim": head_dim, "state_size": state_size,
+             "conv_kernel": conv_kernel}  # fmt: skip
+    return {"shape": shape, "layers": layers}
+
+
 def mamba_row(src: Path, mamba_utils: types.ModuleType, cfg: dict[str, Any], tp: int,
               attention_token: int, budget: int, context_len: int, radix: bool,
               extra_buffer: bool, config_obj: Any) -> dict[str, Any]:
@@ -265,12 +275,12 @@ def main() -> None:
                 rows.append({"kind": "swa", "model": "gpt-oss-20b", "budget_bytes": budget,
                              "page": page, "swa_full_tokens_ratio": ratio, **row})
     qwen = load_model_preset("qwen3-next-80b-a3b")
-    gdn = {"shape": {
-        "intermediate_size": qwen["linear_value_head_dim"] * qwen["linear_num_value_heads"],
-        "n_groups": qwen["linear_num_key_heads"], "num_heads": qwen["linear_num_value_heads"],
-        "head_dim": qwen["linear_value_head_dim"], "state_size": qwen["linear_key_head_dim"],
-        "conv_kernel": qwen["linear_conv_kernel_dim"]},
-        "layers": [i for i in range(qwen["num_hidden_layers"]) if (i + 1) % 4]}
+    gdn = state_layers(
+        [i for i in range(qwen["num_hidden_layers"]) if (i + 1) % 4],
+        qwen["linear_value_head_dim"] * qwen["linear_num_value_heads"],
+        qwen["linear_num_key_heads"], qwen["linear_num_value_heads"],
+        qwen["linear_value_head_dim"], qwen["linear_key_head_dim"], qwen["linear_conv_kernel_dim"],
+    )  # fmt: skip
     for ssm in (None, "bfloat16", "float16"):
         if ssm is None:
             os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
@@ -288,12 +298,12 @@ def main() -> None:
                                      "ssm_env": ssm, "radix": radix, "max_model_len": length,
                                      **row})
         granite = load_model_preset("granite-4.0-h-small")
-        mamba2 = {"shape": {
-            "intermediate_size": granite["mamba_expand"] * granite["hidden_size"],
-            "n_groups": granite["mamba_n_groups"], "num_heads": granite["mamba_n_heads"],
-            "head_dim": granite["mamba_d_head"], "state_size": granite["mamba_d_state"],
-            "conv_kernel": granite["mamba_d_conv"]},
-            "layers": [i for i, t in enumerate(granite["layer_types"]) if t == "mamba"]}
+        mamba2 = state_layers(
+            [i for i, t in enumerate(granite["layer_types"]) if t == "mamba"],
+            granite["mamba_expand"] * granite["hidden_size"], granite["mamba_n_groups"],
+            granite["mamba_n_heads"], granite["mamba_d_head"], granite["mamba_d_state"],
+            granite["mamba_d_conv"],
+        )  # fmt: skip
         attention = granite["layer_types"].count("attention")
         head = granite["hidden_size"] // granite["num_attention_heads"]
         for tp in (1, 2, 4):
