@@ -92,6 +92,23 @@ class ModelAllocator(Protocol):
         ...
 
 
+def run_trace(
+    malloc: Callable[[int], int], free: Callable[[int], None], trace: Sequence[int]
+) -> None:
+    """Run ``trace`` (ops as :class:`ModelAllocator` reads them) through ``malloc`` and ``free``.
+
+    Raises whatever they raise; the allocations made before the failure stay live, as they
+    would in a process that crashed.
+    """
+    ptrs: list[int] = []
+    push = ptrs.append
+    for op in trace:
+        if op >= 0:
+            push(malloc(op))
+        else:
+            free(ptrs[~op])
+
+
 @runtime_checkable
 class AllocatorModel(Protocol):
     """A model of a backend's allocator as configured now (``BaseBackend.allocator_model``).

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from memacct.backend import run_trace
+
 __all__ = ["Allocator", "TraceBuilder", "replay", "trace_peak"]
 
 
@@ -34,15 +36,7 @@ def replay(allocator: Allocator, trace: Sequence[int]) -> None:
     is full); the allocations made before the failure are left live, as they
     would be in a process that crashed.
     """
-    malloc = allocator.malloc
-    free = allocator.free
-    ptrs: list[int] = []
-    push = ptrs.append
-    for op in trace:
-        if op >= 0:
-            push(malloc(op))
-        else:
-            free(ptrs[~op])
+    run_trace(allocator.malloc, allocator.free, trace)
 
 
 class TraceBuilder:

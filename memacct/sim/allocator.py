@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memacct.backend import run_trace
 from memacct.errors import InvalidInputError
 from memacct.sim._core import (
     CachingAllocator,
@@ -131,19 +132,12 @@ class _Instance:
 
     def run(self, trace: Sequence[int], persistent: bool = False) -> bool:
         malloc = self._alloc.malloc
-        free = self._alloc.free
-        ptrs: list[int] = []
-        push = ptrs.append
         try:
             if persistent:
                 for op in trace:
-                    push(malloc(op, persistent=True))
+                    malloc(op, persistent=True)
                 return True
-            for op in trace:
-                if op >= 0:
-                    push(malloc(op))
-                else:
-                    free(ptrs[~op])
+            run_trace(malloc, self._alloc.free, trace)
         except SimOutOfMemory:
             return False
         return True
