@@ -19,6 +19,20 @@ speaks the :class:`memacct.DeviceBackend` protocol by subclassing
 This module imports pytest; ``import memacct`` never imports it.
 """
 
-from memacct.testing.conformance import STAT_KEYS, Allocator, BackendConformance, torch_allocator
+from memacct.testing.conformance import (
+    STAT_KEYS,
+    Allocator,
+    BackendConformance,
+    HardwareConformance,
+    SimulatedConformance,
+    torch_allocator,
+)
 
-__all__ = ["STAT_KEYS", "Allocator", "BackendConformance", "torch_allocator"]
+__all__ = [
+    "STAT_KEYS",
+    "Allocator",
+    "BackendConformance",
+    "HardwareConformance",
+    "SimulatedConformance",
+    "torch_allocator",
+]

@@ -42,7 +42,14 @@ from memacct.models import TruthSource
 from memacct.profiling import memory_profiling
 from memacct.units import MiB
 
-__all__ = ["STAT_KEYS", "Allocator", "BackendConformance", "torch_allocator"]
+__all__ = [
+    "STAT_KEYS",
+    "Allocator",
+    "BackendConformance",
+    "HardwareConformance",
+    "SimulatedConformance",
+    "torch_allocator",
+]
 
 STAT_KEYS = (ALLOCATED, ALLOCATED_PEAK, RESERVED, RESERVED_PEAK)
 """The torch-style statistics every backend with an allocator must report."""
@@ -369,3 +376,24 @@ class BackendConformance:
         with pytest.raises(ProfilingError, match=f"backend {backend.name!r} has no allocator"):
             with memory_profiling(backend, baseline, device=device):
                 pass
+
+
+class SimulatedConformance(BackendConformance):
+    """The suite on a simulated device: a subclass gives a ``dev`` fixture (a
+    :class:`memacct.sim.SimDevice`) and a ``backend`` over it; the suite allocates on ``dev``."""
+
+    @pytest.fixture
+    def allocator(self, dev: Any) -> Allocator:
+        """Allocations straight on the simulated device."""
+        return Allocator(dev.malloc, dev.free)
+
+
+class HardwareConformance(BackendConformance):
+    """The suite on the real device the ``memacct_backend`` fixture of memacct's pytest plugin
+    gives (skipped with the backend's reason where there is none); a subclass adds an
+    ``allocator`` where the framework can allocate (:func:`torch_allocator`)."""
+
+    @pytest.fixture
+    def backend(self, memacct_backend: DeviceBackend) -> DeviceBackend:
+        """The plugin's backend on this machine."""
+        return memacct_backend

@@ -12,7 +12,7 @@ import pytest
 from memacct_example import ExampleBackend
 
 from memacct.sim import SimDevice
-from memacct.testing import Allocator, BackendConformance
+from memacct.testing import SimulatedConformance
 
 
 @pytest.fixture
@@ -20,14 +20,10 @@ def dev() -> SimDevice:
     return SimDevice("h100-80gb")
 
 
-class TestExampleConformance(BackendConformance):
+class TestExampleConformance(SimulatedConformance):
     @pytest.fixture
     def backend(self, dev: SimDevice) -> ExampleBackend:
         return ExampleBackend(dev.api)
-
-    @pytest.fixture
-    def allocator(self, dev: SimDevice) -> Allocator:
-        return Allocator(dev.malloc, dev.free)
 
 
 def test_availability_names_the_missing_framework_and_the_fix() -> None:

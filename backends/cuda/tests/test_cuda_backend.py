@@ -39,7 +39,12 @@ import memacct
 from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
-from memacct.testing import Allocator, BackendConformance, torch_allocator
+from memacct.testing import (
+    Allocator,
+    HardwareConformance,
+    SimulatedConformance,
+    torch_allocator,
+)
 from memacct.units import GiB, MiB
 
 NEIGHBOUR_PID = os.getppid()
@@ -104,23 +109,15 @@ def attributed(dev: SimDevice) -> CudaBackend:
     return CudaBackend(dev.api, nvml=Nvml(SimNvml(dev)))
 
 
-class TestCudaConformance(BackendConformance):
+class TestCudaConformance(SimulatedConformance):
     @pytest.fixture
     def backend(self, dev: SimDevice) -> CudaBackend:
         return CudaBackend(dev.api, nvml=Nvml(SimNvml(dev)))
 
-    @pytest.fixture
-    def allocator(self, dev: SimDevice) -> Allocator:
-        return Allocator(dev.malloc, dev.free)
-
 
 @pytest.mark.cuda
-class TestCudaConformanceOnHardware(BackendConformance):
+class TestCudaConformanceOnHardware(HardwareConformance):
     """The same suite on a real GPU; skipped with the backend's reason where there is none."""
-
-    @pytest.fixture
-    def backend(self, memacct_backend: memacct.DeviceBackend) -> memacct.DeviceBackend:
-        return memacct_backend
 
     @pytest.fixture
     def allocator(self) -> Allocator:

@@ -30,7 +30,7 @@ import memacct
 from memacct import BackendError, BackendUnavailableError, InvalidInputError, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import SimDevice
-from memacct.testing import Allocator, BackendConformance
+from memacct.testing import BackendConformance, SimulatedConformance
 from memacct.units import GiB, MiB
 
 ms = pytest.importorskip("mindspore")
@@ -140,7 +140,7 @@ class SimulatedMindSporeOnAscend:
         pass
 
 
-class TestMindSporeConformanceOnSimulatedAscend(BackendConformance):
+class TestMindSporeConformanceOnSimulatedAscend(SimulatedConformance):
     # MindSpore's pool pads each request by 32 bytes and rounds to 512.
     allocation_slack_bytes = 512
 
@@ -151,10 +151,6 @@ class TestMindSporeConformanceOnSimulatedAscend(BackendConformance):
     @pytest.fixture
     def backend(self, dev: SimDevice) -> MindSporeBackend:
         return MindSporeBackend(SimulatedMindSporeOnAscend(dev))
-
-    @pytest.fixture
-    def allocator(self, dev: SimDevice) -> Allocator:
-        return Allocator(dev.malloc, dev.free)
 
 
 @pytest.mark.mindspore

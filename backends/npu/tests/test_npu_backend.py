@@ -21,7 +21,12 @@ import memacct
 from memacct import BackendUnavailableError, TorchLikeBackend, TruthSource
 from memacct.backend import allocator_settings
 from memacct.sim import ALLOCATOR_PRESETS, SimDevice
-from memacct.testing import Allocator, BackendConformance, torch_allocator
+from memacct.testing import (
+    Allocator,
+    HardwareConformance,
+    SimulatedConformance,
+    torch_allocator,
+)
 from memacct.units import GiB, MiB
 
 NPU_PRESET = "npu" if "npu" in ALLOCATOR_PRESETS else "torch-cuda"
@@ -71,7 +76,7 @@ def dev() -> SimDevice:
     return SimDevice("ascend-910b-64gb", NPU_PRESET)
 
 
-class TestAscendConformance(BackendConformance):
+class TestAscendConformance(SimulatedConformance):
     # The npu allocator pads each request by 32 bytes before rounding to 512.
     allocation_slack_bytes = 512 if NPU_PRESET == "npu" else 0
 
@@ -79,20 +84,12 @@ class TestAscendConformance(BackendConformance):
     def backend(self, dev: SimDevice) -> AscendBackend:
         return AscendBackend(dev.api)
 
-    @pytest.fixture
-    def allocator(self, dev: SimDevice) -> Allocator:
-        return Allocator(dev.malloc, dev.free)
-
 
 @pytest.mark.npu
-class TestAscendConformanceOnHardware(BackendConformance):
+class TestAscendConformanceOnHardware(HardwareConformance):
     """The same suite on a real NPU; skipped with the backend's reason where there is none."""
 
     allocation_slack_bytes = 512
-
-    @pytest.fixture
-    def backend(self, memacct_backend: memacct.DeviceBackend) -> memacct.DeviceBackend:
-        return memacct_backend
 
     @pytest.fixture
     def allocator(self) -> Allocator:

@@ -32,7 +32,7 @@ from memacct import (
     MemacctError,
     ProfilingError,
 )
-from memacct.testing import BackendConformance
+from memacct.testing import BackendConformance, HardwareConformance
 from memacct.units import GiB, MiB
 
 NEIGHBOUR_PID = os.getppid()  # a process that exists: NVML's PIDs are ours
@@ -93,12 +93,10 @@ class TestNvmlConformance(BackendConformance):
 
 
 @pytest.mark.nvml
-class TestNvmlConformanceOnHardware(BackendConformance):
+class TestNvmlConformanceOnHardware(HardwareConformance):
     """The same suite on a real GPU; skipped with the backend's reason where there is none."""
 
-    @pytest.fixture
-    def backend(self, memacct_backend: memacct.DeviceBackend) -> memacct.DeviceBackend:
-        return memacct_backend
+    # backend: memacct_backend, the plugin's backend on this machine (HardwareConformance).
 
 
 # -- availability ------------------------------------------------------------------
