@@ -95,11 +95,7 @@ _PLANNER_NAMES = {
 
 
 # The offline plan (an engine's start-up estimated from the model), also on first use.
-_OFFLINE_NAMES = {
-    "PlanOptions": "memacct.options",
-    "plan_capacity": "memacct.engines.offline",
-    "plan_offline": "memacct.engines.offline",
-}
+_OFFLINE_NAMES = frozenset({"PlanOptions", "plan_capacity", "plan_offline"})
 
 
 def __getattr__(name: str) -> Any:
@@ -107,10 +103,14 @@ def __getattr__(name: str) -> Any:
         from memacct import planner
 
         return getattr(planner, name)
-    if name in _OFFLINE_NAMES:
-        import importlib
+    if name == "PlanOptions":
+        from memacct.options import PlanOptions
 
-        return getattr(importlib.import_module(_OFFLINE_NAMES[name]), name)
+        return PlanOptions
+    if name in _OFFLINE_NAMES:
+        from memacct.engines import offline
+
+        return getattr(offline, name)
     raise AttributeError(f"module 'memacct' has no attribute {name!r}")
 
 
