@@ -921,13 +921,8 @@ class CachingAllocator:
         """
         block = self._live.pop(ptr, None)
         if block is None:
-            if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
-                return
-            raise InvalidPointerError(
-                f"free({ptr!r}): no live allocation of the {self.name} allocator at that "
-                f"address (never returned by malloc, or already freed); "
-                f"free each pointer malloc returned exactly once"
-            )
+            self._free_unknown(ptr)
+            return
         pool = block.pool
         size = block.size
         requested = block.requested
@@ -1163,6 +1158,17 @@ class CachingAllocator:
     def _attempt_size(self, pool: _Pool, rounded: int) -> int:
         """Bytes the allocator asks the device for, as named in the OOM message."""
         return self._segment_size(pool, rounded)
+
+    def _free_unknown(self, ptr: int) -> None:
+        """``free`` of a pointer with no live allocation: a no-op for the null pointer (0);
+        otherwise :class:`InvalidPointerError`."""
+        if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
+            return
+        raise InvalidPointerError(
+            f"free({ptr!r}): no live allocation of the {self.name} allocator at that "
+            "address (never returned by malloc, or already freed); free each pointer "
+            "malloc returned exactly once"
+        )
 
     def _oom_hint(self) -> str:
         return (

@@ -32,7 +32,6 @@ from memacct.sim._core import (
     UNMAPPED,
     CachingAllocator,
     DeviceMemory,
-    InvalidPointerError,
     SimOutOfMemory,
     _Block,
     _check_size,
@@ -258,13 +257,8 @@ class MindSporeMemoryPool(CachingAllocator):
         """
         entry = self._vlive.pop(ptr, None)
         if entry is None:
-            if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
-                return
-            raise InvalidPointerError(
-                f"free({ptr!r}): no live allocation of the {self.name} allocator at that "
-                "address (never returned by malloc, or already freed); free each pointer "
-                "malloc returned exactly once"
-            )
+            self._free_unknown(ptr)
+            return
         pool, block = entry
         pool.allocation -= 1
         pool.allocated -= block.size
