@@ -658,6 +658,12 @@ class CachingAllocator:
 
     name: ClassVar[str] = "torch-cuda"
     """Preset name."""
+    oom_hint: ClassVar[str] = (
+        "If reserved but unallocated memory is large, the torch-cuda-expandable "
+        "allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) avoids that "
+        "fragmentation."
+    )
+    """The preset's advice, last in its out-of-memory message."""
     growth_granularity_bytes: int = ROUND_LARGE
     """Bytes by which the reservation grows for a large request (a class
     attribute; a preset with a configurable unit overrides it per instance)."""
@@ -1170,13 +1176,6 @@ class CachingAllocator:
             "malloc returned exactly once"
         )
 
-    def _oom_hint(self) -> str:
-        return (
-            "If reserved but unallocated memory is large, the torch-cuda-expandable "
-            "allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) avoids that "
-            "fragmentation."
-        )
-
     def _extra_stats(self, out: dict[str, int]) -> None:
         """Add preset-specific keys to :meth:`memory_stats`."""
 
@@ -1387,7 +1386,7 @@ class CachingAllocator:
             f"{attempted} bytes from the device). Of the memory this allocator holds, "
             f"{format_size(allocated)} is allocated and {format_size(reserved - allocated)} "
             f"is reserved but unallocated. Free memory (fewer live tensors, a smaller batch, "
-            f"a lower gpu_memory_utilization or KV-cache size) and retry. {self._oom_hint()}"
+            f"a lower gpu_memory_utilization or KV-cache size) and retry. {self.oom_hint}"
         )
         return self._refusal(message, size, attempted)
 

@@ -56,6 +56,10 @@ class ExpandableSegmentsAllocator(CachingAllocator):
     """
 
     name = "torch-cuda-expandable"
+    oom_hint = (
+        "Expandable segments already bound fragmentation to about one page per hole; "
+        "the memory is genuinely in use."
+    )
     growth_granularity_bytes = LARGE_BUFFER
     _track_inactive_split = False
     _refit = True
@@ -248,8 +252,3 @@ class ExpandableSegmentsAllocator(CachingAllocator):
     def _segment_count(self, seg: _Segment) -> int:
         return 0
 
-    def _oom_hint(self) -> str:
-        return (
-            "Expandable segments already bound fragmentation to about one page per hole; "
-            "the memory is genuinely in use."
-        )

@@ -51,6 +51,11 @@ class MindSporeBlockPool(CachingAllocator):
     """
 
     name: ClassVar[str] = "mindspore-block"
+    oom_hint: ClassVar[str] = (
+        "Idle memory cannot be merged across pool blocks and the block pool does not "
+        "release idle blocks to retry; MindSpore's VMM pool (MS_ALLOC_CONF=enable_vmm:True, "
+        "the default on 910B) or a smaller unit (mempool_block_size) wastes less."
+    )
     growth_granularity_bytes = 1 * GiB
     _pad: ClassVar[int] = 32
 
@@ -137,13 +142,6 @@ class MindSporeBlockPool(CachingAllocator):
         # It failed because less than the request was free, so the block it
         # tried was capped down to the request itself.
         return rounded
-
-    def _oom_hint(self) -> str:
-        return (
-            "Idle memory cannot be merged across pool blocks and the block pool does not "
-            "release idle blocks to retry; MindSpore's VMM pool (MS_ALLOC_CONF=enable_vmm:True, "
-            "the default on 910B) or a smaller unit (mempool_block_size) wastes less."
-        )
 
     def _extra_stats(self, out: dict[str, int]) -> None:
         reserved = self.reserved

@@ -37,6 +37,10 @@ class NpuCachingAllocator(CachingAllocator):
     """
 
     name = "npu"
+    oom_hint = (
+        "If reserved but unallocated memory is large, "
+        "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True avoids that fragmentation."
+    )
     growth_granularity_bytes = 2 * 1024 * 1024
     _pad = 32
 
@@ -94,11 +98,6 @@ class NpuCachingAllocator(CachingAllocator):
         self._release_cached()
         self.release_workspace()
 
-    def _oom_hint(self) -> str:
-        return (
-            "If reserved but unallocated memory is large, "
-            "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True avoids that fragmentation."
-        )
 
 
 class NpuExpandableAllocator(ExpandableSegmentsAllocator):
@@ -116,8 +115,3 @@ class NpuExpandableAllocator(ExpandableSegmentsAllocator):
     name = "npu-expandable"
     _pad = 32
 
-    def _oom_hint(self) -> str:
-        return (
-            "Expandable segments already bound fragmentation to about one page per hole; "
-            "the memory is genuinely in use."
-        )
