@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import enum
 import math
-import os
-from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from memacct.checks import FROZEN
-from memacct.errors import ConfigError, InvalidInputError
-from memacct.io import atomic_write_text, read_text
+from memacct.errors import InvalidInputError
+from memacct.jsonfile import LOADED_CONTEXT, JsonFile, load_model_json, validation_problems
 from memacct.units import format_gib
 
 __all__ = [
     "ExcludedRegion",
-    "JsonFile",
     "MemoryDelta",
     "MemorySnapshot",
     "ProfileResult",
@@ -44,10 +41,6 @@ __all__ = [
 ]
 
 PROFILE_FORMAT_VERSION = 1
-
-LOADED_CONTEXT = "memacct_loaded"
-"""Validation context key set by :func:`load_model_json`: the data came from a file,
-so the checks that only a tampered or corrupt file fails apply too."""
 
 MAX_BYTES = 2**60
 """The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
@@ -288,36 +281,6 @@ class ProfiledSetup(BaseModel):
         return self
 
 
-_Loaded = TypeVar("_Loaded", bound="JsonFile")
-
-
-class JsonFile(BaseModel):
-    """A model saved to and loaded from a JSON file: a profile, a plan (``file_kind`` names
-    it in messages)."""
-
-    file_kind: ClassVar[str] = "file"
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the model as JSON (atomically); returns the path.
-
-        Raises:
-            ConfigError: the file cannot be written.
-        """
-        text = self.model_dump_json(indent=2) + "\n"
-        return atomic_write_text(Path(path), text, self.file_kind)
-
-    @classmethod
-    def load(cls: type[_Loaded], path: str | os.PathLike[str]) -> _Loaded:
-        """Read a file written by :meth:`save`, cross-checked by the model's validators.
-
-        Raises:
-            ConfigError: missing, over 16 MiB, not JSON, or fields that contradict
-                each other (a tampered or corrupt file), in one line.
-        """
-        loaded: _Loaded = load_model_json(cls, read_text(path, cls.file_kind), str(path))
-        return loaded
-
-
 class ProfileResult(JsonFile):
     """What a profiling session measured, and the non-KV-cache memory it implies.
 
@@ -516,40 +479,3 @@ class ProfileResult(JsonFile):
             f"non-KV total {format_gib(self.non_kv_cache_memory)}, "
             f"fragmentation {self.fragmentation:.1%}, {self.duration_s:.2f}s"
         )
-
-
-def _got(err: Any) -> str:
-    # Name the offending value when it is a scalar; a whole object would drown the message.
-    value = err.get("input")
-    if isinstance(value, (dict, list)) or err.get("type") == "missing":
-        return ""
-    text = repr(value)
-    return f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
-
-
-def load_model_json(model: type[BaseModel], text: str | bytes, source: str) -> Any:
-    """Validate JSON text as ``model``; any problem becomes a :class:`ConfigError`.
-
-    ``source`` names where the text came from (a path, "stdin") for the message.
-    """
-    try:
-        return model.model_validate_json(text, context={LOADED_CONTEXT: True})
-    except (OverflowError, RecursionError) as exc:
-        # A consistency check doing float arithmetic on absurd integers, or absurd nesting:
-        # a hand-edited or corrupt file, not a model to plan with.
-        raise ConfigError(
-            f"{source} is not a valid {model.__name__}: its numbers are too large to be "
-            f"real ({type(exc).__name__}: {exc}); save it again from memacct"
-        ) from None
-    except ValidationError as exc:
-        raise ConfigError(
-            f"{source} is not a valid {model.__name__}: {validation_problems(exc)}"
-        ) from None
-
-
-def validation_problems(exc: ValidationError) -> str:
-    """The first five problems of a pydantic error, each naming its field and the value given."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_got(err)}"
-        for err in exc.errors()[:5]
-    )

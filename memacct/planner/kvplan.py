@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field, model_validator
 from memacct.checks import FROZEN, check_int
 from memacct.engines.base import KVGroup, KVLayout
 from memacct.errors import InvalidInputError
-from memacct.models import JsonFile, TruthSource
+from memacct.jsonfile import JsonFile
+from memacct.models import TruthSource
 from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
