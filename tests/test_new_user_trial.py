@@ -8,6 +8,7 @@ the code the trial ran against. docs/reliability.md ("A new user's trial") lists
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -82,7 +83,10 @@ def test_vanishing_utilization_is_a_refused_plan_not_a_traceback(
 
 @pytest.mark.parametrize(("model", "device"), [
     ("llama-4-scout", "l4"), ("qwen2.5-7b", "t4"), ("mixtral-8x7b", "l4"),
-    ("qwen3-next-80b-a3b", "a100-40gb"),
+    pytest.param("qwen3-next-80b-a3b", "a100-40gb", marks=pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None,
+        reason="its linear-attention weights are sized on the meta device, which needs torch "
+        "(the core-only pass has none)")),
 ])  # fmt: skip
 def test_tensor_parallel_advice_names_only_degrees_the_model_accepts(
     model: str, device: str
