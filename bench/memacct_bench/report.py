@@ -49,6 +49,11 @@ AUTO_MEDIAN_EFFICIENCY = 0.995
 _FROZEN = FROZEN
 
 
+_FROM_OUTCOME = {"truth_source_reason", "planned_kv_bytes", "oracle_kv_bytes", "efficiency",
+                 "oom", "oom_at", "refused", "duration_s"}  # fmt: skip
+"""The fields of a :class:`ScenarioOutcome` a :class:`BenchRow` carries under the same names."""
+
+
 class BenchRow(BaseModel):
     """One scenario under one truth source.
 
@@ -90,6 +95,7 @@ class BenchRow(BaseModel):
 
     @classmethod
     def from_outcome(cls, scenario: Scenario, outcome: ScenarioOutcome) -> BenchRow:
+        # The row keeps these fields of the outcome as they are (the truth sources as text).
         """The row of one :class:`ScenarioOutcome`."""
         return cls(
             scenario=scenario.name,
@@ -99,14 +105,7 @@ class BenchRow(BaseModel):
             utilization=scenario.gpu_memory_utilization,
             truth_source=str(outcome.truth_source),
             resolved_truth_source=str(outcome.resolved_truth_source),
-            truth_source_reason=outcome.truth_source_reason,
-            planned_kv_bytes=outcome.planned_kv_bytes,
-            oracle_kv_bytes=outcome.oracle_kv_bytes,
-            efficiency=outcome.efficiency,
-            oom=outcome.oom,
-            oom_at=outcome.oom_at,
-            refused=outcome.refused,
-            duration_s=outcome.duration_s,
+            **outcome.model_dump(include=_FROM_OUTCOME),
         )
 
 
