@@ -201,6 +201,12 @@ def test_quiet_device_gives_a_profile_without_warnings(
     assert profile(dev, backend).warnings == ()
 
 
+def co_tenant_frees(dev: SimDevice, nbytes: int) -> Callable[[], None]:
+    """A co-tenant holds ``nbytes`` from now; calling the result frees them."""
+    handle = dev.other_process_malloc(nbytes)
+    return lambda: dev.other_process_free(handle)
+
+
 def test_co_tenant_allocating_during_profiling_is_named_with_attribution(
     dev: SimDevice, attributed: DeviceBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -216,8 +222,7 @@ def test_co_tenant_allocating_during_profiling_is_named_with_attribution(
 def test_co_tenant_freeing_during_profiling_is_named_with_attribution(
     dev: SimDevice, attributed: DeviceBackend
 ) -> None:
-    handle = dev.other_process_malloc(5 * GiB)
-    result = profile(dev, attributed, during=lambda: dev.other_process_free(handle))
+    result = profile(dev, attributed, during=co_tenant_frees(dev, 5 * GiB))
     (warning,) = result.warnings
     assert warning.startswith("another process freed 5.00GiB on sim:0 during profiling")
     assert result.non_kv_cache_memory == WEIGHTS + 2 * GiB
@@ -226,9 +231,9 @@ def test_co_tenant_freeing_during_profiling_is_named_with_attribution(
 def test_co_tenant_freeing_without_attribution_is_named_and_not_credited(
     dev: SimDevice, device_wide: DeviceBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    handle = dev.other_process_malloc(5 * GiB)
+    frees = co_tenant_frees(dev, 5 * GiB)
     with caplog.at_level(logging.WARNING, logger="memacct"):
-        result = profile(dev, device_wide, during=lambda: dev.other_process_free(handle))
+        result = profile(dev, device_wide, during=frees)
     fell, not_credited = result.warnings
     assert fell.startswith("used memory on sim:0 fell by 5.00GiB during profiling")
     assert "another process probably freed device memory" in fell
@@ -264,8 +269,7 @@ def test_co_tenant_allocating_without_attribution_is_named_and_charged(
 def test_co_tenant_freeing_between_baseline_and_profiling_is_not_credited(
     dev: SimDevice, device_wide: DeviceBackend
 ) -> None:
-    handle = dev.other_process_malloc(5 * GiB)
-    result = profile(dev, device_wide, before=lambda: dev.other_process_free(handle))
+    result = profile(dev, device_wide, before=co_tenant_frees(dev, 5 * GiB))
     (warning,) = result.warnings
     assert "5.00GiB below the baseline" in warning
     assert result.non_allocator_increase == 0
