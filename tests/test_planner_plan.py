@@ -88,6 +88,13 @@ def plan(result: ProfileResult | None = None, **kwargs: Any) -> KVCachePlan:
     return plan_kv_cache(result or make_profile(), LLAMA, **kwargs)
 
 
+def refusal(result: ProfileResult, **kwargs: Any) -> InsufficientMemoryError:
+    """The error :func:`plan` raises for ``result`` under ``kwargs`` (it must raise one)."""
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan(result, **kwargs)
+    return info.value
+
+
 # --- the numbers -------------------------------------------------------------------------------
 
 
@@ -383,9 +390,7 @@ def test_wrong_argument_types_are_invalid_input() -> None:
 def test_free_memory_below_target_names_the_numbers_and_co_tenants() -> None:
     result = make_profile(other=20 * GiB)
     free = 80 * GiB - 20 * GiB - 500 * MiB
-    with pytest.raises(InsufficientMemoryError) as info:
-        plan(result, gpu_memory_utilization=0.9)
-    message = str(info.value)
+    message = str(refusal(result, gpu_memory_utilization=0.9))
     assert "Free memory on device sim:0 at start (59.51GiB" in message
     assert f"{free} bytes" in message
     assert "desired memory utilization 0.9 (72.00GiB" in message
@@ -409,9 +414,7 @@ def test_free_memory_check_passes_when_target_just_fits() -> None:
 
 def test_no_memory_left_names_the_numbers_and_the_utilization_that_would_do() -> None:
     result = make_profile(weights=20 * GiB, activation=2 * GiB, non_allocator_increase=0)
-    with pytest.raises(InsufficientMemoryError) as info:
-        plan(result, gpu_memory_utilization=0.25)
-    message = str(info.value)
+    message = str(refusal(result, gpu_memory_utilization=0.25))
     assert "No available memory for the cache blocks on sim:0" in message
     assert f"{20 * GiB} + activation peak {2 * GiB}" in message
     assert f"leaving {20 * GiB - 22 * GiB} bytes" in message
@@ -421,9 +424,8 @@ def test_no_memory_left_names_the_numbers_and_the_utilization_that_would_do() ->
 
 def test_suggested_utilization_actually_fits_one_block() -> None:
     result = make_profile(weights=20 * GiB, activation=2 * GiB, non_allocator_increase=0)
-    with pytest.raises(InsufficientMemoryError) as info:
-        plan(result, gpu_memory_utilization=0.25)
-    suggested = float(str(info.value).split("at least ")[1].split(",")[0])
+    message = str(refusal(result, gpu_memory_utilization=0.25))
+    suggested = float(message.split("at least ")[1].split(",", maxsplit=1)[0])
     assert plan(result, gpu_memory_utilization=suggested, max_model_len=16).num_blocks >= 1
 
 
@@ -444,14 +446,13 @@ def test_model_larger_than_the_device_says_no_utilization_helps() -> None:
 def test_max_model_len_that_does_not_fit_names_the_largest_that_does() -> None:
     result = make_profile(weights=60 * GiB, activation=2 * GiB, non_allocator_increase=0)
     budget_blocks = (int(80 * GiB * 0.9) - 62 * GiB) // BLOCK
-    with pytest.raises(InsufficientMemoryError) as info:
-        plan(result, max_model_len=131072)
-    message = str(info.value)
+    error = refusal(result, max_model_len=131072)
+    message = str(error)
     assert "To serve one request of max_model_len=131072" in message
     assert f"{131072 * TOKEN} bytes" in message
     # vLLM holds its null block back before it estimates.
     assert f"largest max_model_len that fits is {(budget_blocks - 1) * 16}" in message
-    assert info.value.estimated_max_model_len == (budget_blocks - 1) * 16
+    assert error.estimated_max_model_len == (budget_blocks - 1) * 16
 
 
 def test_the_largest_length_named_is_exact() -> None:
