@@ -1,17 +1,8 @@
 """Profiling a dummy forward pass: what does the model need besides the KV cache?
 
-Example (on the simulated device, runnable as is)::
-
-    >>> import memacct
-    >>> from memacct.sim import SimDevice
-    >>> dev = SimDevice("h100-80gb")
-    >>> backend = memacct.get_backend("sim", device=dev)
-    >>> baseline = memacct.snapshot(backend)
-    >>> weights = dev.malloc(16 * 2**30)
-    >>> with memacct.memory_profiling(backend, baseline, weights_memory=16 * 2**30) as session:
-    ...     act = dev.malloc(2 * 2**30); dev.free(act)
-    >>> session.result.activation_peak == 2 * 2**30
-    True
+The package's docstring (:mod:`memacct`) runs a session on the simulated device. The
+weights are what the process took between the baseline and the session's start, unless
+``memory_profiling`` is given ``weights_memory`` (the size the engine reports).
 """
 
 from __future__ import annotations
