@@ -11,12 +11,11 @@ backend is built, and its constructor refuses with the framework's own reason.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 import memacct
+from memacct.testing import fresh_python
 
 PLUGINS = ("cuda", "npu", "mindspore", "nvml")
 
@@ -77,8 +76,7 @@ def test_listing_backends_imports_no_framework(infos: dict[str, memacct.BackendI
         "print(' '.join(m for m in ('torch', 'mindspore', 'pynvml', 'torch_npu')"
         " if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    names, imported = ([*out.stdout.splitlines(), ""])[:2]
+    names, imported = ([*fresh_python(code), ""])[:2]
     assert all(f"'{name}'" in names for name in PLUGINS), names
     assert imported == ""
 

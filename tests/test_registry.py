@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from memacct import (
     TorchLikeBackend,
 )
 from memacct.sim import SimDevice
+from memacct.testing import fresh_python
 
 PluginMaker = Callable[..., Path]
 
@@ -251,8 +250,7 @@ def test_import_memacct_imports_no_framework() -> None:
         "print(' '.join(m for m in ('torch', 'mindspore', 'pynvml', 'torch_npu', 'pytest')"
         " if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert fresh_python(code) == [""]
 
 
 def test_no_device_names_the_first_party_plugins_not_installed_with_their_pip_line(

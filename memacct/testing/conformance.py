@@ -19,6 +19,8 @@ none and refusing to profile.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,7 @@ __all__ = [
     "BackendConformance",
     "HardwareConformance",
     "SimulatedConformance",
+    "fresh_python",
     "torch_allocator",
 ]
 
@@ -101,6 +104,15 @@ def torch_allocator(device: str) -> Allocator:
         del live[key]
 
     return Allocator(allocate, release)
+
+
+def fresh_python(code: str) -> list[str]:
+    """The lines ``code`` prints in a fresh interpreter (this one's executable), which must
+    exit 0: for checking what importing a package loads, e.g. that a plugin's availability
+    check imports no framework (``'torch' in sys.modules``).
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
 
 
 class BackendConformance:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import subprocess
 import sys
 import warnings
 import weakref
@@ -43,6 +42,7 @@ from memacct.testing import (
     Allocator,
     HardwareConformance,
     SimulatedConformance,
+    fresh_python,
     torch_allocator,
 )
 from memacct.units import GiB, MiB
@@ -498,8 +498,7 @@ def test_cpu_only_wheel_is_told_by_its_version_without_importing_torch() -> None
         "print(memacct_cuda.CudaBackend.availability().reason)\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    reason, imported = out.stdout.strip().splitlines()
+    reason, imported = fresh_python(code)
     assert reason.startswith(f"torch {torch.__version__} is a CPU-only build")
     assert imported == "False"
 
