@@ -1201,7 +1201,6 @@ class CachingAllocator:
             self.num_alloc_retries += 1
             block = self._new_block(pool, rounded)
         if block is None:
-            self.num_ooms += 1
             raise self._out_of_memory(pool, rounded, size)
         return block
 
@@ -1374,6 +1373,8 @@ class CachingAllocator:
             candidates = kept
 
     def _out_of_memory(self, pool: _Pool, rounded: int, size: int) -> SimOutOfMemory:
+        """Count an out-of-memory (``num_ooms``) and build the error for the caller to raise."""
+        self.num_ooms += 1
         attempted = self._attempt_size(pool, rounded)
         total = self._device.total
         free = self._device.free

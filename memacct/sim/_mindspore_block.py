@@ -134,7 +134,6 @@ class MindSporeBlockPool(CachingAllocator):
         block = self._new_block(pool, rounded)
         if block is None:
             # MindSpore's block pool does not release idle blocks and retry.
-            self.num_ooms += 1
             raise self._out_of_memory(pool, rounded, size)
         return block
 
