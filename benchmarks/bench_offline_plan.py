@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memacct.engines.offline import plan_capacity, plan_offline  # noqa: E402
+from memacct.planner.offline import plan_capacity, plan_offline  # noqa: E402
 from memacct.planner import load_model_preset  # noqa: E402
 
 CASES = (

@@ -66,8 +66,6 @@ from memacct.registry import (
 from memacct.units import GiB, MiB
 
 if TYPE_CHECKING:
-    from memacct.engines.offline import plan_capacity, plan_offline
-    from memacct.options import PlanOptions
     from memacct.planner import (
         KVCachePlan,
         KVCacheSpec,
@@ -79,6 +77,8 @@ if TYPE_CHECKING:
         plan_kv_cache,
         save_profile,
     )
+    from memacct.planner.offline import plan_capacity, plan_offline
+    from memacct.planner.options import PlanOptions
 
 # The planner is imported on first use: most engines import memacct for a snapshot.
 _PLANNER_NAMES = {
@@ -104,11 +104,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(planner, name)
     if name == "PlanOptions":
-        from memacct.options import PlanOptions
+        from memacct.planner.options import PlanOptions
 
         return PlanOptions
     if name in _OFFLINE_NAMES:
-        from memacct.engines import offline
+        from memacct.planner import offline
 
         return getattr(offline, name)
     raise AttributeError(f"module 'memacct' has no attribute {name!r}")

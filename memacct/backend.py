@@ -9,7 +9,7 @@ instead of branches in the core.
 
 ``torch.cuda`` and ``torch_npu``'s ``torch.npu`` share one API shape, and so
 does the simulated device's ``.api``; :class:`TorchLikeBackend` adapts any of
-them, so a vendor plugin is a few dozen lines; it lives in :mod:`memacct._torchlike`
+them, so a vendor plugin is a few dozen lines; it lives in :mod:`memacct.torchlike`
 and is re-exported here.
 """
 
@@ -529,7 +529,7 @@ def allocator_settings(backend: object) -> dict[str, str]:
 
 # The torch-shaped adapter builds on the names above; it is re-exported here, where
 # plugins import it from.
-from memacct._torchlike import (  # noqa: E402
+from memacct.torchlike import (  # noqa: E402
     TorchLikeBackend,
     torch_allocator_model,
     with_allocator_settings,

@@ -82,7 +82,8 @@ class DeviceInfo:
     @property
     def mxfp4_layout(self) -> str:
         """vLLM's MXFP4 MoE kernel layout here: ``hopper`` (SM 9.x), ``blackwell`` (SM 10 and
-        later) or ``marlin`` (every other part; :func:`memacct.planner.weights.mxfp4_padding`)."""
+        later) or ``marlin`` (every other part; see
+        :func:`memacct.model.weights.estimate.mxfp4_padding`)."""
         cc = self.compute_capability or (0, 0)
         return "blackwell" if cc >= (10, 0) else ("hopper" if cc[0] == 9 else "marlin")
 

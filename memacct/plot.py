@@ -49,7 +49,7 @@ FIELDS = {
     KV_RESERVE: "allocator_reserve_bytes",
 }
 """The one set of names: each part of :func:`breakdown` (the table's row, the plot's segment)
-and the :class:`~memacct.planner.kvplan.KVCachePlan` JSON field it comes from."""
+and the :class:`~memacct.planner.result.KVCachePlan` JSON field it comes from."""
 
 COLORS = {
     OTHER: "#7f7f7f",
@@ -245,7 +245,7 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
 def plot_capacity(rows: list[Any], path: str | Path, title: str = "",
                   marked: Any = None) -> Path:
     """A capacity plan as one chart: the requests served at once per device, one bar per
-    tensor-parallel degree (:func:`memacct.engines.offline.plan_capacity`); a configuration
+    tensor-parallel degree (:func:`memacct.planner.offline.plan_capacity`); a configuration
     that does not fit is marked with a cross, the ``marked`` one outlined."""
     path, plt = _pyplot(path)
     devices = list(dict.fromkeys(row.device for row in rows))

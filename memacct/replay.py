@@ -63,7 +63,7 @@ class ServingTrace(Protocol):
     """The allocation traces of the profiled work (e.g. the harness's workload).
 
     A trace is a list of ops: ``n >= 0`` allocates ``n`` bytes into the next
-    slot, ``n < 0`` frees slot ``~n`` (:func:`memacct.engines.trace.replay`).
+    slot, ``n < 0`` frees slot ``~n`` (:func:`memacct.trace.replay`).
     """
 
     max_num_batched_tokens: int

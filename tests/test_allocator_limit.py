@@ -18,7 +18,6 @@ from _harness import simulate_engine_start, workload
 
 import memacct
 from memacct.backend import BaseBackend, as_base_backend
-from memacct.engines.trace import replay
 from memacct.errors import BackendError, InsufficientMemoryError
 from memacct.models import ProfileResult
 from memacct.planner import KVCacheSpec, load_model_preset, plan_kv_cache
@@ -28,6 +27,7 @@ from memacct.sim import SimDevice
 from memacct.sim._core import SimOutOfMemory
 from memacct.sim._mindspore import default_budget
 from memacct.sim.backend import SimBackend
+from memacct.trace import replay
 from memacct.units import GiB, MiB
 
 QWEN = load_model_preset("qwen2.5-7b")

@@ -19,9 +19,9 @@ import pytest
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.model.config import ModelConfig
+from memacct.model.layers import FullAttention, Mamba1State, Mamba2State, SlidingWindow
 from memacct.planner import KVCacheSpec
-from memacct.planner.config import ModelConfig
-from memacct.planner.layers import FullAttention, Mamba1State, Mamba2State, SlidingWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,7 +169,7 @@ def test_position_limit_as_vllm_derives_it(config: dict[str, Any], limit: int) -
 
 def test_the_three_position_limit_readers_agree() -> None:
     from memacct.cli import _derived_max_model_len
-    from memacct.engines.offline import position_limit
+    from memacct.planner.offline import position_limit
 
     for name in ("gemma-3-12b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "qwen3-8b"):
         config = load(name)
@@ -184,7 +184,7 @@ def test_the_position_limit_has_one_definition() -> None:
         str(path.relative_to(ROOT)) for path in (ROOT / "memacct").rglob("*.py")
         if pattern.search(path.read_text(encoding="utf-8"))
     ]
-    assert owners == ["memacct/planner/config.py"]
+    assert owners == ["memacct/model/config.py"]
 
 
 def load(name: str) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def test_docs_architectures_is_generated_from_the_rules() -> None:
 
 
 def test_every_registry_architecture_is_exact_partial_or_refused() -> None:
-    from memacct.planner.arch_rules import registry, status_of
+    from memacct.model.arch_rules import registry, status_of
 
     statuses = {status_of(module)[0] for table in registry().values() for module in table.values()}
     assert statuses == {"exact", "partial", "refused"}
@@ -239,7 +239,7 @@ def test_a_field_outside_the_rule_refuses_the_config(monkeypatch: pytest.MonkeyP
     # module): the mechanism, on a rule that would.
     from dataclasses import replace
 
-    from memacct.planner import arch_rules
+    from memacct.model import arch_rules
 
     monkeypatch.setitem(arch_rules.RULES, "transformers",
                         replace(arch_rules.RULES["transformers"], refuse_if="use_cla"))

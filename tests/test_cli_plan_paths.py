@@ -60,7 +60,7 @@ def test_every_path_prints_one_schema_with_its_format_version(
         argv = ["--profile", str(_profile(tmp_path))]
     data = _json(capsys, ["plan", "--model", "qwen2.5-7b", *argv])
     plan = memacct.KVCachePlan.model_validate(data)
-    assert data["format_version"] == memacct.planner.kvplan.PLAN_FORMAT_VERSION == 3
+    assert data["format_version"] == memacct.planner.result.PLAN_FORMAT_VERSION == 3
     assert plan.fits and "groups" in data and "budget" in data and "verdict" in data
 
 
@@ -136,8 +136,8 @@ def test_the_engine_choices_come_from_the_registry(capsys: pytest.CaptureFixture
 
 
 def test_the_api_refuses_a_block_size_vllm_refuses() -> None:
-    from memacct.engines.offline import plan_offline
-    from memacct.options import PlanOptions
+    from memacct.planner.offline import plan_offline
+    from memacct.planner.options import PlanOptions
 
     spec = memacct.KVCacheSpec.from_hf_config(memacct.load_model_preset("qwen2.5-7b"))
     with pytest.raises(memacct.InvalidInputError, match="block_size 15 is not one vllm"):
@@ -239,7 +239,7 @@ def test_row9_a_config_file_is_named_after_its_model(
     for path, name in ((named, "Qwen/Qwen2.5-7B-Instruct"), (bare, "my-qwen")):
         plan = _json(capsys, ["plan", "--model", str(path), "--device", "h100"])
         assert plan["model"] == name
-    from memacct.planner.source import config_file_name
+    from memacct.model.sources.resolve import config_file_name
 
     orphan = {"architectures": ["Qwen2ForCausalLM"]}
     assert config_file_name(orphan, Path("/config.json")) == "Qwen2ForCausalLM"
@@ -317,7 +317,7 @@ def test_a_capacity_plan_prints_a_list_in_json_and_answers_quickly(
 ) -> None:
     import time
 
-    from memacct.engines.offline import plan_capacity
+    from memacct.planner.offline import plan_capacity
 
     assert main([*CAPACITY, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

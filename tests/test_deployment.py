@@ -13,8 +13,8 @@ from memacct.engines.vllm.parallel import local_experts, rank_weights, serving_c
 from memacct.engines.vllm.speculative import draft_weight_bytes, rejection_sampler_bytes
 from memacct.engines.vllm.startup import STARTUP, StartupEstimate, StartupSettings
 from memacct.errors import InvalidInputError
+from memacct.model.weights.estimate import formula_weights
 from memacct.planner import load_model_preset
-from memacct.planner.weights import formula_weights
 
 GIB = 2**30
 
@@ -81,7 +81,7 @@ def test_serve_args_parse_as_vllm_names_them() -> None:
     assert d.multimodal.size("image") == {"width": 512, "height": 512}
     assert Deployment.from_serve_args().is_default and not d.is_default
     # Frozen and hashable, as the plan options that carry it.
-    from memacct.options import PlanOptions
+    from memacct.planner.options import PlanOptions
 
     assert hash(PlanOptions(deployment=d)) == hash(PlanOptions(deployment=d))
 
@@ -189,7 +189,7 @@ def test_mtp_adds_its_layers_to_weights_and_to_the_kv_pool() -> None:
 
 
 def base_bytes_per_token(name: str, tp: int) -> int:
-    from memacct.planner.spec import KVCacheSpec
+    from memacct.model.spec import KVCacheSpec
 
     return KVCacheSpec.from_preset(name, tensor_parallel_size=tp).bytes_per_token
 
@@ -262,7 +262,7 @@ def test_video_profiling_off_frees_most_of_the_encoder_pass() -> None:
 
 
 def test_the_offline_plan_takes_the_deployment_and_pipeline_stages() -> None:
-    from memacct.engines.offline import plan_offline
+    from memacct.planner.offline import plan_offline
 
     config = load_model_preset("llama-3.1-70b")
     tp4 = plan_offline(config, device="h100", tensor_parallel_size=4, max_model_len=8192)
@@ -278,8 +278,8 @@ def test_the_offline_plan_takes_the_deployment_and_pipeline_stages() -> None:
 
 
 def test_pipeline_plan_gives_every_stage_the_fewest_blocks_any_stage_has_room_for() -> None:
-    from memacct.engines.offline import plan_offline
-    from memacct.planner.spec import KVCacheSpec
+    from memacct.model.spec import KVCacheSpec
+    from memacct.planner.offline import plan_offline
 
     config = load_model_preset("llama-3.1-8b")  # 32 layers: 16 per stage
     plan = plan_offline(config, device="h100", pipeline_parallel_size=2, max_model_len=8192)
@@ -320,7 +320,7 @@ def test_every_pipeline_stage_builds_the_vision_tower_and_splits_only_decoder_la
 
 
 def test_pipeline_stages_of_sliding_window_models_are_planned() -> None:
-    from memacct.engines.offline import plan_offline
+    from memacct.planner.offline import plan_offline
 
     for name in ("gemma-2-9b", "gpt-oss-20b"):
         plan = plan_offline(load_model_preset(name), device="h100", max_model_len=8192,

@@ -13,11 +13,11 @@ import pytest
 import memacct
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
-from memacct.engines.offline import plan_offline
 from memacct.engines.sglang.kv import max_running_requests, sglang_partition
 from memacct.engines.sglang.options import SGLANG_RELEASES
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner import KVCacheSpec
+from memacct.planner.offline import plan_offline
 from memacct.units import GiB
 
 SGLANG = get_engine("sglang").kv

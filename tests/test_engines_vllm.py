@@ -243,7 +243,7 @@ def test_the_manager_asks_each_layer_spec_and_only_groups_and_sums() -> None:
     # A layer class answers its own blocks per request: the manager has no rule of its own.
     import dataclasses
 
-    from memacct.planner.layers import FullAttention
+    from memacct.model.layers import FullAttention
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class TwiceFull(FullAttention):

@@ -123,7 +123,7 @@ def test_the_qwen_residual_is_the_decode_mask_and_the_activation() -> None:
 def test_offline_plan_runs_the_engine_without_the_simulator() -> None:
     code = (
         "import sys\n"
-        "from memacct.engines.offline import plan_offline\n"
+        "from memacct.planner.offline import plan_offline\n"
         "from memacct.planner import load_model_preset\n"
         "p = plan_offline(load_model_preset('qwen2.5-7b'), engine='vllm-mindspore',"
         " device='ascend-910b-64gb', max_num_batched_tokens=32768, max_num_seqs=1,"

@@ -15,10 +15,10 @@ import pytest
 from _harness import workload
 
 import memacct
-from memacct.engines.trace import replay
 from memacct.planner import load_model_preset
 from memacct.sim import SimDevice
 from memacct.sim.backend import SimBackend
+from memacct.trace import replay
 from memacct.units import MiB
 
 PRESETS = {

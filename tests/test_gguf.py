@@ -14,9 +14,9 @@ import pytest
 
 from memacct.cli import main
 from memacct.errors import ConfigError
+from memacct.model.sources.checkpoint import table_weights
+from memacct.model.sources.resolve import resolve_model
 from memacct.planner import KVCacheSpec
-from memacct.planner.checkpoint import table_weights
-from memacct.planner.source import resolve_model
 
 gguf = pytest.importorskip("gguf")
 

@@ -22,9 +22,9 @@ from hubserver import FakeHub, Repo, serve
 
 from memacct.cli import main
 from memacct.errors import ConfigError, InvalidInputError, ModelSourceError
-from memacct.planner.checkpoint import safetensors_weights, table_weights
-from memacct.planner.presets import load_model_preset
-from memacct.planner.source import resolve_model
+from memacct.model.sources.checkpoint import safetensors_weights, table_weights
+from memacct.model.sources.presets import load_model_preset
+from memacct.model.sources.resolve import resolve_model
 
 pytest.importorskip("huggingface_hub")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -33,7 +33,7 @@ REPO = "acme/tiny-qwen"
 
 
 def tiny_config() -> dict[str, Any]:
-    """The shipped Qwen2.5-7B-Instruct config (memacct/planner/configs/qwen2.5-7b.json),
+    """The shipped Qwen2.5-7B-Instruct config (memacct/model/configs/qwen2.5-7b.json),
     scaled down to a model whose tensors a test can write."""
     config = load_model_preset("qwen2.5-7b")
     config.update(
@@ -431,8 +431,8 @@ def test_cli_gated_is_one_line_exit_2(hub: FakeHub, capsys: pytest.CaptureFixtur
 def test_python_api_takes_the_hub_id_wherever_a_model_is_named(
     hub: FakeHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from memacct.engines.offline import plan_offline
     from memacct.planner import KVCacheSpec
+    from memacct.planner.offline import plan_offline
 
     hub.repos[REPO].branches = ("main", "v1")
     spec = KVCacheSpec.from_hf_config(REPO, revision="v1")

@@ -32,7 +32,7 @@ def _sim_modules_after(code: str) -> list[str]:
     return loaded
 
 
-@pytest.mark.parametrize("module", ["memacct", "memacct.accounting", "memacct.engines.offline"])
+@pytest.mark.parametrize("module", ["memacct", "memacct.accounting", "memacct.planner.offline"])
 def test_importing_the_core_loads_no_simulator(module: str) -> None:
     assert _sim_modules_after(f"import {module}") == []
 

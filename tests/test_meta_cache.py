@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from memacct.errors import ConfigError
+from memacct.model.weights.meta_cache import Parameters, cache_path, cached_parameters
 from memacct.planner import load_model_preset
-from memacct.planner.meta_cache import Parameters, cache_path, cached_parameters
 
 pytest.importorskip("transformers")
 
@@ -94,7 +94,7 @@ def test_a_refusal_is_kept_too() -> None:
 
 
 def test_meta_weights_of_a_cached_config_build_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memacct.planner import meta
+    from memacct.model.weights import meta
 
     pytest.importorskip("torch", reason="the first build runs transformers on torch's meta device")
     config = load_model_preset("qwen2.5-7b")

@@ -10,7 +10,6 @@ import pytest
 from _configs import QWEN25_VL_3B
 
 from memacct.engines.deployment import Deployment, Multimodal
-from memacct.engines.offline import plan_offline
 from memacct.engines.vllm.multimodal import (
     attention_widths,
     encoder_profile,
@@ -18,8 +17,9 @@ from memacct.engines.vllm.multimodal import (
     item_tokens,
     max_frames_per_video,
 )
+from memacct.model.weights.inventory import formula_tensors
 from memacct.planner import load_model_preset
-from memacct.planner.inventory import formula_tensors
+from memacct.planner.offline import plan_offline
 
 QWEN2_VL_2B: dict[str, Any] = {
     # Qwen/Qwen2-VL-2B-Instruct's config.json (the Hub), the fields the plan reads.

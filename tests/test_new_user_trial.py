@@ -19,9 +19,9 @@ import pytest
 
 from memacct import ConfigError, InvalidInputError, MemacctError, ProfileResult
 from memacct.cli import main
-from memacct.engines.offline import plan_capacity, plan_offline, smallest_serving
-from memacct.options import PlanOptions
 from memacct.planner import KVCacheSpec, load_model_preset, load_profile, save_profile
+from memacct.planner.offline import plan_capacity, plan_offline, smallest_serving
+from memacct.planner.options import PlanOptions
 
 QWEN = ["plan", "--model", "qwen2.5-7b"]
 HUB_ID = "Qwen/Qwen2.5-7B-Instruct"
@@ -251,7 +251,7 @@ def test_empty_model_name_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 def test_empty_config_path_is_named_on_every_reader() -> None:
     """``KVCacheSpec.from_hf_config('')`` and ``read_config_file('')`` read the working
     directory (``Path('')`` is ``.``): "model directory '.' has no config.json"."""
-    from memacct.planner.config import read_config_file
+    from memacct.model.config import read_config_file
 
     with pytest.raises(ConfigError, match="model '' is empty"):
         KVCacheSpec.from_hf_config("")
@@ -305,7 +305,7 @@ def test_enforce_eager_that_changes_nothing_is_refused(
 
 def test_offline_api_is_reachable_from_the_package() -> None:
     """``memacct.plan_offline`` raised AttributeError: the offline API was only in
-    ``memacct.engines.offline``."""
+    ``memacct.planner.offline``."""
     import memacct
 
     assert memacct.plan_offline is plan_offline and memacct.plan_capacity is plan_capacity

@@ -583,10 +583,10 @@ def test_co_tenant_on_the_simulated_device_is_named_with_its_bytes() -> None:
 
 
 def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
-    from memacct.engines.offline import plan_offline
     from memacct.engines.vllm.startup import STARTUP, StartupSettings
     from memacct.planner import load_model_preset
-    from memacct.planner.kvplan import MemoryBudget
+    from memacct.planner.offline import plan_offline
+    from memacct.planner.result import MemoryBudget
 
     config = load_model_preset("qwen2.5-7b")
     offline = plan_offline(config, device="h100-80gb")
@@ -605,8 +605,8 @@ def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
 
 
 def test_a_plan_that_does_not_fit_has_no_blocks_to_resize() -> None:
-    from memacct.engines.offline import plan_offline
     from memacct.planner import load_model_preset
+    from memacct.planner.offline import plan_offline
 
     plan = plan_offline(load_model_preset("llama-3.1-70b"), device="l4")
     assert not plan.fits and plan.max_concurrency == 0 and plan.shortfall_bytes > 0

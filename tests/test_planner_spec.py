@@ -1,6 +1,6 @@
 """KVCacheSpec: bytes per token per rank, read from real config.json files.
 
-The fixtures are the shipped presets (memacct/planner/configs), each the
+The fixtures are the shipped presets (memacct/model/configs), each the
 model's published config.json. Expected values are written as the arithmetic
 that gives them: ``2 (K and V) x layers x KV heads per rank x head_dim x
 dtype bytes`` for standard attention, ``layers x (kv_lora_rank +

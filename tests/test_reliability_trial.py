@@ -37,8 +37,8 @@ from memacct import (
     registry,
 )
 from memacct.cli import main
+from memacct.model.config import read_config_file
 from memacct.planner import load_model_preset, load_profile, save_profile
-from memacct.planner.config import read_config_file
 from memacct.sim import SimDevice
 
 PluginMaker = Callable[..., Path]

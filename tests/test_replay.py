@@ -51,7 +51,7 @@ def test_the_replay_needs_at_least_the_profiled_steps_allocated_peak() -> None:
         dev.malloc(n, persistent=True)
     before = dev.allocator.allocated
     dev.reset_peak_memory_stats()
-    from memacct.engines.trace import replay
+    from memacct.trace import replay
 
     replay(dev, work.step_trace(1024, 32))
     peak = dev.memory_stats()["allocated_bytes.all.peak"] - before

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from memacct.devices import DEVICE_INFO, parse_memory_size, resolve_device
-from memacct.engines.offline import plan_offline, position_limit
 from memacct.engines.sglang.startup import (
     CONTEXT_BYTES,
     SglangSettings,
@@ -25,6 +24,7 @@ from memacct.engines.vllm.startup import (
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
+from memacct.planner.offline import plan_offline, position_limit
 from memacct.units import MiB
 
 GIB = 2**30

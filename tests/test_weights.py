@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from memacct.errors import ConfigError
-from memacct.planner import load_model_preset, model_presets
-from memacct.planner.quant import UnknownQuantizationError, parse_quantization
-from memacct.planner.weights import (
+from memacct.model.weights.estimate import (
     estimate_weights,
     formula_weights,
     meta_weights,
     safetensors_weights,
     weight_tensors,
 )
+from memacct.model.weights.quant import UnknownQuantizationError, parse_quantization
+from memacct.planner import load_model_preset, model_presets
 
 GIB = 2**30
 

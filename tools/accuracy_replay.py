@@ -18,10 +18,10 @@ from memacct.engines.deployment import Deployment
 from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
 from memacct.errors import InsufficientMemoryError
 from memacct.io import read_json_object
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import estimate_weights, mxfp4_padding
 from memacct.planner import load_model_preset, plan_kv_cache
-from memacct.planner.kvplan import KVCachePlan
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import estimate_weights, mxfp4_padding
+from memacct.planner.result import KVCachePlan
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "startup_logs" / "cases.json"

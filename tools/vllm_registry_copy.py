@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Copy vLLM's model registry into ``memacct/planner/vllm_registry.json`` (run by hand).
+"""Copy vLLM's model registry into ``memacct/model/vllm_registry.json`` (run by hand).
 
 Reads the dict literals of ``vllm/model_executor/models/registry.py`` from the files of a
 vLLM wheel (no import): architecture -> model module per table, the architectures run

@@ -41,8 +41,8 @@ from typing import Any
 
 from memacct.devices import DEVICE_PRESETS
 from memacct.errors import MemacctError
-from memacct.planner.presets import load_model_preset
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.sources.presets import load_model_preset
+from memacct.model.spec import KVCacheSpec
 from memacct.units import GiB, MiB
 from memacct_bench.scenario import Scenario
 from memacct_bench.workload import TransformerWorkload

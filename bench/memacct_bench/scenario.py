@@ -32,9 +32,9 @@ from pydantic import BaseModel, Field
 
 from memacct.checks import FROZEN
 from memacct.errors import InsufficientMemoryError
+from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, TruthSource
 from memacct.planner.plan import KVCachePlan, plan_kv_cache
-from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct_bench.scenario_spec import Scenario, ServingStep
 from memacct_bench.start import EngineStart, make_device, mxfp4_pad_for, simulate_engine_start

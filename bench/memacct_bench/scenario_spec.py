@@ -32,8 +32,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from memacct.checks import FROZEN
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
+from memacct.model.sources.presets import load_model_preset, model_presets
 from memacct.models import validation_problems
-from memacct.planner.presets import load_model_preset, model_presets
 from memacct.sim import ALLOCATOR_PRESETS, DEVICE_PRESETS
 from memacct_bench.start import DEFAULT_CONTEXT_BYTES
 

@@ -35,16 +35,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memacct.engines.trace import replay
 from memacct.engines.vllm_mindspore.deepseek_graph import (
     DeepseekV3Graph,
     deepseek_v3_load,
     deepseek_v3_prefill_trace,
 )
 from memacct.engines.vllm_mindspore.qwen2_graph import Qwen2Graph, qwen2_load, qwen2_prefill_trace
+from memacct.model.spec import KVCacheSpec
 from memacct.planner import load_model_preset
-from memacct.planner.spec import KVCacheSpec
 from memacct.sim import SimDevice, SimOutOfMemory
+from memacct.trace import replay
 from memacct.units import GiB
 from memacct_bench.traces import deepseek_v3_mask_trace, qwen2_mask_trace
 

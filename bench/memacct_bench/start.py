@@ -15,7 +15,7 @@ the start-up of one rank of an engine such as vLLM, in the engine's order:
 
 It is the first half of :func:`memacct_bench.scenario.run_scenario` (the benchmark). The
 same start-up estimated without any device (what ``memacct plan --model X --device Y``
-runs) is :func:`memacct.engines.offline.plan_offline`, in the core.
+runs) is :func:`memacct.planner.offline.plan_offline`, in the core.
 
 Example::
 
@@ -37,9 +37,9 @@ from memacct.checks import check_int
 from memacct.devices import DEVICE_INFO, check_device
 from memacct.errors import InsufficientMemoryError, ProfilingOutOfMemoryError
 from memacct.measure import snapshot
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import mxfp4_padding
 from memacct.models import ProfileResult
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import mxfp4_padding
 from memacct.profiling import memory_profiling
 from memacct.replay import check_serving_role
 from memacct.sim import SimDevice, SimOutOfMemory
@@ -94,7 +94,7 @@ def mxfp4_pad_for(device: str | Mapping[str, Any] | int) -> tuple[int, int]:
     """The MXFP4 expert padding vLLM's kernels use on ``device``, as the offline plan takes it.
 
     A device preset's :attr:`~memacct.devices.DeviceInfo.mxfp4_layout` through
-    :func:`memacct.planner.weights.mxfp4_padding`; a custom capacity (no GPU generation
+    :func:`memacct.model.weights.estimate.mxfp4_padding`; a custom capacity (no GPU generation
     known) keeps ``estimate_weights``'s default.
     """
     preset, _total, _name = check_device(device)

@@ -5,7 +5,7 @@ A :class:`TransformerWorkload` is the core's :class:`~memacct.engines.forward.Fo
 engine holds around them (see ``docs/workload.md``):
 
 * :meth:`~TransformerWorkload.weight_tensors`: the model's weight inventory
-  (:func:`memacct.planner.weights.weight_tensors`, the tensors the offline
+  (:func:`memacct.model.weights.estimate.weight_tensors`, the tensors the offline
   estimate sums, quantized as the engine holds them), plus the engine's
   persistent input buffers (allocated once, never freed);
 * :meth:`~TransformerWorkload.kv_cache_tensors`: the KV cache as one tensor per
@@ -37,10 +37,10 @@ from typing import Any
 from memacct.checks import check_int
 from memacct.engines.base import KVSettings
 from memacct.engines.forward import FLOAT32, INT32, INT64, ForwardPass
-from memacct.engines.trace import Allocator, replay
 from memacct.engines.vllm.kv import kv_tensor_pages
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import WeightTensor, weight_tensors
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import WeightTensor, weight_tensors
+from memacct.trace import Allocator, replay
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "Allocator", "TransformerWorkload", "replay"]
 
@@ -114,7 +114,7 @@ class TransformerWorkload(ForwardPass):
     def parameter_tensors(self) -> list[int]:
         """Bytes of each tensor of the model's weight inventory on this rank, in load order.
 
-        Exactly :func:`memacct.planner.weights.weight_tensors` of the config (the tensors
+        Exactly :func:`memacct.model.weights.estimate.weight_tensors` of the config (the tensors
         the offline estimate sums): quantized layers as the engine holds them, the rotary
         cos/sin cache, a vision tower where the config has one.
         """

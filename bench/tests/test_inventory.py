@@ -1,7 +1,7 @@
 """One weight inventory: the offline estimate and the simulated engine hold the same bytes.
 
 For every model preset, under its own quantization and three others, at every tensor-parallel
-size its geometry allows, the weights :func:`memacct.planner.weights.estimate_weights` plans
+size its geometry allows, the weights :func:`memacct.model.weights.estimate.estimate_weights` plans
 (the offline plan's figure) are byte for byte what the simulated engine allocates on the
 device (the allocator's ``requested_bytes``), role by role.
 """
@@ -17,8 +17,8 @@ from memacct_bench.workload import TransformerWorkload
 
 from memacct.devices import DEVICE_INFO
 from memacct.errors import ConfigError, MemacctError
+from memacct.model.weights.estimate import estimate_weights, mxfp4_padding
 from memacct.planner import KVCacheSpec, load_model_preset, model_presets
-from memacct.planner.weights import estimate_weights, mxfp4_padding
 from memacct.sim import SimDevice
 from memacct.units import GiB
 

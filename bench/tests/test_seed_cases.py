@@ -102,8 +102,8 @@ def test_published_block_counts_follow_memacct_kv_bytes_per_token(
 ) -> None:
     # The published GiB and block counts agree with memacct's planner: blocks of 16 tokens
     # of KVCacheSpec.bytes_per_token (57344 B for Qwen2.5-7B, 70272 B for DeepSeek-V3 MLA).
+    from memacct.model.spec import KVCacheSpec
     from memacct.planner import load_model_preset
-    from memacct.planner.spec import KVCacheSpec
 
     spec = KVCacheSpec.from_hf_config(load_model_preset(model), tensor_parallel_size=tp)
     for policy in ("allocated_peak", "reserved"):
@@ -119,8 +119,8 @@ def test_deepseek_published_gap_is_the_documented_569_blocks() -> None:
 
 
 def test_vllm_mindspore_keeps_k_and_v_per_layer_and_one_latent_per_mla_layer() -> None:
+    from memacct.model.spec import KVCacheSpec
     from memacct.planner import load_model_preset
-    from memacct.planner.spec import KVCacheSpec
 
     qwen = KVCacheSpec.from_hf_config(load_model_preset("qwen2.5-7b"))
     tensors = kv_cache_tensors(qwen, 100)

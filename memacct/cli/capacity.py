@@ -1,9 +1,9 @@
 """``memacct plan --device h100,a100-80gb,l4 --tensor-parallel-size 1,2,4,8``: a capacity plan.
 
-One row per device and degree (:func:`memacct.engines.offline.plan_capacity`): does the
+One row per device and degree (:func:`memacct.planner.offline.plan_capacity`): does the
 model fit, the KV cache per rank, the requests of ``--max-model-len`` served at once;
 ``--min-concurrency N`` marks the smallest configuration that serves N
-(:func:`memacct.engines.offline.smallest_serving`). ``--json`` prints the rows as a
+(:func:`memacct.planner.offline.smallest_serving`). ``--json`` prints the rows as a
 list (each with its whole plan), ``--plot`` one chart.
 """
 
@@ -17,8 +17,8 @@ import click
 from rich.table import Table
 
 from memacct.cli.common import console as _console
-from memacct.options import PlanOptions
-from memacct.planner.kvplan import PLAN_FORMAT_VERSION
+from memacct.planner.options import PlanOptions
+from memacct.planner.result import PLAN_FORMAT_VERSION
 from memacct.units import GiB
 
 __all__ = ["capacity_cmd"]
@@ -31,8 +31,8 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
                  notes: tuple[str, ...] = ()) -> None:
     """Plan every device x degree and print the table (exit 1 when none fits); ``notes``
     (what reading the model assumed) go into each row's plan and, with the table, to stderr."""
-    from memacct.engines.offline import plan_capacity, smallest_serving
-    from memacct.planner.source import with_source_notes
+    from memacct.model.sources.resolve import with_source_notes
+    from memacct.planner.offline import plan_capacity, smallest_serving
 
     wanted = flags["min_concurrency"]
     if wanted is not None:

@@ -14,7 +14,7 @@ __all__ = ["FLAGS", "cli_wording"]
 
 
 def _flags() -> dict[str, str]:
-    from memacct.options import PlanOptions
+    from memacct.planner.options import PlanOptions
 
     names = {name: "--" + name.replace("_", "-") for name in PlanOptions.names()}
     names.pop("model_name")

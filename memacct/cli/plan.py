@@ -1,6 +1,6 @@
 """``memacct plan``: a KV-cache plan from a saved profile, a budget, or offline for a device.
 
-The flags are :class:`memacct.options.PlanOptions`' fields, named as ``vllm serve``
+The flags are :class:`memacct.planner.options.PlanOptions`' fields, named as ``vllm serve``
 names them: a new option is one field there and one ``click.option`` here (its
 destination the field's name). The flags that choose the path (``--profile``, the
 device, ``--kv-cache-memory-bytes``) and those of the CLI alone (``--json``,
@@ -19,8 +19,8 @@ import click
 from memacct.cli.group import app
 from memacct.engines import engine_names
 from memacct.errors import InvalidInputError
-from memacct.options import PlanOptions
-from memacct.planner.source import with_source_notes
+from memacct.model.sources.resolve import with_source_notes
+from memacct.planner.options import PlanOptions
 
 __all__ = ["plan_cmd"]
 
@@ -155,7 +155,7 @@ def plan_cmd(**flags: Any) -> None:
     _refuse(path, flags)
     opts, config, notes = _options(flags, path)
     if path == "offline":
-        from memacct.engines.offline import plan_offline
+        from memacct.planner.offline import plan_offline
 
         plan = plan_offline(config, opts)
         result = None
@@ -332,7 +332,7 @@ def _options(
 
     config, name, table, notes = _model_source(flags["model"], flags["revision"])
     if flags["assume_full_attention"]:
-        from memacct.planner.arch_rules import ASSUME_FULL_ATTENTION
+        from memacct.model.arch_rules import ASSUME_FULL_ATTENTION
 
         config = {**config, ASSUME_FULL_ATTENTION: True}
     fields = {key: value for key, value in flags.items() if key not in _CLI_ONLY}
@@ -398,9 +398,9 @@ def _check_plot_path(plot_path: str) -> None:
 def _derived_max_model_len(config: dict[str, Any]) -> tuple[int, str] | None:
     """The longest sequence the config supports, as vLLM derives it, and the key it came from.
 
-    One owner: :attr:`memacct.planner.config.ModelConfig.position_limit`.
+    One owner: :attr:`memacct.model.config.ModelConfig.position_limit`.
     """
-    from memacct.planner.config import ModelConfig
+    from memacct.model.config import ModelConfig
 
     return ModelConfig(config, "config.json").position_limit
 
@@ -436,9 +436,9 @@ def _model_source(
     model: str, revision: str | None = None
 ) -> tuple[dict[str, Any], str, Any, tuple[str, ...]]:
     """The config, a display name, the checkpoint's tensor table when one was read
-    (:func:`memacct.planner.source.resolve_model`: preset, config.json, checkpoint
+    (:func:`memacct.model.sources.resolve.resolve_model`: preset, config.json, checkpoint
     directory, .gguf file or Hub id) and the source's notes (the plan carries them)."""
-    from memacct.planner.source import resolve_model
+    from memacct.model.sources.resolve import resolve_model
 
     source = resolve_model(model, revision)
     return source.config, source.name, source.table, source.notes

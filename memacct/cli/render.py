@@ -1,6 +1,6 @@
 """How ``memacct plan`` prints a plan: JSON, the verdict, the report, the table, the plot.
 
-Every path prints the one :class:`~memacct.planner.kvplan.KVCachePlan`: ``--json``
+Every path prints the one :class:`~memacct.planner.result.KVCachePlan`: ``--json``
 its one schema; the table and the plot its parts under the names of
 :mod:`memacct.plot` (:func:`memacct.plot.breakdown`), each beside the JSON field
 it comes from.

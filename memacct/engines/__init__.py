@@ -12,7 +12,7 @@ One subpackage per engine, each behind the same interface
 
 Shared by every engine: :mod:`memacct.engines.forward` (the allocation trace
 of a dummy forward pass, whose peaks the offline start-up estimates take) and
-:mod:`memacct.engines.offline` (the plan without a device). An engine start on
+:mod:`memacct.planner.offline` (the plan without a device). An engine start on
 the simulated device is the harness's (``memacct_bench.simulate_engine_start``).
 
 A new engine is a new subpackage registered in :data:`ENGINE_MODULES`, never

@@ -2,7 +2,7 @@
 
 An engine is data plus small functions (:class:`Engine`). Its KV-cache manager
 (:class:`KVManager`) turns a model's per-layer KV-cache geometry
-(:class:`~memacct.planner.spec.KVCacheSpec`) and a byte budget into the
+(:class:`~memacct.model.spec.KVCacheSpec`) and a byte budget into the
 engine's own numbers: the KV-cache groups (:class:`KVGroup`), the block count,
 the tokens and the concurrency it would log (:class:`KVLayout`), or the
 refusal it would raise, with its estimate of the largest length that fits.
@@ -21,8 +21,8 @@ from memacct.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
-    from memacct.planner.spec import KVCacheSpec
-    from memacct.planner.weights import WeightEstimate
+    from memacct.model.spec import KVCacheSpec
+    from memacct.model.weights.estimate import WeightEstimate
 
 __all__ = [
     "BLOCK_SIZES",
@@ -77,7 +77,7 @@ def check_kv_cache_dtype_name(engine: str, kv_cache_dtype: str) -> str:
     Raises:
         InvalidInputError: a name the engine refuses at start.
     """
-    from memacct.planner.geometry import kv_dtype_bytes
+    from memacct.model.geometry import kv_dtype_bytes
 
     allowed = KV_CACHE_DTYPES.get(engine)
     if allowed is None or kv_cache_dtype in allowed:

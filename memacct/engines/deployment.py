@@ -386,7 +386,7 @@ class Deployment:
 
 
 def serve_deployment(options: Any) -> Deployment | None:
-    """The deployment a plan's options ask for (:class:`memacct.options.PlanOptions`):
+    """The deployment a plan's options ask for (:class:`memacct.planner.options.PlanOptions`):
     its ``deployment`` with its ``pipeline_parallel_size``; ``None`` for vLLM's defaults.
 
     Raises:

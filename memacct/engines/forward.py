@@ -1,7 +1,7 @@
 """A dummy forward pass's allocations on one rank of an engine serving a transformer.
 
 :class:`ForwardPass` turns a model's ``config.json`` (read through the
-planner's :class:`~memacct.planner.spec.KVCacheSpec`) into the allocation trace
+planner's :class:`~memacct.model.spec.KVCacheSpec`) into the allocation trace
 of one engine step, with the sizes and lifetimes of a real forward pass (see
 ``docs/workload.md``): :meth:`~ForwardPass.step_trace` is one forward pass over
 ``num_tokens`` tokens of ``num_seqs`` sequences, then sampling of ``num_seqs``
@@ -12,13 +12,13 @@ buffers; everything a step allocates is freed by its end.
 captures).
 
 The engines' offline start-up estimates take the peaks of these traces
-(:func:`memacct.engines.trace.trace_peak`); no device is involved. A trace is a
-flat ``list[int]`` (:mod:`memacct.engines.trace`); traces are cached per step
+(:func:`memacct.trace.trace_peak`); no device is involved. A trace is a
+flat ``list[int]`` (:mod:`memacct.trace`); traces are cached per step
 shape because a replay runs them many times.
 
 Example::
 
-    >>> from memacct.engines.trace import trace_peak
+    >>> from memacct.trace import trace_peak
     >>> from memacct.planner import load_model_preset
     >>> work = ForwardPass.from_config(
     ...     load_model_preset("qwen2.5-7b"), max_num_batched_tokens=8192, max_num_seqs=256)
@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from memacct.checks import check_int
-from memacct.engines.shape import TransformerShape
-from memacct.engines.trace import TraceBuilder
 from memacct.errors import InvalidInputError
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.shape import TransformerShape
+from memacct.model.spec import KVCacheSpec
+from memacct.trace import TraceBuilder
 
 __all__ = ["FLOAT32", "INT32", "INT64", "ForwardPass", "TransformerShape"]
 

@@ -19,8 +19,10 @@ Importing the planner imports no framework: :func:`agree` imports torch when cal
 
 from __future__ import annotations
 
+from memacct.model.config import ModelConfig
+from memacct.model.sources.presets import load_model_preset, model_presets
+from memacct.model.spec import KVCacheSpec, LayerGroup, kv_dtype_bytes, pipeline_partition
 from memacct.planner.agree import agree
-from memacct.planner.config import ModelConfig
 from memacct.planner.plan import (
     Agreement,
     KVCachePlan,
@@ -29,8 +31,6 @@ from memacct.planner.plan import (
     plan_kv_cache,
     save_profile,
 )
-from memacct.planner.presets import load_model_preset, model_presets
-from memacct.planner.spec import KVCacheSpec, LayerGroup, kv_dtype_bytes, pipeline_partition
 
 __all__ = [
     "Agreement",

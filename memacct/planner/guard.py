@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from memacct.errors import InvalidInputError
+from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfiledSetup, ProfileResult
-from memacct.planner.spec import KVCacheSpec
 
 __all__ = [
     "ProfileMismatchError", "check_profile_matches", "mismatches", "planned_setup",

@@ -17,9 +17,9 @@ from memacct._version import __version__
 from memacct.engines import get_engine
 from memacct.engines.base import Engine, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError
+from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult
-from memacct.planner.kvplan import KVCachePlan, MemoryBudget, Provenance, fits_verdict
-from memacct.planner.spec import KVCacheSpec
+from memacct.planner.result import KVCachePlan, MemoryBudget, Provenance, fits_verdict
 from memacct.units import format_gib
 
 __all__ = [

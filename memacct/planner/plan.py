@@ -28,15 +28,9 @@ from memacct.engines import get_engine
 from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
+from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, load_model_json
 from memacct.planner.guard import check_profile_matches, unrecorded_notes
-from memacct.planner.kvplan import (
-    PLAN_FORMAT_VERSION,
-    Agreement,
-    KVCachePlan,
-    MemoryBudget,
-    Provenance,
-)
 from memacct.planner.pipeline import (
     batch_defaults_for,
     check_override_fits,
@@ -46,7 +40,13 @@ from memacct.planner.pipeline import (
     plan_from_budget,
 )
 from memacct.planner.pipeline import device_of as _device
-from memacct.planner.spec import KVCacheSpec
+from memacct.planner.result import (
+    PLAN_FORMAT_VERSION,
+    Agreement,
+    KVCachePlan,
+    MemoryBudget,
+    Provenance,
+)
 from memacct.units import format_gib
 
 __all__ = [
@@ -121,7 +121,7 @@ def plan_kv_cache(
     Args:
         result: the profile of this rank; or the non-KV budget of an engine's
             start-up estimated offline (:class:`MemoryBudget`, what
-            :func:`memacct.engines.offline.plan_offline` passes); or ``None`` when
+            :func:`memacct.planner.offline.plan_offline` passes); or ``None`` when
             ``kv_cache_memory_bytes`` gives the budget.
         spec: the model's KV-cache geometry on this rank; with
             ``pipeline_parallel_size > 1`` the plan is the whole pipeline's.

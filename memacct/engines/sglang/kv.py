@@ -45,7 +45,7 @@ from memacct.engines.sglang.options import (
     check_kv_cache_dtype,
 )
 from memacct.errors import InsufficientMemoryError, InvalidInputError
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.spec import KVCacheSpec
 from memacct.units import GiB
 
 __all__ = [

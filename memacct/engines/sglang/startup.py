@@ -27,7 +27,7 @@ from memacct.engines.base import StartupRequest
 from memacct.engines.sglang.options import SGLANG_VERSION, check_kv_cache_dtype
 from memacct.engines.vllm.startup import BatchDefaults, StartupEstimate, StartupSettings
 from memacct.errors import InvalidInputError
-from memacct.planner.weights import estimate_weights
+from memacct.model.weights.estimate import estimate_weights
 from memacct.units import GiB, MiB
 
 __all__ = [

@@ -23,7 +23,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memacct.engines.deployment import Deployment
-from memacct.engines.trace import trace_peak
 from memacct.engines.vllm.lora import LORA_GRAPH_SETS, lora_buffer_bytes
 from memacct.engines.vllm.multimodal import encoder_profile
 from memacct.engines.vllm.parallel import (
@@ -39,10 +38,11 @@ from memacct.engines.vllm.speculative import (
     rejection_sampler_bytes,
     with_draft_layers,
 )
-from memacct.planner.config import _Config
-from memacct.planner.geometry import pipeline_partition
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import WeightEstimate, mxfp4_padding
+from memacct.model.config import _Config
+from memacct.model.geometry import pipeline_partition
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import WeightEstimate, mxfp4_padding
+from memacct.trace import trace_peak
 from memacct.units import format_gib
 
 if TYPE_CHECKING:

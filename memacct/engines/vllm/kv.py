@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 
 from memacct.engines.base import KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
-from memacct.planner.layers import LayerSpec
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.layers import LayerSpec
+from memacct.model.spec import KVCacheSpec
 from memacct.units import format_gib
 
 __all__ = ["VLLM_VERSION", "VllmKVManager", "in_flight_tokens", "kv_tensor_pages", "layer_pages"]
@@ -52,7 +52,7 @@ _GDN_CHECKPOINT_ALIGNMENT = 64
 class Page:
     """One cache module's page as vLLM specs it: ``block_size`` tokens of ``spec``.
 
-    The layer spec (:mod:`memacct.planner.layers`) answers its own bytes and
+    The layer spec (:mod:`memacct.model.layers`) answers its own bytes and
     blocks per request; a page only adds the block size and padding the
     manager settles on.
     """

@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from memacct.engines.deployment import LoraSettings
-from memacct.planner.config import _Config
-from memacct.planner.weights import dtype_bytes
+from memacct.model.config import _Config
+from memacct.model.weights.estimate import dtype_bytes
 
 __all__ = ["LORA_GRAPH_SETS", "lora_buffer_bytes"]
 

@@ -107,7 +107,7 @@ def has_encoder(config: Mapping[str, Any]) -> bool:
     or its architecture is in vLLM 0.33's multimodal registry table."""
     if any(config.get(key) is not None for key in _ENCODER_KEYS):
         return True
-    from memacct.planner.arch_rules import registry
+    from memacct.model.arch_rules import registry
 
     archs = config.get("architectures") or []
     table = registry().get("multimodal", {})

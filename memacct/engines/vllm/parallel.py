@@ -2,7 +2,7 @@
 pipeline parallelism, CPU offload (:class:`~memacct.engines.deployment.Deployment`).
 
 Each term is a small function over the model's weight inventory
-(:func:`memacct.planner.weights.weight_tensors`: every tensor of a rank with its role and
+(:func:`memacct.model.weights.estimate.weight_tensors`: every tensor of a rank with its role and
 name, from a checkpoint's tensor table or the per-family formulas); the rules and their
 vLLM 0.33 sources are in docs/engines.md ("Deployment settings"):
 
@@ -29,9 +29,9 @@ from typing import Any
 
 from memacct.engines.deployment import QUANTIZATIONS, Deployment
 from memacct.errors import InvalidInputError
-from memacct.planner.config import _Config
-from memacct.planner.geometry import pipeline_partition
-from memacct.planner.weights import (
+from memacct.model.config import _Config
+from memacct.model.geometry import pipeline_partition
+from memacct.model.weights.estimate import (
     WeightEstimate,
     dtype_bytes,
     estimate_weights,
@@ -158,7 +158,7 @@ def rank_weights(
     mxfp4_pad: tuple[int, int] = (256, 1),
 ) -> WeightEstimate:
     """The weights of one rank of pipeline stage ``stage``, summed from the weight inventory
-    (:func:`memacct.planner.weights.weight_tensors`: a checkpoint's tensor table, else the
+    (:func:`memacct.model.weights.estimate.weight_tensors`: a checkpoint's tensor table, else the
     formulas; see the module notes).
 
     Args:
@@ -230,7 +230,7 @@ def layer_parameters(config: Mapping[str, Any], tensor_parallel_size: int) -> li
     """One decoder layer's parameters on a rank, bytes, in vLLM's registration order
     (``self_attn.qkv_proj`` weight and bias, ``o_proj``, ``mlp.gate_up_proj``, ``down_proj``,
     the two norms); ``None`` where memacct does not list them (MoE, MLA, quantized)."""
-    from memacct.planner.quant import parse_quantization
+    from memacct.model.weights.quant import parse_quantization
 
     cfg = _Config(config, "config.json")
     if (parse_quantization(config) is not None or cfg.get("kv_lora_rank") is not None

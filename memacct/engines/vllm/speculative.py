@@ -34,9 +34,9 @@ from typing import Any
 from memacct.engines.deployment import Speculative
 from memacct.engines.vllm.parallel import with_layers
 from memacct.errors import InvalidInputError
-from memacct.planner.config import _Config
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import VOCAB_PADDING, dtype_bytes, formula_weights
+from memacct.model.config import _Config
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import VOCAB_PADDING, dtype_bytes, formula_weights
 
 __all__ = [
     "draft_layer_config",

@@ -8,7 +8,7 @@ of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memor
 
 :func:`estimate_startup` computes every term offline, without a device:
 
-* **weights**: :func:`memacct.planner.weights.estimate_weights` (the engine's
+* **weights**: :func:`memacct.model.weights.estimate.estimate_weights` (the engine's
   per-rank sharding and quantized layouts);
 * **activation peak** of the profile run (``gpu_model_runner.py``,
   ``profile_run``): a dummy forward over ``max_num_batched_tokens`` tokens,
@@ -40,7 +40,6 @@ from memacct.checks import check_batch_budget, check_fraction, check_int
 from memacct.engines.base import StartupModel, StartupRequest
 from memacct.engines.deployment import Deployment
 from memacct.engines.forward import ForwardPass
-from memacct.engines.trace import trace_peak
 from memacct.engines.vllm.multimodal import has_encoder as is_multimodal
 from memacct.engines.vllm.releases import (
     SAMPLER_BYTES_PER_LOGIT,
@@ -54,9 +53,10 @@ from memacct.engines.vllm.releases import (
     non_torch_bytes,
     parse_version,
 )
-from memacct.planner.config import _Config
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weights import WeightEstimate, estimate_weights, mxfp4_padding
+from memacct.model.config import _Config
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import WeightEstimate, estimate_weights, mxfp4_padding
+from memacct.trace import trace_peak
 from memacct.units import GiB
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from memacct.engines.base import Engine, KVLayout, KVSettings
 from memacct.engines.vllm.kv import VllmKVManager
 from memacct.engines.vllm_mindspore.startup import STARTUP, VERSION
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.spec import KVCacheSpec
 
 __all__ = ["ENGINE", "VllmMindsporeKVManager"]
 

@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memacct.engines.trace import TraceBuilder
 from memacct.engines.vllm_mindspore.qwen2_graph import config_positive_int, prefill_inputs
 from memacct.errors import ConfigError
+from memacct.trace import TraceBuilder
 
 __all__ = ["DeepseekV3Graph", "deepseek_v3_load", "deepseek_v3_prefill_trace"]
 

@@ -26,7 +26,7 @@ from the model's ``config.json`` (the sources and the per-op rules are listed in
   last use; the final norm, the gather of the last token, the LM head and the float32 cast.
 
 A trace is a ``list[int]``: ``n >= 0`` allocates ``n`` bytes into the next slot, ``n < 0``
-frees slot ``~n`` (the format :func:`memacct.engines.trace.replay` runs).
+frees slot ``~n`` (the format :func:`memacct.trace.replay` runs).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memacct.engines.trace import TraceBuilder
 from memacct.errors import ConfigError
+from memacct.trace import TraceBuilder
 
 __all__ = [
     "Qwen2Graph",

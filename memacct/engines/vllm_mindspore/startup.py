@@ -23,7 +23,7 @@ worker (``install_depend_pkgs.sh`` clones vLLM v0.7.3; ``vllm_mindspore/utils.py
   prefill of ``max_num_batched_tokens`` tokens, here one sequence through the graph of
   :mod:`~memacct.engines.vllm_mindspore.qwen2_graph` or
   :mod:`~memacct.engines.vllm_mindspore.deepseek_graph`, whose allocated peak is exact
-  (:func:`~memacct.engines.trace.trace_peak`). Offline, the reserved increase is that
+  (:func:`~memacct.trace.trace_peak`). Offline, the reserved increase is that
   peak rounded up to MindSpore's 2 MiB VMM pages: the holes MindSpore's pool leaves
   between buffers (the rest of the reserved-minus-allocated gap) are replayed on the
   simulated pool by the harness, not here (``docs/simulator.md``, "The seed's cases").
@@ -44,7 +44,6 @@ from typing import Any
 
 from memacct.checks import check_fraction, check_int
 from memacct.engines.base import StartupModel, StartupRequest
-from memacct.engines.trace import trace_peak
 from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
 from memacct.engines.vllm_mindspore.deepseek_graph import (
     DeepseekV3Graph,
@@ -53,7 +52,8 @@ from memacct.engines.vllm_mindspore.deepseek_graph import (
 )
 from memacct.engines.vllm_mindspore.qwen2_graph import Qwen2Graph, qwen2_load, qwen2_prefill_trace
 from memacct.errors import InvalidInputError
-from memacct.planner.weight_rules import WeightEstimate
+from memacct.model.weights.rules import WeightEstimate
+from memacct.trace import trace_peak
 from memacct.units import MiB
 
 __all__ = [

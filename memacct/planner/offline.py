@@ -3,11 +3,11 @@
 :func:`plan_offline` is what ``memacct plan --model X --device Y`` runs: the
 engine's start-up estimated without any device, term by term as the engine
 computes it (``engines/<engine>/startup.py``), turned into the plan's non-KV
-budget (:class:`~memacct.planner.kvplan.MemoryBudget`) and handed to the one
+budget (:class:`~memacct.planner.result.MemoryBudget`) and handed to the one
 planner, :func:`memacct.plan_kv_cache`, like a measured profile. The result is
-a :class:`~memacct.planner.kvplan.KVCachePlan` whose verdict a person reads
+a :class:`~memacct.planner.result.KVCachePlan` whose verdict a person reads
 first ("fits: N concurrent requests of L tokens" or "does not fit: ..." with
-what to change, :mod:`memacct.engines.advice`). It needs no simulator and
+what to change, :mod:`memacct.planner.advice`). It needs no simulator and
 answers in milliseconds.
 
 Example::
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import InsufficientMemoryError, InvalidInputError
-from memacct.options import PlanOptions
-from memacct.planner.kvplan import KVCachePlan, MemoryBudget
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.spec import KVCacheSpec
+from memacct.planner.options import PlanOptions
+from memacct.planner.result import KVCachePlan, MemoryBudget
 from memacct.units import format_gib
 
 __all__ = [
@@ -49,9 +49,9 @@ DEFAULT_MAX_MODEL_LEN = 32768
 def position_limit(config: Mapping[str, Any]) -> int | None:
     """The longest ``max_model_len`` vLLM accepts for a config (its derived max_model_len).
 
-    One owner: :attr:`memacct.planner.config.ModelConfig.position_limit`.
+    One owner: :attr:`memacct.model.config.ModelConfig.position_limit`.
     """
-    from memacct.planner.config import ModelConfig
+    from memacct.model.config import ModelConfig
 
     found = ModelConfig(config, "config.json").position_limit
     return None if found is None else found[0]
@@ -123,10 +123,10 @@ def plan_offline(
     Args:
         config: the model's ``config.json``, or a model's name as ``memacct plan --model``
             takes it (a preset, a config or checkpoint path, a ``.gguf`` file, a Hub id:
-            :func:`memacct.planner.source.resolve_model`); a checkpoint's tensor table, when
+            :func:`memacct.model.sources.resolve.resolve_model`); a checkpoint's tensor table, when
             read, gives the weights.
         revision: the Hub revision of a Hub id.
-        options: the plan's options (:class:`memacct.options.PlanOptions`); keywords
+        options: the plan's options (:class:`memacct.planner.options.PlanOptions`); keywords
             replace single fields (``plan_offline(config, device="l4", max_num_seqs=64)``).
             With neither ``device`` nor ``device_memory``: the engine's reference device
             (an H100 80GB for the GPU engines), said in the notes.
@@ -144,7 +144,7 @@ def plan_offline(
     """
     source_notes: tuple[str, ...] = ()
     if not isinstance(config, Mapping):
-        from memacct.planner.source import resolve_model
+        from memacct.model.sources.resolve import resolve_model
 
         source = resolve_model(config, revision)
         source_notes = source.notes
@@ -161,7 +161,7 @@ def plan_offline(
     opts = PlanOptions.from_kwargs(options, **kwargs)
     if not source_notes:
         return _plan_offline(config, opts)
-    from memacct.planner.source import with_source_notes
+    from memacct.model.sources.resolve import with_source_notes
 
     return with_source_notes(_plan_offline(config, opts), source_notes)
 
@@ -173,8 +173,8 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     from memacct.engines.deployment import serve_deployment
     from memacct.engines.vllm.releases import check_sampler
     from memacct.engines.vllm.startup import serving_kv_cache_dtype
+    from memacct.model.weights.estimate import estimate_weights
     from memacct.planner.plan import plan_kv_cache
-    from memacct.planner.weights import estimate_weights
 
     chosen = get_engine(opts.engine)
     startup = chosen.startup
@@ -244,7 +244,7 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
             engine_options=opts.engine_options(),
         )  # fmt: skip
     except InsufficientMemoryError as refusal:
-        from memacct.engines.advice import refused_plan
+        from memacct.planner.advice import refused_plan
 
         return refused_plan(
             config, opts, budget, spec, est, refusal, startup=startup, settings=settings,

@@ -1,7 +1,7 @@
 """What an offline plan that does not fit says: why, by how much, and what would close the gap.
 
 :func:`refused_plan` turns the planner's refusal of an engine's start-up
-estimate into a :class:`~memacct.planner.kvplan.KVCachePlan` with ``fits``
+estimate into a :class:`~memacct.planner.result.KVCachePlan` with ``fits``
 False. Each suggestion is a change that alone closes the gap on that device
 (an FP8 checkpoint only where the device runs FP8, an FP8 KV cache only where
 the engine stores one), with the figure it gives; they come most effective first.
@@ -14,9 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from memacct.errors import InsufficientMemoryError, MemacctError
-from memacct.options import PlanOptions
-from memacct.planner.kvplan import KVCachePlan, MemoryBudget
-from memacct.planner.spec import KVCacheSpec
+from memacct.model.spec import KVCacheSpec
+from memacct.planner.options import PlanOptions
+from memacct.planner.result import KVCachePlan, MemoryBudget
 from memacct.units import format_gib as gib
 
 __all__ = ["refused_plan"]
@@ -80,7 +80,7 @@ def _fitting_tp(config: Mapping[str, Any], est: Any, tp: int) -> tuple[int, int]
     heads and experts divide, as :meth:`KVCacheSpec.from_hf_config` checks) and whose weights
     leave room for the rest, with its weights per rank; ``None``: no such degree, so no
     tensor-parallel advice (a degree the engine would refuse is never suggested)."""
-    from memacct.planner.weights import estimate_weights
+    from memacct.model.weights.estimate import estimate_weights
 
     rest = est.activation_peak + est.non_allocator_increase
     candidate = tp * 2

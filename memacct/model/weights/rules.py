@@ -4,8 +4,8 @@ vLLM's layers (``docs/engines.md``): the embedding and the LM head are split
 by vocabulary (padded to a multiple of :data:`VOCAB_PADDING`) across ranks;
 column- and row-parallel linear layers and MoE experts are split; norms,
 routers and replicated KV heads (fewer KV heads than ranks) are whole on every
-rank. Used by :mod:`memacct.planner.checkpoint`, :mod:`memacct.planner.meta`
-and the formulas in :mod:`memacct.planner.weights`.
+rank. Used by :mod:`memacct.model.sources.checkpoint`, :mod:`memacct.model.weights.meta`
+and the formulas in :mod:`memacct.model.weights.estimate`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.planner.config import _Config
+from memacct.model.config import _Config
 
 __all__ = ["VOCAB_PADDING", "WeightEstimate", "WeightTensor", "dtype_bytes", "rotary_tensor"]
 
@@ -185,7 +185,7 @@ def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int |
 
 
 def _text(config: Mapping[str, Any]) -> _Config:
-    """The config through the planner's one reader (:class:`~memacct.planner.config._Config`):
+    """The config through the planner's one reader (:class:`~memacct.model.config._Config`):
     the language model's section first, then the top level, then the defaults transformers
     fills in for its model type (Gemma 3's published config.json carries no vocab_size)."""
     return _Config(config, "config.json")

@@ -1,11 +1,11 @@
 """The KV-cache geometry of a model, read from its ``config.json``.
 
-What :class:`~memacct.planner.spec.KVCacheSpec` holds, worked out from a
-checked config (:class:`~memacct.planner.config.ModelConfig`): the rule that
-reads its architecture (:mod:`memacct.planner.arch_rules`), the KV-cache
+What :class:`~memacct.model.spec.KVCacheSpec` holds, worked out from a
+checked config (:class:`~memacct.model.config.ModelConfig`): the rule that
+reads its architecture (:mod:`memacct.model.arch_rules`), the KV-cache
 dtype (``auto`` resolved as vLLM resolves it), the attention kind (MHA/GQA/MQA
 or MLA), KV heads per tensor-parallel rank, the per-layer list
-(:mod:`memacct.planner.layouts`) and the pipeline stage that needs the most cache.
+(:mod:`memacct.model.layouts`) and the pipeline stage that needs the most cache.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from memacct.errors import ConfigError, InvalidInputError
-from memacct.planner.arch_rules import Rule, resolve_rule, unread_geometry_fields
-from memacct.planner.config import (
+from memacct.model.arch_rules import Rule, resolve_rule, unread_geometry_fields
+from memacct.model.config import (
     _DTYPE_ALIASES,
     _HEAD_KEYS,
     _HIDDEN_KEYS,
@@ -32,8 +32,8 @@ from memacct.planner.config import (
     _checkpoint_kv_dtype,
     _model_dtype,
 )
-from memacct.planner.layers import LayerSpec
-from memacct.planner.layouts import Geometry, build_layers, ssm_dtype_bytes
+from memacct.model.layers import LayerSpec
+from memacct.model.layouts import Geometry, build_layers, ssm_dtype_bytes
 
 __all__ = [
     "FP8_DS_MLA",
@@ -235,7 +235,7 @@ def spec_fields(
     default_name: str | None,
     assume_full_attention: bool = False,
 ) -> dict[str, Any]:
-    """The fields of a :class:`~memacct.planner.spec.KVCacheSpec` read from ``cfg``.
+    """The fields of a :class:`~memacct.model.spec.KVCacheSpec` read from ``cfg``.
 
     ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
     """

@@ -3,8 +3,8 @@
 The table comes from safetensors headers (only the 8-byte length and the JSON
 header of each file are read, through :mod:`memacct.io`, or
 ``model.safetensors.index.json`` plus the headers), from the same headers
-fetched from the Hugging Face Hub by range requests (:mod:`memacct.planner.hub`),
-or from a GGUF file's tensor table (:mod:`memacct.planner.gguf_file`). All of it
+fetched from the Hugging Face Hub by range requests (:mod:`memacct.model.sources.hub`),
+or from a GGUF file's tensor table (:mod:`memacct.model.sources.gguf`). All of it
 is untrusted input: a header length past the format's cap, a shard name outside
 the checkpoint, or a malformed tensor entry is refused with one line.
 """
@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import loads_json_object, read_json_object, read_prefix
-from memacct.planner.quant import parse_quantization
-from memacct.planner.weight_rules import (
+from memacct.model.weights.quant import parse_quantization
+from memacct.model.weights.rules import (
     _DTYPE_BYTES,
     WeightEstimate,
     WeightTensor,

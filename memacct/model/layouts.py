@@ -1,9 +1,9 @@
 """Layouts: each layer's cache modules, as a family's vLLM model file builds them.
 
-A layout turns a checked config (:class:`~memacct.planner.config.ModelConfig`)
+A layout turns a checked config (:class:`~memacct.model.config.ModelConfig`)
 into one list of module kinds per decoder layer; :func:`build_layers` gives
-each module its geometry (:mod:`memacct.planner.layers`) for one rank. Which
-family uses which layout is :mod:`memacct.planner.arch_rules`; the sources
+each module its geometry (:mod:`memacct.model.layers`) for one rank. Which
+family uses which layout is :mod:`memacct.model.arch_rules`; the sources
 of every rule are in ``docs/architectures.md`` and ``docs/engines.md``.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import ConfigError, InvalidInputError
-from memacct.planner.config import (
+from memacct.model.config import (
     _DTYPE_ALIASES,
     _KV_DTYPES,
     _MAX_DIM,
@@ -23,7 +23,7 @@ from memacct.planner.config import (
     _MAX_POSITIONS,
     ModelConfig,
 )
-from memacct.planner.layers import (
+from memacct.model.layers import (
     ChunkedLocalAttention,
     FullAttention,
     GatedDeltaNetState,

@@ -17,8 +17,8 @@ from memacct.checks import FROZEN, check_int
 from memacct.engines.base import KVGroup, KVLayout
 from memacct.errors import InvalidInputError
 from memacct.jsonfile import JsonFile
+from memacct.model.spec import KVCacheSpec
 from memacct.models import TruthSource
-from memacct.planner.spec import KVCacheSpec
 from memacct.units import format_gib
 
 __all__ = [
@@ -128,7 +128,7 @@ class MemoryBudget(BaseModel):
     The one input of a plan's arithmetic (``kv_cache_bytes = target_allocation -
     non_kv_cache_memory``), built either from a measured profile
     (``source="profile"``) or from an engine's start-up estimated offline
-    (``source="estimate"``, :func:`memacct.engines.offline.plan_offline`). Sizes in bytes.
+    (``source="estimate"``, :func:`memacct.planner.offline.plan_offline`). Sizes in bytes.
 
     Attributes:
         source: ``profile`` or ``estimate``.

@@ -1,7 +1,7 @@
 """The options of a plan, shared by the Python API and the command line.
 
 :class:`PlanOptions` is the one place an option of ``memacct plan`` is
-declared: :func:`memacct.engines.offline.plan_offline` takes it (or its fields
+declared: :func:`memacct.planner.offline.plan_offline` takes it (or its fields
 as keywords), and the CLI builds it from its flags, which carry the same names
 (``--max-num-seqs`` is ``max_num_seqs``). A new option is one field here and
 one click option in :mod:`memacct.cli.plan`. The checks that need nothing but
@@ -34,7 +34,7 @@ from memacct.models import MAX_BYTES
 
 if TYPE_CHECKING:
     from memacct.engines.deployment import Deployment
-    from memacct.planner.checkpoint import TensorTable
+    from memacct.model.sources.checkpoint import TensorTable
 
 __all__ = ["PlanOptions"]
 

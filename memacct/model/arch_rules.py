@@ -3,7 +3,7 @@
 A config's ``architectures[0]`` names the class vLLM loads; vLLM's registry
 (``vllm/model_executor/models/registry.py``, shipped here as
 ``vllm_registry.json``) maps it to a model module. :data:`RULES` maps whole
-module families to one layout (:mod:`memacct.planner.layouts`), with its
+module families to one layout (:mod:`memacct.model.layouts`), with its
 status and source; :data:`REFUSED` says why the others are not planned.
 Multimodal modules are read through their text part's ``model_type``.
 Nothing is guessed: an architecture without a rule is refused
@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Literal
 
 from memacct.errors import ConfigError
-from memacct.planner.config import ModelConfig
+from memacct.model.config import ModelConfig
 
 __all__ = [
     "ASSUME_FULL_ATTENTION",
@@ -46,7 +46,7 @@ class Rule:
     """One family's layout, with where it is read from.
 
     Attributes:
-        layout: the layout function's name in :data:`memacct.planner.layouts.LAYOUTS`.
+        layout: the layout function's name in :data:`memacct.model.layouts.LAYOUTS`.
         status: ``exact`` (layers and geometry as vLLM's model file builds
             them) or ``partial`` (planned, with what is not modelled in ``note``).
         source: the vLLM model file and transformers config class it follows.
@@ -82,7 +82,7 @@ def _decoder(module: str) -> Rule:
 
 # Decoders whose layers vLLM builds as standard attention, MLA where the config has
 # kv_lora_rank, sliding windows from sliding_window / layer_types / the pattern keys,
-# KV sharing from num_kv_shared_layers (rules in memacct/planner/layouts.py).
+# KV sharing from num_kv_shared_layers (rules in memacct/model/layouts.py).
 _DECODER_MODULES = (
     "afmoe", "apertus", "arcee", "arctic", "baichuan", "bailing_moe", "bloom", "chameleon",
     "chatglm",
@@ -236,7 +236,7 @@ _TEXT_TYPES = {
 @cache
 def registry() -> dict[str, dict[str, str]]:
     """vLLM's registry tables: ``{table: {architecture: module}}`` (``vllm_registry.json``)."""
-    text = resources.files("memacct.planner").joinpath("vllm_registry.json").read_text("utf-8")
+    text = resources.files("memacct.model").joinpath("vllm_registry.json").read_text("utf-8")
     tables: dict[str, dict[str, str]] = json.loads(text)["tables"]
     return tables
 
@@ -244,7 +244,7 @@ def registry() -> dict[str, dict[str, str]]:
 @cache
 def removed() -> dict[str, str]:
     """Architectures vLLM no longer runs: ``{architecture: last version that ran it}``."""
-    text = resources.files("memacct.planner").joinpath("vllm_registry.json").read_text("utf-8")
+    text = resources.files("memacct.model").joinpath("vllm_registry.json").read_text("utf-8")
     gone: dict[str, str] = json.loads(text).get("removed", {})
     return gone
 
@@ -309,7 +309,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     reason = REFUSED.get(module or "", "no rule")
     if arch is not None and _module_of(arch) is None:
         reason = ("not in the vLLM model registry memacct holds "
-                  "(memacct/planner/vllm_registry.json)")
+                  "(memacct/model/vllm_registry.json)")
         if arch in removed():
             reason = (f"vLLM removed it (the last version that ran it is {removed()[arch]}; "
                       f"vLLM 0.33 refuses it)")

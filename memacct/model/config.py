@@ -109,7 +109,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     A ModelOpt ``hf_quant_config.json`` beside it is merged in as
     ``quantization_config`` when the config has none, as engines do, so a
     checkpoint's declared FP8 KV cache is seen. A ``.gguf`` file gives the
-    config its metadata maps to (:func:`memacct.planner.gguf_file.read_gguf`).
+    config its metadata maps to (:func:`memacct.model.sources.gguf.read_gguf`).
 
     Raises:
         ConfigError: the file is missing, too large, not UTF-8, not JSON or
@@ -121,7 +121,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     p = Path(path)
     if p.suffix.lower() == ".gguf":
-        from memacct.planner.gguf_file import read_gguf
+        from memacct.model.sources.gguf import read_gguf
 
         return dict(read_gguf(p).config)
     if p.is_dir():
@@ -141,7 +141,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _raise_missing_config(path: Path) -> None:
-    from memacct.planner.presets import model_presets
+    from memacct.model.sources.presets import model_presets
 
     hint = ""
     if str(path).strip().lower() in model_presets():
@@ -330,7 +330,7 @@ class ModelConfig:
 
     def layers(self, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto") -> Any:
         """Each layer's kind and geometry on one rank (``KVCacheSpec.layers``)."""
-        from memacct.planner.spec import KVCacheSpec
+        from memacct.model.spec import KVCacheSpec
 
         spec = KVCacheSpec.from_hf_config(
             dict(self.root), kv_cache_dtype=kv_cache_dtype,

@@ -1,7 +1,7 @@
 """Model presets: the published ``config.json`` of well-known models, shipped as package data.
 
 Each preset is the model's ``config.json`` as its publisher ships it on the
-Hugging Face Hub, under ``memacct/planner/configs/<name>.json``. They let the
+Hugging Face Hub, under ``memacct/model/configs/<name>.json``. They let the
 planner, the simulated device and the tests work without network access.
 
 =====================  ==========================================  ===========================
@@ -38,7 +38,7 @@ from memacct.errors import ConfigError
 
 __all__ = ["load_model_preset", "model_presets"]
 
-_PACKAGE = "memacct.planner"
+_PACKAGE = "memacct.model"
 _FOLDER = "configs"
 
 

@@ -6,13 +6,13 @@ the checkpoint's tensor table when one can be read without any tensor data,
 and where it all came from. It accepts, in this order:
 
 1. ``list`` is not a model (the command line lists the presets for it);
-2. a model preset (``qwen2.5-7b``, :func:`~memacct.planner.presets.model_presets`);
+2. a model preset (``qwen2.5-7b``, :func:`~memacct.model.sources.presets.model_presets`);
 3. a path that exists: a ``config.json`` file, a checkpoint directory (its
    ``config.json`` plus, when it has them, the safetensors headers), or a
-   ``.gguf`` file (:mod:`memacct.planner.gguf_file`);
+   ``.gguf`` file (:mod:`memacct.model.sources.gguf`);
 4. a Hugging Face Hub id ``org/name``, optionally ``org/name@revision`` or with
    ``revision=``: read from the Hub, or offline from the local Hub cache
-   (:mod:`memacct.planner.hub`).
+   (:mod:`memacct.model.sources.hub`).
 
 A path that looks like one (``.json``/``.gguf``, ``./``, ``/``, ``~``) but does
 not exist is reported as a missing file, never sent to the Hub. When the Hub
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memacct.errors import ConfigError
-from memacct.planner.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
+from memacct.model.sources.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
 
 if TYPE_CHECKING:
-    from memacct.planner.kvplan import KVCachePlan
+    from memacct.planner.result import KVCachePlan
 
 __all__ = ["ModelSource", "Origin", "resolve_model", "with_source_notes"]
 
@@ -71,7 +71,7 @@ class ModelSource:
         origin: ``preset``, ``config``, ``checkpoint``, ``gguf``, ``hub`` or ``hub-cache``.
         location: the path, or ``org/name@commit`` for the Hub.
         table: the checkpoint's tensor table (safetensors headers or GGUF), when read;
-            the weights then come from it (:func:`~memacct.planner.checkpoint.table_weights`).
+            the weights then come from it (:func:`~memacct.model.sources.checkpoint.table_weights`).
         revision: the commit a Hub revision resolved to.
         notes: what was assumed, for the plan's notes.
     """
@@ -113,7 +113,7 @@ def resolve_model(
         ModelSourceError: a Hub id that cannot be read (gated, missing, private, offline),
             one line naming the cause and the fix.
     """
-    from memacct.planner.presets import load_model_preset, model_presets
+    from memacct.model.sources.presets import load_model_preset, model_presets
 
     if not isinstance(name, (str, os.PathLike)):
         raise ConfigError(
@@ -160,10 +160,10 @@ def _no_revision(name: str, revision: str | None) -> None:
 
 
 def _local(path: Path) -> ModelSource:
-    from memacct.planner.config import read_config_file
+    from memacct.model.config import read_config_file
 
     if path.is_file() and path.suffix.lower() == ".gguf":
-        from memacct.planner.gguf_file import read_gguf
+        from memacct.model.sources.gguf import read_gguf
 
         table = read_gguf(path)
         note = (
@@ -201,7 +201,7 @@ def config_file_name(config: Mapping[str, Any], path: Path) -> str:
 
 
 def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
-    from memacct.planner.hub import (
+    from memacct.model.sources.hub import (
         HubUnavailableError,
         _stderr_status,
         load_hub_model,
@@ -216,7 +216,7 @@ def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
         preset = PRESET_REPOS.get(repo_id.lower())
         if preset is None or rev not in (None, "main"):
             raise
-        from memacct.planner.presets import load_model_preset
+        from memacct.model.sources.presets import load_model_preset
 
         note = (
             f"{repo_id} could not be read from the Hub ({str(exc).split(':', 1)[0]}): "

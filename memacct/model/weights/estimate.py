@@ -16,7 +16,7 @@ Every source applies the same per-rank rules, those of vLLM's layers (see
 (padded to a multiple of 64) across ranks; column- and row-parallel linear
 layers and MoE experts are split; norms, routers and the replicated KV heads
 (fewer KV heads than ranks) are whole on every rank. Quantized linear layers
-are sized by :mod:`memacct.planner.quant`; embeddings, the LM head, norms and
+are sized by :mod:`memacct.model.weights.quant`; embeddings, the LM head, norms and
 routers stay in the model's dtype.
 
 Example::
@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
-from memacct.planner.checkpoint import (
+from memacct.model.sources.checkpoint import (
     TensorTable,
     _checkpoint_files,
     checkpoint_table,
@@ -45,10 +45,10 @@ from memacct.planner.checkpoint import (
     table_tensors,
     table_weights,
 )
-from memacct.planner.inventory import formula_tensors
-from memacct.planner.meta import meta_tensors, meta_weights
-from memacct.planner.quant import parse_quantization
-from memacct.planner.weight_rules import VOCAB_PADDING, WeightEstimate, WeightTensor, dtype_bytes
+from memacct.model.weights.inventory import formula_tensors
+from memacct.model.weights.meta import meta_tensors, meta_weights
+from memacct.model.weights.quant import parse_quantization
+from memacct.model.weights.rules import VOCAB_PADDING, WeightEstimate, WeightTensor, dtype_bytes
 
 __all__ = [
     "VOCAB_PADDING",
@@ -74,7 +74,7 @@ def formula_weights(
     mxfp4_pad: tuple[int, int] = (256, 1),
 ) -> WeightEstimate:
     """Weights of one rank from per-family formulas over ``config.json``: the sum of
-    :func:`memacct.planner.inventory.formula_tensors` (same arguments and errors)."""
+    :func:`memacct.model.weights.inventory.formula_tensors` (same arguments and errors)."""
     tensors = formula_tensors(
         config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad
     )
@@ -111,7 +111,7 @@ def estimate_weights(
 
     Args:
         model: a ``config.json`` dict, a checkpoint directory, or a checkpoint's tensor
-            table (:class:`~memacct.planner.checkpoint.TensorTable`: safetensors headers
+            table (:class:`~memacct.model.sources.checkpoint.TensorTable`: safetensors headers
             read from the Hub, a GGUF file's tensors).
         tensor_parallel_size: ranks the model is split across.
         source: ``auto`` (checkpoint, else formulas), or one source by name.

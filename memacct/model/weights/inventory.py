@@ -1,18 +1,18 @@
 """A model's weight inventory on one tensor-parallel rank: every tensor with its role, shape, bytes.
 
 One inventory serves every use of the weights: the offline estimate is its sum
-(:func:`memacct.planner.weights.estimate_weights`), and the simulated engine of
+(:func:`memacct.model.weights.estimate.estimate_weights`), and the simulated engine of
 the harness allocates exactly its tensors, one allocation each. Each source of
 the weights gives the same structure, a list of :class:`WeightTensor`: the
-checkpoint's tensor table (:func:`memacct.planner.checkpoint.table_tensors`),
+checkpoint's tensor table (:func:`memacct.model.sources.checkpoint.table_tensors`),
 the model ``transformers`` builds on the meta device
-(:func:`memacct.planner.meta.meta_tensors`), and the per-family formulas over
+(:func:`memacct.model.weights.meta.meta_tensors`), and the per-family formulas over
 ``config.json`` here (:func:`formula_tensors`: dense, MoE, MLA, multimodal
-towers). :func:`memacct.planner.weights.weight_tensors` picks the source as
+towers). :func:`memacct.model.weights.estimate.weight_tensors` picks the source as
 ``estimate_weights`` does.
 
 A quantized linear layer is one tensor holding its packed weight and its
-scales, zero points and index tensors (:mod:`memacct.planner.quant`); ``shape``
+scales, zero points and index tensors (:mod:`memacct.model.weights.quant`); ``shape``
 is the layer's (out, in) on this rank, ``nbytes`` what the engine holds for it.
 
 Example::
@@ -30,9 +30,9 @@ from typing import Any
 
 from memacct.checks import check_int
 from memacct.errors import ConfigError
-from memacct.planner.config import _Config
-from memacct.planner.quant import QuantScheme, parse_quantization
-from memacct.planner.weight_rules import (
+from memacct.model.config import _Config
+from memacct.model.weights.quant import QuantScheme, parse_quantization
+from memacct.model.weights.rules import (
     WeightTensor,
     _ceil_div,
     _int,
@@ -241,7 +241,7 @@ def formula_tensors(
         config: the model's ``config.json``.
         tensor_parallel_size: ranks the layers are split across.
         mxfp4_pad: (intermediate, hidden) alignment the engine's MXFP4 MoE
-            kernel pads expert matrices to (:func:`memacct.planner.weights.mxfp4_padding`).
+            kernel pads expert matrices to (:func:`memacct.model.weights.estimate.mxfp4_padding`).
 
     Raises:
         ConfigError: a size the formulas need is missing.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.planner.checkpoint import TensorInfo, TensorTable
+from memacct.model.sources.checkpoint import TensorInfo, TensorTable
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf"]
 

@@ -8,7 +8,7 @@ heads, K and V head sizes, window or chunk, state shapes and dtypes, all for
 one rank) and answers what a manager asks of it: bytes per token, the page of
 one block, the blocks one request keeps. The engines' managers
 (:mod:`memacct.engines`) only group and sum; which layer is which is decided
-by the architecture rules (:mod:`memacct.planner.arch_rules`).
+by the architecture rules (:mod:`memacct.model.arch_rules`).
 """
 
 from __future__ import annotations

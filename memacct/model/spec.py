@@ -17,13 +17,13 @@ cache one token needs on one rank, for:
   stages as vLLM splits them; the stage with the most cache decides).
 
 It lists every cache module of the model as a layer spec class
-(:mod:`memacct.planner.layers`): full, sliding, chunked local (Llama 4), MLA,
+(:mod:`memacct.model.layers`): full, sliding, chunked local (Llama 4), MLA,
 Mamba-1 / Mamba-2 / gated-delta-net / short-conv state with its bytes per
 request (Jamba, Falcon-H1, Granite-4.0-H, Qwen3-Next, Nemotron-H, LFM2),
 cache-less and KV-sharing layers (Gemma-3n), each with its own geometry. The
 list is the one record: :attr:`KVCacheSpec.layer_groups` summarises it, and
 the engines' KV-cache managers (:mod:`memacct.engines`) plan from it. An
-architecture without a rule is refused (:mod:`memacct.planner.arch_rules`).
+architecture without a rule is refused (:mod:`memacct.model.arch_rules`).
 
 Example::
 
@@ -46,17 +46,17 @@ from pydantic import BaseModel, BeforeValidator, Field, InstanceOf, PlainSeriali
 
 from memacct.checks import FROZEN, check_int
 from memacct.errors import InvalidInputError
-from memacct.planner.config import (
+from memacct.model.config import (
     _MAX_PARALLEL,
     ModelConfig,
     read_config_file,
 )
-from memacct.planner.geometry import (
+from memacct.model.geometry import (
     kv_dtype_bytes,
     pipeline_partition,
     spec_fields,
 )
-from memacct.planner.layers import LayerGroup, LayerSpec, layer_from_json, layer_to_json
+from memacct.model.layers import LayerGroup, LayerSpec, layer_from_json, layer_to_json
 
 __all__ = [
     "KVCacheSpec",
@@ -114,10 +114,10 @@ class KVCacheSpec(BaseModel):
         bytes_per_token: KV-cache bytes one token needs on this rank, all
             its layers together.
         layers: every cache module of the model (all stages), one layer spec
-            each (:mod:`memacct.planner.layers`), sized for one rank, in
+            each (:mod:`memacct.model.layers`), sized for one rank, in
             layer order (``LayerSpec.layer`` is its decoder layer).
         position_limit: the longest ``max_model_len`` vLLM accepts
-            (:attr:`~memacct.planner.config.ModelConfig.position_limit`), or
+            (:attr:`~memacct.model.config.ModelConfig.position_limit`), or
             ``None`` when the config names no length.
         state_dtype_bytes: bytes per element of Mamba/linear-attention state
             (``mamba_ssm_dtype`` when the config gives it, else the model
@@ -279,7 +279,7 @@ class KVCacheSpec(BaseModel):
         pipeline_parallel_size: int = 1,
     ) -> KVCacheSpec:
         """Build the spec of a shipped model preset (see :func:`model_presets`)."""
-        from memacct.planner.presets import load_model_preset
+        from memacct.model.sources.presets import load_model_preset
 
         config = load_model_preset(name)
         return cls.from_hf_config(
@@ -310,7 +310,7 @@ class KVCacheSpec(BaseModel):
                 their ``text_config``. Nothing is executed or unpickled. A
                 string may also name a model preset, a ``.gguf`` file or a
                 Hugging Face Hub id ``org/name[@revision]``
-                (:func:`memacct.planner.source.resolve_model`).
+                (:func:`memacct.model.sources.resolve.resolve_model`).
             kv_cache_dtype: ``"auto"`` (the checkpoint's declared FP8 KV cache
                 if its ModelOpt quantization config declares one, as vLLM
                 does; else the checkpoint's ``torch_dtype``/``dtype`` as
@@ -351,7 +351,7 @@ class KVCacheSpec(BaseModel):
                 source = str(path / "config.json" if path.is_dir() else path)
                 default_name = (path if path.is_dir() else path.parent).name or None
             else:  # a preset, a Hub id, a .gguf file (or a missing path, said so)
-                from memacct.planner.source import resolve_model
+                from memacct.model.sources.resolve import resolve_model
 
                 found = resolve_model(path_or_dict, revision)
                 config, source, default_name = found.config, found.location, found.name

@@ -3,7 +3,7 @@
 :class:`TransformerShape` holds the sizes the forward pass's activations derive
 from (:mod:`memacct.engines.forward`): heads and KV heads on this rank, MLA
 dimensions, expert counts and widths, the vocabulary padded as vLLM pads it.
-The weights are the planner's inventory (:func:`memacct.planner.weights.weight_tensors`).
+The weights are the planner's inventory (:func:`memacct.model.weights.estimate.weight_tensors`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memacct.errors import ConfigError
-from memacct.planner.config import _Config, config_int
-from memacct.planner.spec import KVCacheSpec
-from memacct.planner.weight_rules import VOCAB_PADDING
+from memacct.model.config import _Config, config_int
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.rules import VOCAB_PADDING
 
 __all__ = ["TransformerShape"]
 

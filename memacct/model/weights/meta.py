@@ -13,8 +13,8 @@ from typing import Any
 
 from memacct.checks import check_int
 from memacct.errors import ConfigError
-from memacct.planner.quant import QuantScheme, parse_quantization
-from memacct.planner.weight_rules import (
+from memacct.model.weights.quant import QuantScheme, parse_quantization
+from memacct.model.weights.rules import (
     _COLUMN,
     WeightEstimate,
     WeightTensor,
@@ -34,7 +34,7 @@ def meta_weights(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
     Needs the ``memacct[hf]`` extra (``transformers`` and ``torch``), imported here, never at
     import time. Quantized linear layers are sized from their shapes by the checkpoint's
     quantization scheme. The model's parameter list is kept per config in the user's cache
-    directory (:mod:`memacct.planner.meta_cache`): a config built before answers in
+    directory (:mod:`memacct.model.weights.meta_cache`): a config built before answers in
     milliseconds, without importing torch or transformers.
 
     Raises:
@@ -90,7 +90,7 @@ def meta_tensors(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
 def _parameters(config_json: str) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]:
     """The (name, shape) of every parameter of the meta-device model, and whether it ties its
     LM head to the embedding; from the user's cache when this config was built before."""
-    from memacct.planner.meta_cache import cached_parameters
+    from memacct.model.weights.meta_cache import cached_parameters
 
     return cached_parameters(config_json, lambda: _build_parameters(config_json))
 

@@ -45,7 +45,8 @@ from memacct.io import (
     read_text,
     user_cache_dir,
 )
-from memacct.planner.checkpoint import (
+from memacct.model.config import read_config_file
+from memacct.model.sources.checkpoint import (
     TensorInfo,
     TensorTable,
     checkpoint_table,
@@ -54,7 +55,6 @@ from memacct.planner.checkpoint import (
     merge_tensors,
     shard_names,
 )
-from memacct.planner.config import read_config_file
 from memacct.units import MiB
 
 __all__ = ["HubModel", "HubUnavailableError", "load_hub_model", "parse_hub_id"]

@@ -6,7 +6,7 @@ gives the device bytes of one (per-rank) linear layer as the engine holds it:
 the packed weight plus its scales, zero points and index tensors. Modules a
 checkpoint leaves unquantized (``ignore``, ``modules_to_not_convert``,
 embeddings, the LM head, routers) are sized in the model's dtype by
-:mod:`memacct.planner.weights`; :meth:`QuantScheme.skips` says which.
+:mod:`memacct.model.weights.estimate`; :meth:`QuantScheme.skips` says which.
 
 Methods and where their layouts come from are listed in ``docs/engines.md``
 (start-up half). An unknown method raises :class:`UnknownQuantizationError`:
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.planner.config import check_config_int
+from memacct.model.config import check_config_int
 
 __all__ = [
     "KNOWN_METHODS",
