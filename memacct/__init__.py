@@ -29,10 +29,7 @@ from memacct.backend import (
     BackendQuirks,
     BaseBackend,
     DeviceBackend,
-    TorchLikeBackend,
-    torch_allocator_model,
     validate_backend,
-    with_allocator_settings,
 )
 from memacct.errors import (
     AgreementError,
@@ -63,6 +60,7 @@ from memacct.registry import (
     register_backend,
     unregister_backend,
 )
+from memacct.torchlike import TorchLikeBackend, torch_allocator_model, with_allocator_settings
 from memacct.units import GiB, MiB
 
 if TYPE_CHECKING:

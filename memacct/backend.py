@@ -9,8 +9,8 @@ instead of branches in the core.
 
 ``torch.cuda`` and ``torch_npu``'s ``torch.npu`` share one API shape, and so
 does the simulated device's ``.api``; :class:`TorchLikeBackend` adapts any of
-them, so a vendor plugin is a few dozen lines; it lives in :mod:`memacct.torchlike`
-and is re-exported here.
+them, so a vendor plugin is a few dozen lines; it lives in :mod:`memacct.torchlike`,
+which builds on this module (plugins import it from :mod:`memacct`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "BaseBackend",
     "DeviceBackend",
     "ModelAllocator",
-    "TorchLikeBackend",
     "allocator_settings",
     "as_base_backend",
     "backend_code",
@@ -44,9 +43,7 @@ __all__ = [
     "factory_priority",
     "get_quirks",
     "is_out_of_memory",
-    "torch_allocator_model",
     "validate_backend",
-    "with_allocator_settings",
 ]
 
 
@@ -90,23 +87,6 @@ class ModelAllocator(Protocol):
     def empty_cache(self) -> None:
         """Return wholly free cached blocks to the device memory."""
         ...
-
-
-def run_trace(
-    malloc: Callable[[int], int], free: Callable[[int], None], trace: Sequence[int]
-) -> None:
-    """Run ``trace`` (ops as :class:`ModelAllocator` reads them) through ``malloc`` and ``free``.
-
-    Raises whatever they raise; the allocations made before the failure stay live, as they
-    would in a process that crashed.
-    """
-    ptrs: list[int] = []
-    push = ptrs.append
-    for op in trace:
-        if op >= 0:
-            push(malloc(op))
-        else:
-            free(ptrs[~op])
 
 
 @runtime_checkable
@@ -525,12 +505,3 @@ def allocator_settings(backend: object) -> dict[str, str]:
         for var in get_quirks(backend).allocator_settings_env
         if var in os.environ
     }
-
-
-# The torch-shaped adapter builds on the names above; it is re-exported here, where
-# plugins import it from.
-from memacct.torchlike import (  # noqa: E402
-    TorchLikeBackend,
-    torch_allocator_model,
-    with_allocator_settings,
-)

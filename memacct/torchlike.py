@@ -5,8 +5,8 @@ does the simulated device's ``.api``; :class:`TorchLikeBackend` adapts any of
 them, so a vendor plugin is a few dozen lines. The functions read torch's
 ``PYTORCH_*_ALLOC_CONF`` settings a backend declares in its quirks.
 
-Every name here is re-exported by :mod:`memacct.backend`, where the protocol
-these build on lives; import them from there.
+The protocol these build on lives in :mod:`memacct.backend`; plugins import every name
+here from :mod:`memacct`.
 """
 
 from __future__ import annotations

@@ -9,12 +9,10 @@ its largest live byte count without any allocator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from memacct.backend import run_trace
-
-__all__ = ["Allocator", "TraceBuilder", "replay", "trace_peak"]
+__all__ = ["Allocator", "TraceBuilder", "replay", "run_trace", "trace_peak"]
 
 
 class Allocator(Protocol):
@@ -27,6 +25,24 @@ class Allocator(Protocol):
     def free(self, ptr: int) -> None:
         """Free a pointer ``malloc`` returned."""
         ...
+
+
+def run_trace(
+    malloc: Callable[[int], int], free: Callable[[int], None], trace: Sequence[int]
+) -> None:
+    """Run ``trace`` through ``malloc`` and ``free`` (the one trace loop: :func:`replay` and the
+    simulator's allocator model, :class:`memacct.backend.ModelAllocator`, both run it).
+
+    Raises whatever they raise; the allocations made before the failure stay live, as they
+    would in a process that crashed.
+    """
+    ptrs: list[int] = []
+    push = ptrs.append
+    for op in trace:
+        if op >= 0:
+            push(malloc(op))
+        else:
+            free(ptrs[~op])
 
 
 def replay(allocator: Allocator, trace: Sequence[int]) -> None:

@@ -8,10 +8,11 @@ import pytest
 from _harness import workload_from_config
 
 import memacct
-from memacct.backend import BackendQuirks, torch_allocator_model
+from memacct.backend import BackendQuirks
 from memacct.planner import load_model_preset
 from memacct.sim import SimDevice
 from memacct.sim.allocator import PresetModel
+from memacct.torchlike import torch_allocator_model
 from memacct.trace import replay
 
 ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

@@ -67,7 +67,7 @@ def test_a_protocol_only_backend_gets_the_defaults() -> None:
 
 
 def test_plugins_import_their_helpers_from_the_public_package() -> None:
-    assert memacct.with_allocator_settings is memacct.backend.with_allocator_settings
+    assert memacct.with_allocator_settings is memacct.torchlike.with_allocator_settings
     assert memacct.GiB == 2**30
     root = CORE.parent / "backends"
     for source in root.glob("*/memacct_*/*.py"):

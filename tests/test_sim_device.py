@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from memacct.backend import TorchLikeBackend
 from memacct.errors import InvalidInputError
 from memacct.sim.allocator import (
     ALLOCATOR_PRESETS,
@@ -15,6 +14,7 @@ from memacct.sim.allocator import (
     SimOutOfMemory,
 )
 from memacct.sim.device import DEVICE_PRESETS, SimDevice
+from memacct.torchlike import TorchLikeBackend
 from memacct.units import GiB, MiB
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memacct.backend import run_trace
 from memacct.errors import InvalidInputError
 from memacct.sim._core import (
     CachingAllocator,
@@ -41,6 +40,7 @@ from memacct.sim._mindspore import MindSporeMemoryPool
 from memacct.sim._mindspore_block import MindSporeBlockPool
 from memacct.sim._mindspore_budget import mindspore_options
 from memacct.sim._npu import NpuCachingAllocator, NpuExpandableAllocator
+from memacct.trace import run_trace
 
 __all__ = [
     "ALLOCATOR_PRESETS",

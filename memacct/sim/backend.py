@@ -6,7 +6,7 @@ import threading
 from collections.abc import Hashable
 from typing import Literal
 
-from memacct.backend import Availability, BackendQuirks, TorchLikeBackend
+from memacct.backend import Availability, BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
 from memacct.sim._core import SimOutOfMemory
@@ -14,6 +14,7 @@ from memacct.sim._mindspore import MindSporeMemoryPool
 from memacct.sim._mindspore_block import MindSporeBlockPool
 from memacct.sim.allocator import PresetModel
 from memacct.sim.device import SimDevice
+from memacct.torchlike import TorchLikeBackend
 
 __all__ = ["SimBackend"]
 
