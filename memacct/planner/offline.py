@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.model.spec import KVCacheSpec
@@ -35,11 +35,13 @@ from memacct.units import format_gib
 __all__ = [
     "CapacityRow",
     "OfflineDevice",
+    "PlanT",
     "plan_capacity",
     "plan_offline",
     "position_limit",
     "resolve_offline_device",
     "smallest_serving",
+    "with_source_notes",
 ]
 
 DEFAULT_MAX_MODEL_LEN = 32768
@@ -111,6 +113,17 @@ def _check_kv_dtype(options: PlanOptions, device: OfflineDevice, kv_dtype: str) 
         )
 
 
+PlanT = TypeVar("PlanT", bound=KVCachePlan)
+
+
+def with_source_notes(plan: PlanT, notes: tuple[str, ...]) -> PlanT:
+    """``plan`` with what reading its model assumed (:attr:`ModelSource.notes
+    <memacct.model.sources.resolve.ModelSource.notes>`: a preset for an unreachable Hub id, a
+    GGUF file's config) first among its notes, so the JSON, the table and the report say it too."""
+    fresh = tuple(note for note in notes if note not in plan.notes)
+    return plan.model_copy(update={"notes": (*fresh, *plan.notes)}) if fresh else plan
+
+
 def plan_offline(
     config: Mapping[str, Any] | str | os.PathLike[str],
     options: PlanOptions | None = None,
@@ -161,19 +174,18 @@ def plan_offline(
     opts = PlanOptions.from_kwargs(options, **kwargs)
     if not source_notes:
         return _plan_offline(config, opts)
-    from memacct.model.sources.resolve import with_source_notes
 
     return with_source_notes(_plan_offline(config, opts), source_notes)
 
 
 def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     """:func:`plan_offline` of a config already read."""
-    from memacct.devices import check_quantization
     from memacct.engines import get_engine
     from memacct.engines.deployment import serve_deployment
     from memacct.engines.vllm.releases import check_sampler
     from memacct.engines.vllm.startup import serving_kv_cache_dtype
     from memacct.model.weights.estimate import estimate_weights
+    from memacct.planner.capability import check_loadable
     from memacct.planner.plan import plan_kv_cache
 
     chosen = get_engine(opts.engine)
@@ -189,9 +201,9 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     device = resolve_offline_device(opts)
     kv_dtype = serving_kv_cache_dtype(config, opts.kv_cache_dtype)
     _check_kv_dtype(opts, device, kv_dtype)
-    check_quantization(device.info, opts.engine, config.get("quantization_config"),
-                       deployment.quantization if deployment is not None else None,
-                       "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
+    check_loadable(device.info, opts.engine, config.get("quantization_config"),
+                   deployment.quantization if deployment is not None else None,
+                   "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
     tp = opts.tensor_parallel_size
     spec = KVCacheSpec.from_hf_config(dict(config), kv_cache_dtype=kv_dtype,
                                       tensor_parallel_size=tp)
