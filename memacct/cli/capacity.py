@@ -31,8 +31,7 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
                  notes: tuple[str, ...] = ()) -> None:
     """Plan every device x degree and print the table (exit 1 when none fits); ``notes``
     (what reading the model assumed) go into each row's plan and, with the table, to stderr."""
-    from memacct.model.sources.resolve import with_source_notes
-    from memacct.planner.offline import plan_capacity, smallest_serving
+    from memacct.planner.offline import plan_capacity, smallest_serving, with_source_notes
 
     wanted = flags["min_concurrency"]
     if wanted is not None:

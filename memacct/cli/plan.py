@@ -19,7 +19,6 @@ import click
 from memacct.cli.group import app
 from memacct.engines import engine_names
 from memacct.errors import InvalidInputError
-from memacct.model.sources.resolve import with_source_notes
 from memacct.planner.options import PlanOptions
 
 __all__ = ["plan_cmd"]
@@ -161,6 +160,8 @@ def plan_cmd(**flags: Any) -> None:
         result = None
     else:
         plan, result = _plan_kv(config, opts, flags, path)
+    from memacct.planner.offline import with_source_notes
+
     plan = with_source_notes(plan, notes)
     print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
     if not plan.fits:

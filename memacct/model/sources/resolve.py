@@ -26,15 +26,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal
 
 from memacct.errors import ConfigError
 from memacct.model.sources.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
 
-if TYPE_CHECKING:
-    from memacct.planner.result import KVCachePlan
-
-__all__ = ["ModelSource", "Origin", "resolve_model", "with_source_notes"]
+__all__ = ["ModelSource", "Origin", "resolve_model"]
 
 Origin = Literal["preset", "config", "checkpoint", "gguf", "hub", "hub-cache"]
 
@@ -235,13 +232,3 @@ def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
         model.notes,
     )
 
-
-PlanT = TypeVar("PlanT", bound="KVCachePlan")
-
-
-def with_source_notes(plan: PlanT, notes: tuple[str, ...]) -> PlanT:
-    """``plan`` with what reading its model assumed (:attr:`ModelSource.notes`: a preset for
-    an unreachable Hub id, a GGUF file's config) first among its notes, so the JSON, the
-    table and the report say it too."""
-    fresh = tuple(note for note in notes if note not in plan.notes)
-    return plan.model_copy(update={"notes": (*fresh, *plan.notes)}) if fresh else plan
