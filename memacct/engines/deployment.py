@@ -75,6 +75,8 @@ others move no memory term it plans."""
 _MAX_SPEC_TOKENS = 64
 _MAX_LORAS = 1024
 _MAX_RANK = 1024
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``--max-lora-rank`` values vLLM 0.33 accepts (``vllm/config/lora.py`` MaxLoRARanks)."""
 _MODALITIES = ("image", "video", "audio")
 
 
@@ -117,6 +119,10 @@ class LoraSettings:
     def __post_init__(self) -> None:
         check_int("--max-loras", self.max_loras, high=_MAX_LORAS)
         check_int("--max-lora-rank", self.max_lora_rank, high=_MAX_RANK)
+        if self.max_lora_rank not in LORA_RANKS:
+            raise _bad("--max-lora-rank", self.max_lora_rank,
+                       f"is not a rank vLLM takes: one of {', '.join(map(str, LORA_RANKS))} "
+                       "(vllm/config/lora.py MaxLoRARanks); give the next one up")  # fmt: skip
         if self.max_cpu_loras is not None:
             check_int("--max-cpu-loras", self.max_cpu_loras, high=100 * _MAX_LORAS)
             if self.max_cpu_loras < self.max_loras:
