@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memacct.engines.deployment import Deployment
 from memacct.engines.vllm.lora import LORA_GRAPH_SETS, lora_buffer_bytes
-from memacct.engines.vllm.multimodal import encoder_profile
+from memacct.engines.vllm.multimodal import encoder_profile, unapplied_notes
 from memacct.engines.vllm.parallel import (
     cpu_offload,
     layer_parameters,
@@ -190,7 +190,7 @@ def _adjust(
         cfg, d.multimodal, max_num_batched_tokens=tokens, max_num_seqs=seqs,
         max_model_len=s.max_model_len, dtype_bytes=dt,
         version=parse_version(est.version))  # fmt: skip
-    notes = list(est.notes)
+    notes = [*est.notes, *unapplied_notes(cfg, d.multimodal)]
     if mm is not None:
         activation = max(mm.peak_bytes, activation + mm.held_bytes)
         notes.append(mm.note)

@@ -53,6 +53,7 @@ Other multimodal families are planned without the encoder pass, and the plan say
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ __all__ = [
     "item_tokens",
     "max_frames_per_video",
     "modelled",
+    "unapplied_notes",
     "unmodelled_note",
 ]
 
@@ -100,6 +102,40 @@ def modelled(config: Mapping[str, Any]) -> bool:
     """Whether memacct models this config's encoder pass (Qwen2-VL, Qwen2.5-VL, Gemma 3)."""
     return str(config.get("model_type", "")) in _FAMILIES and isinstance(
         config.get("vision_config"), Mapping)  # fmt: skip
+
+
+_PROCESSOR_KEYS = {
+    "qwen2_vl": ("max_pixels", "min_pixels"), "qwen2_5_vl": ("max_pixels", "min_pixels"),
+    "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
+}  # fmt: skip
+"""The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
+
+
+def unapplied_notes(config: Mapping[str, Any], mm: Multimodal) -> tuple[str, ...]:
+    """One note per multimodal setting that changes nothing in the plan: any on a text-only
+    model (vLLM builds its ``MultiModalConfig``, which holds them, only for a model that
+    supports multimodal inputs: ``vllm/config/model.py``), and a ``--mm-processor-kwargs``
+    key the modelled processor does not read (a misspelt ``max_pixel``)."""
+    given = [flag for flag, on in (("--limit-mm-per-prompt", mm.limit_mm_per_prompt),
+                                   ("--mm-processor-kwargs", mm.mm_processor_kwargs),
+                                   ("--skip-mm-profiling", mm.skip_mm_profiling)) if on]
+    if not has_encoder(config):
+        if not given:
+            return ()
+        kind = config.get("model_type") or "this model"
+        return (f"{' and '.join(given)} not applied: {kind} is a text-only model (no vision "
+                "or audio tower), whose vLLM start-up reads no multimodal setting",)
+    keys = _PROCESSOR_KEYS.get(str(config.get("model_type", ""))) if modelled(config) else None
+    if keys is None:
+        return ()
+    notes = []
+    for key in mm.mm_processor_kwargs:
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            notes.append(f"--mm-processor-kwargs {key} not applied: the {config['model_type']} "
+                         f"processor's encoder pass reads {', '.join(keys)}{hint}")
+    return tuple(notes)
 
 
 def has_encoder(config: Mapping[str, Any]) -> bool:
