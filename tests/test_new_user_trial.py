@@ -251,7 +251,7 @@ def test_empty_model_name_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 def test_empty_config_path_is_named_on_every_reader() -> None:
     """``KVCacheSpec.from_hf_config('')`` and ``read_config_file('')`` read the working
     directory (``Path('')`` is ``.``): "model directory '.' has no config.json"."""
-    from memacct.model.config import read_config_file
+    from memacct.model.sources.local import read_config_file
 
     with pytest.raises(ConfigError, match="model '' is empty"):
         KVCacheSpec.from_hf_config("")

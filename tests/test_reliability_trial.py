@@ -37,7 +37,7 @@ from memacct import (
     registry,
 )
 from memacct.cli import main
-from memacct.model.config import read_config_file
+from memacct.model.sources.local import read_config_file
 from memacct.planner import load_model_preset, load_profile, save_profile
 from memacct.sim import SimDevice
 

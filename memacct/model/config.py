@@ -1,30 +1,26 @@
-"""Reading a model's ``config.json``: the file, its keys, and checked access to their values.
+"""A model's ``config.json`` keys, and checked access to their values.
 
-:func:`read_config_file` reads a Hugging Face ``config.json`` (or the model
-directory holding one) through :mod:`memacct.io`. :class:`ModelConfig` is the
+The file is read by :func:`memacct.model.sources.local.read_config_file` (or another
+source in :mod:`memacct.model.sources`). :class:`ModelConfig` is the
 one reading of a model: checked access to its values (keys under their common
 aliases, nested ``text_config`` sections, the model type's defaults that
 transformers fills in, plausibility bounds, so a broken or hostile config
 becomes a :class:`~memacct.errors.ConfigError` naming the key) and every fact
 derived from them in one place: the architecture, the position limit as vLLM
 derives it (:attr:`ModelConfig.position_limit`), the checkpoint dtype, the
-quantization method and the per-layer list (:meth:`ModelConfig.layers`).
+quantization method. The per-layer list is :attr:`KVCacheSpec.layers
+<memacct.model.spec.KVCacheSpec.layers>`: the spec reads this module, never the reverse.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.io import read_json_object
 
-__all__ = ["ModelConfig", "config_int", "read_config_file"]
-
-_CONFIG_OBJECT = "a JSON object (a model's config.json)"
+__all__ = ["ModelConfig", "config_int"]
 
 # The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
 _KV_DTYPES: dict[str, int] = {
@@ -101,52 +97,6 @@ _ROPE_LAYER_TYPES = frozenset({
     "full_attention", "sliding_attention", "chunked_attention", "linear_attention",
     "mamba", "conv", "attention",
 })
-
-
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a Hugging Face ``config.json`` (or a model directory holding one).
-
-    A ModelOpt ``hf_quant_config.json`` beside it is merged in as
-    ``quantization_config`` when the config has none, as engines do, so a
-    checkpoint's declared FP8 KV cache is seen. A ``.gguf`` file gives the
-    config its metadata maps to (:func:`memacct.model.sources.gguf.read_gguf`).
-
-    Raises:
-        ConfigError: the file is missing, too large, not UTF-8, not JSON or
-            not a JSON object.
-    """
-    if not str(path).strip():  # Path("") is ".", the working directory
-        raise ConfigError(
-            f"config path {str(path)!r} is empty: give the path of a model's config.json"
-        )
-    p = Path(path)
-    if p.suffix.lower() == ".gguf":
-        from memacct.model.sources.gguf import read_gguf
-
-        return dict(read_gguf(p).config)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise ConfigError(
-                f"model directory {str(p)!r} has no config.json: give the path of the "
-                f"model's config.json"
-            )
-        p = p / "config.json"
-    config = read_json_object(p, "config.json", _CONFIG_OBJECT)
-    sidecar = p.parent / "hf_quant_config.json"
-    if "quantization_config" not in config and sidecar.is_file():
-        config["quantization_config"] = read_json_object(
-            sidecar, "hf_quant_config.json", _CONFIG_OBJECT
-        )
-    return config
-
-
-def _raise_missing_config(path: Path) -> None:
-    from memacct.model.sources.presets import model_presets
-
-    hint = ""
-    if str(path).strip().lower() in model_presets():
-        hint = f" ({str(path)!r} is a model preset: use KVCacheSpec.from_preset)"
-    raise ConfigError(f"config.json {str(path)!r} does not exist: check the path{hint}")
 
 
 def check_config_int(source: str, key: str, value: Any, *, high: int, low: int = 1) -> int:
@@ -327,16 +277,6 @@ class ModelConfig:
         if factor != 1.0:
             return int(limit * factor), f"{where} x rope_scaling.factor {factor:g}"
         return limit, where
-
-    def layers(self, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto") -> Any:
-        """Each layer's kind and geometry on one rank (``KVCacheSpec.layers``)."""
-        from memacct.model.spec import KVCacheSpec
-
-        spec = KVCacheSpec.from_hf_config(
-            dict(self.root), kv_cache_dtype=kv_cache_dtype,
-            tensor_parallel_size=tensor_parallel_size,
-        )
-        return spec.layers
 
 
 def _model_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:

@@ -49,7 +49,6 @@ from memacct.errors import InvalidInputError
 from memacct.model.config import (
     _MAX_PARALLEL,
     ModelConfig,
-    read_config_file,
 )
 from memacct.model.geometry import (
     kv_dtype_bytes,
@@ -57,6 +56,7 @@ from memacct.model.geometry import (
     spec_fields,
 )
 from memacct.model.layers import LayerGroup, LayerSpec, layer_from_json, layer_to_json
+from memacct.model.sources.local import read_config_file
 
 __all__ = [
     "KVCacheSpec",

@@ -45,7 +45,6 @@ from memacct.io import (
     read_text,
     user_cache_dir,
 )
-from memacct.model.config import read_config_file
 from memacct.model.sources.checkpoint import (
     TensorInfo,
     TensorTable,
@@ -55,6 +54,7 @@ from memacct.model.sources.checkpoint import (
     merge_tensors,
     shard_names,
 )
+from memacct.model.sources.local import read_config_file
 from memacct.units import MiB
 
 __all__ = ["HubModel", "HubUnavailableError", "load_hub_model", "parse_hub_id"]

@@ -157,7 +157,7 @@ def _no_revision(name: str, revision: str | None) -> None:
 
 
 def _local(path: Path) -> ModelSource:
-    from memacct.model.config import read_config_file
+    from memacct.model.sources.local import read_config_file
 
     if path.is_file() and path.suffix.lower() == ".gguf":
         from memacct.model.sources.gguf import read_gguf
