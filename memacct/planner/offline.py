@@ -263,7 +263,13 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
             device=device, block_size=block_size, max_len=profiled_len,
         )  # fmt: skip
     # The release followed is the start-up's (its KV-cache manager's rules are the newest).
-    return plan.model_copy(update={"model": opts.model_name, "engine_version": est.version})
+    plan = plan.model_copy(update={"model": opts.model_name, "engine_version": est.version})
+    # A layout guessed for an architecture without a rule is the plan's first caveat.
+    return with_source_notes(plan, tuple(n for n in spec.notes if _GUESS in n))
+
+
+_GUESS = "because assume_full_attention was given"
+"""The words of :func:`memacct.model.arch_rules.resolve_rule`'s note on a guessed layout."""
 
 
 def _refuse_if_idle_eager(startup: Any, config: Mapping[str, Any], device: Any,

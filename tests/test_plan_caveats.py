@@ -1,0 +1,35 @@
+"""A plan says what it guessed, in its own notes and the printed output, not only deep in
+its JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from memacct.cli import main
+from memacct.planner.offline import plan_offline
+
+UNKNOWN: dict[str, Any] = {
+    "architectures": ["AcmeForCausalLM"], "model_type": "acme", "hidden_size": 4096,
+    "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 8192,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_the_full_attention_guess_is_the_plans_first_note() -> None:
+    plan = plan_offline({**UNKNOWN, "_memacct_assume_full_attention": True}, device="h100")
+    assert "the figures are a guess" in plan.notes[0]
+
+
+def test_the_full_attention_guess_is_printed(tmp_path: Any,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(UNKNOWN))
+    argv = ["plan", "--model", str(path), "--device", "h100", "--assume-full-attention"]
+    assert main(argv) == 0
+    assert "AcmeForCausalLM has no memacct rule" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    assert "the figures are a guess" in json.loads(capsys.readouterr().out)["notes"][0]
