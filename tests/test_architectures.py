@@ -19,6 +19,7 @@ import pytest
 from memacct.engines import get_engine
 from memacct.engines.base import KVSettings
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.model.arch_rules import nearest_family
 from memacct.model.config import ModelConfig
 from memacct.model.layers import FullAttention, Mamba1State, Mamba2State, SlidingWindow
 from memacct.planner import KVCacheSpec
@@ -114,12 +115,26 @@ def test_full_and_sliding_layers_keep_their_own_heads_and_v_head_size() -> None:
 def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
     config = {**load("llama-3.1-8b"), "architectures": ["Plamo2ForCausalLM"],
               "model_type": "plamo2"}
-    with pytest.raises(ConfigError, match=r"Plamo2ForCausalLM.*refused.*llama.*"
-                                          r"assume_full_attention"):
+    with pytest.raises(ConfigError, match=r"Plamo2ForCausalLM.*refused.*0\.26.*"
+                                          r"--assume-full-attention.*docs/architectures.md"):
         KVCacheSpec.from_hf_config(config)
     unknown = {**config, "architectures": ["MadeUpForCausalLM"]}
     with pytest.raises(ConfigError, match="MadeUpForCausalLM.*not in the vLLM model registry"):
         KVCacheSpec.from_hf_config(unknown)
+
+
+def test_a_refusal_is_one_line_under_300_characters_naming_module_and_family() -> None:
+    config = {**load("llama-3.1-8b"), "architectures": ["PanguEmbeddedForCausalLM"],
+              "model_type": "openpangu"}
+    with pytest.raises(ConfigError) as caught:
+        KVCacheSpec.from_hf_config(config)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 300, message
+    for part in ("PanguEmbeddedForCausalLM", "vLLM module openpangu", "three",
+                 "--assume-full-attention", "docs/architectures.md"):
+        assert part in message
+    assert nearest_family("qwen3_5_mtp") == "qwen3_5"
+    assert nearest_family("zzzz") is None
 
 
 def test_the_override_plans_full_attention_and_says_so() -> None:

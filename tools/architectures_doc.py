@@ -105,17 +105,23 @@ def render() -> str:
     """The page, from the rules."""
     lines = [_HEADER]
     counts: Counter[str] = Counter()
+    per_table: list[str] = []
     for table, title in _TABLES.items():
         rows = registry().get(table, {})
         lines += ["", f"## {title}", "", "| architecture | vLLM module | status | rule or reason "
                   "| source |", "|---|---|---|---|---|"]
+        mine: Counter[str] = Counter()
         for arch, module in sorted(rows.items()):
-            status, what, source = status_of(module)
-            counts[status] += 1
+            status, what, source = status_of(module, table)
+            mine[status] += 1
             lines.append(f"| `{arch}` | `{module}` | {status} | {what} | {source} |")
+        counts += mine
+        if table in ("text", "multimodal"):
+            per_table.append(f"{title.split(' (')[0].lower()} {sum(mine.values())}: " + ", ".join(
+                f"{mine[s]} {s}" for s in ("exact", "partial", "refused")))
     total = sum(counts.values())
     summary = ", ".join(f"{counts[s]} {s}" for s in ("exact", "partial", "refused"))
-    lines[1:1] = ["", f"**{total} architectures: {summary}.**"]
+    lines[1:1] = ["", f"**{total} architectures: {summary}** ({'; '.join(per_table)})."]
     return "\n".join(lines) + "\n"
 
 

@@ -59,6 +59,29 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "qwen3-moe-default": ("qwen3_moe", "Qwen3MoeForCausalLM"),
     "minimax-m2": ("minimax_m2", "MiniMaxM2ForCausalLM"),
     "falcon-mamba-default": ("falcon_mamba", "FalconMambaForCausalLM"),
+    # vLLM 0.33's 2026 architectures (issue 27).
+    "qwen3.5-default": ("qwen3_5_text", "Qwen3_5ForCausalLM"),
+    "qwen3.5-moe-default": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"),
+    "gemma-4-default": ("gemma4_text", "Gemma4ForCausalLM"),
+    "glm-4.7-flash-default": ("glm4_moe_lite", "Glm4MoeLiteForCausalLM"),
+    "olmo-hybrid-default": ("olmo_hybrid", "OlmoHybridForCausalLM"),
+    "exaone-moe-default": ("exaone_moe", "ExaoneMoeForCausalLM"),
+    "cohere2-moe-default": ("cohere2_moe", "Cohere2MoeForCausalLM"),
+    "laguna-default": ("laguna", "LagunaForCausalLM"),
+    "afmoe-default": ("afmoe", "AfmoeForCausalLM"),
+    "hy-v3-default": ("hy_v3", "HYV3ForCausalLM"),
+    "hyperclovax-default": ("hyperclovax", "HyperCLOVAXForCausalLM"),
+    "mamba-default": ("mamba", "MambaForCausalLM"),
+    "mamba2-default": ("mamba2", "Mamba2ForCausalLM"),
+}
+
+# Keys a config states through another (a period instead of the list): left out of the
+# class's to_dict so the config carries only the key its checkpoint writes.
+DROPS: dict[str, tuple[str, ...]] = {
+    # AfmoeConfig derives layer_types from global_attn_every_n_layers (every 4th full).
+    "afmoe-default": ("layer_types",),
+    # Gemma4TextConfig derives per_layer_config from global_head_dim and layer_types.
+    "gemma-4-default": ("per_layer_config",),
 }
 
 # Keys a class's defaults leave out that its published checkpoint sets.
@@ -152,8 +175,11 @@ def main() -> int:
         except (KeyError, ValueError) as exc:
             print(f"{name}: {model_type} unknown to this transformers ({exc}); skipped")
             continue
+        data = {k: v for k, v in data.items() if k not in DROPS.get(name, ())}
         configs[name] = {**data, **FIXES.get(name, {}), "architectures": [arch]}
         sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
+        if name in DROPS:
+            sources[name] += f"; {', '.join(DROPS[name])} left to the class to derive"
     for name, (base, source, overrides) in SIZED.items():
         data, defaults = class_defaults(base)
         arch = next(a for m, a in DEFAULTS.values() if m == base)

@@ -14,6 +14,7 @@ Nothing is guessed: an architecture without a rule is refused
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, replace
 from functools import cache
@@ -28,6 +29,8 @@ __all__ = [
     "REFUSED",
     "RULES",
     "Rule",
+    "nearest_family",
+    "refusal",
     "registry",
     "resolve_rule",
     "status_of",
@@ -60,6 +63,9 @@ class Rule:
         pipeline_parallel: whether the model class supports pipeline parallelism
             (``SupportsPP``); vLLM refuses more than one stage otherwise
             (``ModelConfig.verify_with_parallel_config``).
+        defaults: ``(key, value)`` of the layer-shaping keys whose value the config
+            class supplies when ``config.json`` leaves them out (transformers' class
+            defaults), read as if written.
     """
 
     layout: str
@@ -70,6 +76,7 @@ class Rule:
     refuse_if: str | None = None
     prefix_caching: bool = True
     pipeline_parallel: bool = True
+    defaults: tuple[tuple[str, object], ...] = ()
 
 
 _MODELS = "vllm/model_executor/models"
@@ -94,6 +101,9 @@ _DECODER_MODULES = (
     "mixtral", "mpt", "nemotron", "olmo", "olmo2", "olmoe", "opt", "orion", "persimmon",
     "phi", "phi3", "phimoe", "qwen", "qwen2", "qwen2_moe", "qwen2_rm", "qwen3", "qwen3_moe",
     "seed_oss", "solar", "stablelm", "starcoder2", "telechat2", "teleflm",
+    # 2026 decoders whose attention is vLLM's standard Attention per layer (read in each
+    # model file): sliding from layer_types / sliding_window, the rest full.
+    "cohere2_moe", "exaone_moe", "laguna", "hy_v3", "hyperclovax", "param2moe", "rnj1",
 )  # fmt: skip
 
 def _state(layout: str, module: str, config_class: str, *reads: str, note: str = "") -> Rule:
@@ -108,6 +118,18 @@ _ATTENTION_FREE = ("attention-free (only recurrent states, no attention layer): 
 
 RULES: dict[str, Rule] = {
     **{m: _decoder(m) for m in _DECODER_MODULES},
+    "qwen3_5": _state("decoder", "qwen3_5", "Qwen3_5TextConfig, Qwen3_5MoeTextConfig",
+                      "full_attention_interval", "linear_num_key_heads"),
+    # olmo_hybrid.py: gated delta net where layer_types says linear_attention (the state
+    # shape of mamba_utils.gated_delta_net_state_shape), standard attention elsewhere.
+    "olmo_hybrid": _state("decoder", "olmo_hybrid", "OlmoHybridConfig", "linear_num_key_heads"),
+    # gemma4.py: per-layer geometry (Gemma4TextConfig.per_layer_config: full layers take
+    # global_head_dim and, with attention_k_eq_v, num_global_key_value_heads), windows
+    # from layer_types, KV sharing in the last num_kv_shared_layers.
+    "gemma4": Rule("gemma4", "exact", f"{_MODELS}/gemma4.py; transformers Gemma4TextConfig",
+                   frozenset({"global_head_dim", "num_global_key_value_heads",
+                              "attention_k_eq_v", "per_layer_config"}),
+                   defaults=(("sliding_window", 512),)),
     "llama4": Rule("llama4", "exact", f"{_MODELS}/llama4.py; transformers Llama4TextConfig",
                    frozenset({"no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size"})),
@@ -158,6 +180,14 @@ RULES: dict[str, Rule] = {
         "transformers' config class"),
 }
 
+# glm4_moe_lite.py: DeepSeek-V2's MLA (kv_lora_rank); with index_topk it is the sparse
+# V3.2 attention and its indexer cache, which this rule does not size.
+RULES["glm4_moe_lite"] = replace(RULES["deepseek_v2"], source=f"{_MODELS}/glm4_moe_lite.py "
+                                 f"(DeepseekV2MLAAttention); transformers Glm4MoeLiteConfig",
+                                 refuse_if="index_topk")
+# transformers AfmoeConfig: sliding_window defaults to 1024.
+RULES["afmoe"] = replace(RULES["afmoe"], reads=frozenset({"global_attn_every_n_layers"}),
+                         defaults=(("sliding_window", 1024),))
 # Gemma3nForCausalLM does not declare SupportsPP in vLLM 0.33 (gemma3n.py).
 RULES["gemma3n"] = replace(RULES["gemma3n"], pipeline_parallel=False)
 # Modules vLLM 0.33 renamed or moved, read by the rule of the module they came from.
@@ -230,6 +260,8 @@ _TEXT_TYPES = {
     "minimax": "minimax_text_01", "minimax_m1": "minimax_text_01",
     "qwen2_5_omni_text": "qwen2", "qwen2_5_omni_thinker": "qwen2",
     "qwen3_omni_moe_text": "qwen3_moe", "qwen3_omni_moe_thinker": "qwen3_moe",
+    "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5", "qwen3_5_moe": "qwen3_5",
+    "gemma4_text": "gemma4",
 }  # fmt: skip
 
 
@@ -256,8 +288,11 @@ def _module_of(architecture: str) -> str | None:
     return None
 
 
-def status_of(module: str) -> tuple[str, str, str]:
-    """``(status, rule or reason, source)`` of a vLLM module, for the generated doc."""
+def status_of(module: str, table: str = "text") -> tuple[str, str, str]:
+    """``(status, rule or reason, source)`` of a vLLM module in a registry ``table``, for
+    the generated doc (a multimodal architecture planned by a text rule is partial)."""
+    if table == "multimodal" and module in RULES and module not in REFUSED:
+        return "partial", _MULTIMODAL_NOTE, RULES[module].source
     if module in REFUSED:
         return "refused", REFUSED[module], ""
     if module in _MULTIMODAL:
@@ -276,6 +311,25 @@ def _text_module(model_type: str | None) -> str | None:
         return None
     module = _TEXT_TYPES.get(model_type, model_type)
     return module if module in RULES or module in REFUSED else None
+
+
+def nearest_family(module: str | None) -> str | None:
+    """The supported module whose name is closest to ``module`` (a hint), else ``None``."""
+    if not module:
+        return None
+    close = difflib.get_close_matches(module, sorted(RULES), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def refusal(source: str, name: str, module: str | None, reason: str) -> str:
+    """The one-line refusal of an architecture without a rule (under 300 characters for a
+    short source): the architecture, its vLLM module, the nearest family, the override."""
+    near = nearest_family(module)
+    hint = f"; nearest supported: {near}" if near and near != module else ""
+    reason = reason if len(reason) <= 90 else reason[:87] + "..."
+    return (f"{source}: {name} (vLLM module {module or 'unknown'}) is refused: {reason}"
+            f"{hint}. --assume-full-attention plans it as full attention; supported: "
+            f"docs/architectures.md")
 
 
 def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Rule:
@@ -321,13 +375,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
                 f"layer because assume_full_attention was given; the figures are a guess"
             )
             return Rule("full", "partial", "assume_full_attention")
-        supported = ", ".join(sorted({*RULES, *_MULTIMODAL}))
-        raise ConfigError(
-            f"{cfg.source}: architecture {name!r} (vLLM module {module or 'unknown'!s}) is "
-            f"refused: {reason}. memacct reads these vLLM model modules: {supported} (see "
-            f"docs/architectures.md). To plan it anyway as full attention on every layer, pass "
-            f"assume_full_attention=True (memacct plan --assume-full-attention)"
-        )
+        raise ConfigError(refusal(cfg.source, str(name), module, reason))
     if rule.refuse_if is not None and cfg.get(rule.refuse_if):
         if assume_full_attention:
             cfg.notes.append(
@@ -341,8 +389,10 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
             f"assume_full_attention=True (memacct plan --assume-full-attention) to plan it as "
             f"full attention on every layer"
         )
-    if multimodal:
+    if multimodal or (arch is not None and arch in registry().get("multimodal", {})):
         cfg.notes.append(f"{arch}: the KV cache of its text part ({cfg.model_type or 'flat'})")
+    if rule.defaults:
+        cfg.defaults = {**dict(rule.defaults), **cfg.defaults}
     return rule
 
 

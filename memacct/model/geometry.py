@@ -33,7 +33,7 @@ from memacct.model.config import (
     _model_dtype,
 )
 from memacct.model.layers import LayerSpec
-from memacct.model.layouts import Geometry, build_layers, ssm_dtype_bytes
+from memacct.model.layouts import ATTENTION_GEOMETRY, Geometry, build_layers, ssm_dtype_bytes
 
 __all__ = [
     "FP8_DS_MLA",
@@ -199,6 +199,9 @@ def _attention_geometry(
         return {"full": (num_heads // tp, head, head)}
     head = _head_dim(cfg, hidden, num_heads)
     total = _kv_heads(cfg, num_heads)
+    if rule.layout in ATTENTION_GEOMETRY:
+        return ATTENTION_GEOMETRY[rule.layout](
+            cfg, head, total, lambda kv: _kv_heads_per_rank(cfg, kv, num_heads, tp))
     if rule.layout != "mimo_v2_flash":
         return {"full": (_kv_heads_per_rank(cfg, total, num_heads, tp), head, head)}
     # MiMo-V2-Flash (vllm/model_executor/models/mimo_v2_flash.py): its own K, V and window

@@ -10,35 +10,27 @@ of every rule are in ``docs/architectures.md`` and ``docs/engines.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from memacct.errors import ConfigError, InvalidInputError
-from memacct.model.config import (
-    _DTYPE_ALIASES,
-    _KV_DTYPES,
-    _MAX_DIM,
-    _MAX_HEADS,
-    _MAX_LAYERS,
-    _MAX_POSITIONS,
-    ModelConfig,
-)
+from memacct.errors import ConfigError
+from memacct.model.config import _MAX_DIM, _MAX_HEADS, _MAX_LAYERS, _MAX_POSITIONS, ModelConfig
 from memacct.model.layers import (
     ChunkedLocalAttention,
     FullAttention,
-    GatedDeltaNetState,
-    KimiDeltaState,
     LayerSpec,
-    LinearAttentionState,
-    Mamba1State,
-    Mamba2State,
     MLAAttention,
     NoCache,
-    ShortConvState,
     SlidingWindow,
 )
+from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
-__all__ = ["LAYOUTS", "Geometry", "build_layers"]
+__all__ = [
+    "ATTENTION_GEOMETRY",
+    "LAYOUTS",
+    "PERIODIC_LAYER_TYPES",
+    "Geometry",
+    "build_layers",
+    "ssm_dtype_bytes",
+]
 
 Kind = tuple[str, int | None]  # (kind, window or chunk) of one module
 Layout = Callable[[ModelConfig, int], list[list[Kind]]]
@@ -54,13 +46,13 @@ def _each(kinds: Sequence[Kind]) -> list[list[Kind]]:
 def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Standard decoders: ``layer_types``, or Mistral/Gemma/Qwen2's window keys."""
     window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
-    # Cohere2 attends to [pos - window, pos]: window + 1 tokens.
-    span = None if window is None else window + (1 if cfg.model_type == "cohere2" else 0)
+    # Cohere2 attends to [pos - window, pos]: window + 1 tokens (cohere2.py, and
+    # cohere2_moe.py's config.sliding_window + 1).
+    wider = cfg.model_type in ("cohere2", "cohere2_moe")
+    span = None if window is None else window + (1 if wider else 0)
     layer_types = cfg.get("layer_types")
-    if layer_types is None and cfg.model_type == "qwen3_next":
-        interval = cfg.integer(("full_attention_interval",), _MAX_LAYERS) or 4
-        layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
-                       for i in range(n)]  # fmt: skip
+    if layer_types is None:
+        layer_types = periodic_layer_types(cfg, n)
     if layer_types is not None:
         return _each(_typed(cfg, n, layer_types, span))
     if span is None:
@@ -77,6 +69,30 @@ def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
         # Qwen2's rule: the first max_window_layers layers attend globally.
         return _each([("sliding", span) if i >= window_layers else _FULL for i in range(n)])
     return _each([("sliding", span)] * n)
+
+
+# Config classes that derive ``layer_types`` from a period when the config lists none:
+# model type -> (period key, the class's default period, the kind of the other layers).
+# Every period-th layer (1-based) is full attention.
+PERIODIC_LAYER_TYPES: dict[str, tuple[str, int, str]] = {
+    # transformers Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig (__post_init__).
+    "qwen3_next": ("full_attention_interval", 4, "linear_attention"),
+    "qwen3_5_text": ("full_attention_interval", 4, "linear_attention"),
+    "qwen3_5_moe_text": ("full_attention_interval", 4, "linear_attention"),
+    # transformers AfmoeConfig.__post_init__: sliding unless (i + 1) % n == 0; vLLM's
+    # afmoe.py reads config.layer_types[layer_idx].
+    "afmoe": ("global_attn_every_n_layers", 4, "sliding_attention"),
+}
+
+
+def periodic_layer_types(cfg: ModelConfig, n: int) -> list[str] | None:
+    """``layer_types`` as the config class derives it from a period key, else ``None``."""
+    derived = PERIODIC_LAYER_TYPES.get(cfg.model_type or "")
+    if derived is None:
+        return None
+    key, default, other = derived
+    period = cfg.integer((key,), _MAX_LAYERS) or default
+    return [other if (i + 1) % period else "full_attention" for i in range(n)]
 
 
 def _transformers_backend(cfg: ModelConfig, n: int) -> list[list[Kind]]:
@@ -102,11 +118,19 @@ def _transformers_backend(cfg: ModelConfig, n: int) -> list[list[Kind]]:
 # layer_types entries, per model type where a name means a state (transformers' config classes).
 _STATE_TYPES: dict[tuple[str, str], str] = {
     ("qwen3_next", "linear_attention"): "gdn",
+    ("qwen3_5_text", "linear_attention"): "gdn",
+    ("qwen3_5_moe_text", "linear_attention"): "gdn",
     ("granitemoehybrid", "mamba"): "mamba2",
     ("granitemoehybrid", "linear_attention"): "mamba2",
     ("nemotron_h", "mamba"): "mamba2",
     ("lfm2", "conv"): "short_conv",
     ("lfm2_moe", "conv"): "short_conv",
+    ("olmo_hybrid", "linear_attention"): "gdn",
+}
+# layer_types entries an engine reads otherwise than their name: rnj1.py gives its
+# "chunked_attention" layers per_layer_sliding_window = sliding_window (a sliding window).
+_RENAMED_TYPES: dict[tuple[str, str], str] = {
+    ("rnj1", "chunked_attention"): "sliding_attention",
 }
 
 
@@ -119,7 +143,8 @@ def _typed(cfg: ModelConfig, n: int, layer_types: object, span: int | None) -> l
         )
     chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
     kinds: list[Kind] = []
-    for i, kind in enumerate(layer_types):
+    for i, written in enumerate(layer_types):
+        kind = _RENAMED_TYPES.get((cfg.model_type or "", str(written)), written)
         state = _STATE_TYPES.get((cfg.model_type or "", str(kind)))
         if state is not None:
             kinds.append((state, None))
@@ -142,6 +167,29 @@ def _typed(cfg: ModelConfig, n: int, layer_types: object, span: int | None) -> l
                 f"Nemotron-H and LFM2 (docs/architectures.md)"
             )
     return kinds
+
+
+def gemma4_layer_types(cfg: ModelConfig, n: int) -> list[str]:
+    """Gemma 4's ``layer_types`` as ``Gemma4TextConfig.__post_init__`` leaves them: every
+    6th layer full when none are listed, and the last layer forced to full attention."""
+    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        layer_types = ["sliding_attention" if (i + 1) % 6 else "full_attention"
+                       for i in range(n)]  # fmt: skip
+    if not isinstance(layer_types, list) or len(layer_types) != n:
+        raise ConfigError(
+            f"{cfg.source}: layer_types must list one type per layer ({n}): fix layer_types"
+        )
+    return [*layer_types[:-1], "full_attention"]
+
+
+def _gemma4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Gemma 4: sliding or full per ``layer_types``; the window is ``sliding_window``
+    (halved plus one under ``use_bidirectional_attention: "all"``, as the class does)."""
+    window = cfg.required(("sliding_window",), _MAX_POSITIONS)
+    if cfg.get("use_bidirectional_attention") == "all":
+        window = window // 2 + 1
+    return _each(_typed(cfg, n, gemma4_layer_types(cfg, n), window))
 
 
 def _llama4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
@@ -215,16 +263,9 @@ def _minimax(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _pattern(cfg, "attn_type_list", n, {"0": ("linear", None), "1": _FULL})
 
 
-def _linear_config(cfg: ModelConfig) -> dict[str, Any]:
-    section = cfg.get("linear_attn_config")
-    if not isinstance(section, dict):
-        raise ConfigError(f"{cfg.source}: linear_attn_config must be a JSON object")
-    return section
-
-
 def _kimi_linear(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Kimi-Linear: ``linear_attn_config.kda_layers`` (1-based) are KDA, the rest MLA."""
-    kda = _linear_config(cfg).get("kda_layers") or []
+    kda = linear_config(cfg).get("kda_layers") or []
     if not isinstance(kda, list):
         raise ConfigError(f"{cfg.source}: linear_attn_config.kda_layers must be a list")
     return _each([("kda", None) if i + 1 in kda else _FULL for i in range(n)])
@@ -248,6 +289,7 @@ LAYOUTS: dict[str, Layout] = {
     "decoder": _decoder,
     "full": lambda cfg, n: _each([_FULL] * n),
     "llama4": _llama4,
+    "gemma4": _gemma4,
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,
     "bamba": _bamba,
@@ -263,131 +305,49 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """What every module of one rank shares: parallelism, dtypes, the attention geometry.
-
-    ``attention`` maps ``full``/``sliding``/``chunked`` to ``(kv heads per rank,
-    head size, V head size)``; ``latent`` is MLA's latent row (elements), else ``None``.
-    """
-
-    tp: int
-    hidden: int
-    kv_bytes: int
-    model_bytes: int
-    ssm_bytes: int
-    attention: dict[str, tuple[int, int, int]]
-    latent: int | None = None
-    latent_row_bytes: int | None = None
-    state_checkpoints: bool = True
+KVHeadsPerRank = Callable[[int], int]
 
 
-def ssm_dtype_bytes(cfg: ModelConfig, model_bytes: int) -> int:
-    """The recurrent state's bytes: ``mamba_ssm_dtype`` when written, else the model dtype
-    (Nemotron-H: float32)."""
-    name = cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype")
-    if name is None and cfg.model_type == "nemotron_h":
-        # vLLM 0.33's NemotronHForCausalLMConfig (vllm/model_executor/models/config.py):
-        # the SSM cache is float32 unless the config names another dtype.
-        name = "float32"
-    if isinstance(name, str):
-        key = _DTYPE_ALIASES.get(name.lower().removeprefix("torch."), name.lower())
-        return _KV_DTYPES.get(key, model_bytes)
-    return model_bytes
-
-
-def _check_divides(cfg: ModelConfig, tp: int, values: dict[str, int]) -> None:
-    for name, value in values.items():
-        if value % tp:
-            raise InvalidInputError(
-                f"tensor_parallel_size {tp} does not divide the {value} {name} of "
-                f"{cfg.source}: use a tensor_parallel_size that divides {value}"
+def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                      ) -> dict[str, tuple[int, int, int]]:
+    """Gemma 4's two geometries (``Gemma4TextConfig.per_layer_config``, read by gemma4.py's
+    decoder layer): full layers take ``global_head_dim`` (class default 512) and, when
+    ``attention_k_eq_v`` is true, ``num_global_key_value_heads``; sliding layers keep
+    ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins."""
+    global_head = cfg.integer(("global_head_dim",), _MAX_DIM) or 512
+    global_kv = kv_heads
+    if cfg.get("attention_k_eq_v") is True:
+        global_kv = cfg.integer(("num_global_key_value_heads",), _MAX_HEADS) or kv_heads
+    written = cfg.get("per_layer_config")
+    if isinstance(written, dict) and written:
+        n = cfg.required(("num_hidden_layers",), _MAX_LAYERS)
+        full = {i for i, t in enumerate(gemma4_layer_types(cfg, n)) if t == "full_attention"}
+        if {int(k) for k in written if str(k).isdigit()} != full:
+            raise ConfigError(
+                f"{cfg.source}: per_layer_config overrides other layers than the full-"
+                f"attention ones of layer_types, which memacct's Gemma 4 rule does not size: "
+                f"fix per_layer_config or layer_types"
             )
+        entries = [v for v in written.values() if isinstance(v, dict)]
+        heads = {v.get("head_dim", head) for v in entries}
+        kvs = {v.get("num_key_value_heads", kv_heads) for v in entries}
+        if len(heads) != 1 or len(kvs) != 1:
+            raise ConfigError(
+                f"{cfg.source}: per_layer_config gives the overridden layers more than one "
+                f"geometry, which memacct's Gemma 4 rule does not size: fix per_layer_config"
+            )
+        global_head = cfg.check_int("per_layer_config.head_dim", heads.pop(), high=_MAX_DIM)
+        global_kv = cfg.check_int("per_layer_config.num_key_value_heads", kvs.pop(),
+                                  high=_MAX_HEADS)
+    return {"full": (per_rank(global_kv), global_head, global_head),
+            "sliding": (per_rank(kv_heads), head, head)}
 
 
-def _conv_ssm(conv: int, ssm: int, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    return ((conv, geo.model_bytes), (ssm, geo.ssm_bytes))
-
-
-def _gdn(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    nk = cfg.required(("linear_num_key_heads",), _MAX_HEADS)
-    nv = cfg.required(("linear_num_value_heads",), _MAX_HEADS)
-    dk = cfg.required(("linear_key_head_dim",), _MAX_DIM)
-    dv = cfg.required(("linear_value_head_dim",), _MAX_DIM)
-    kernel = cfg.required(("linear_conv_kernel_dim",), _MAX_DIM)
-    conv_dim = dk * nk * 2 + dv * nv
-    _check_divides(cfg, geo.tp, {"linear_num_value_heads": nv, "linear conv dim": conv_dim})
-    return _conv_ssm(conv_dim // geo.tp * (kernel - 1), nv // geo.tp * dv * dk, geo)
-
-
-def _mamba2(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    heads = cfg.required(("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "num_heads"),
-                         _MAX_HEADS)
-    head_dim = cfg.required(("mamba_d_head", "mamba_head_dim", "mamba_headdim", "head_dim"),
-                            _MAX_DIM)
-    state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), _MAX_DIM)
-    groups = cfg.required(("mamba_n_groups", "n_groups", "mamba_ngroups"), _MAX_HEADS)
-    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
-    expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
-    inner = cfg.integer(("mamba_d_ssm",), _MAX_DIM)
-    if inner is None:
-        # Nemotron-H's mixer is heads x head_dim wide; Granite's and Bamba's mamba_expand x hidden.
-        use_expand = expand is not None and cfg.model_type != "nemotron_h"
-        inner = expand * geo.hidden if use_expand and expand is not None else heads * head_dim
-    # Groups that do not divide the TP size are replicated up to it.
-    groups += 0 if groups % geo.tp == 0 else geo.tp - groups
-    conv_dim = inner + 2 * groups * state
-    _check_divides(cfg, geo.tp, {"mamba heads": heads, "mamba conv dim": conv_dim})
-    return _conv_ssm(conv_dim // geo.tp * (kernel - 1), heads // geo.tp * head_dim * state, geo)
-
-
-def _mamba1(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    state = cfg.required(("mamba_d_state", "state_size"), _MAX_DIM)
-    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
-    expand = cfg.integer(("mamba_expand",), _MAX_DIM)
-    # Jamba's mixer is mamba_expand x hidden wide; Mamba's intermediate_size.
-    inner = expand * geo.hidden if expand else cfg.required(("intermediate_size",), _MAX_DIM)
-    _check_divides(cfg, geo.tp, {"mamba intermediate size": inner})
-    return _conv_ssm(inner // geo.tp * (kernel - 1), inner // geo.tp * state, geo)
-
-
-def _short_conv(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    kernel = cfg.required(("conv_L_cache",), _MAX_DIM)
-    _check_divides(cfg, geo.tp, {"hidden size": geo.hidden})
-    return ((geo.hidden // geo.tp * (kernel - 1), geo.model_bytes),)
-
-
-def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    # minimax_text_01.py: heads / tp x head_dim x head_dim, in the cache dtype (auto: the model's).
-    heads = cfg.required(("num_attention_heads",), _MAX_HEADS)
-    head_dim = cfg.integer(("head_dim",), _MAX_DIM) or geo.hidden // heads
-    _check_divides(cfg, geo.tp, {"attention heads": heads})
-    return ((heads // geo.tp * head_dim * head_dim, geo.model_bytes),)
-
-
-def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    # mamba_utils.py kda_state_shape / kda_state_dtype: a conv state of q, k and v
-    # (3 x heads x head_dim / tp x (kernel - 1)) in the model dtype, heads / tp x hd x hd in fp32.
-    section = _linear_config(cfg)
-    heads = cfg.check_int("linear_attn_config.num_heads", section.get("num_heads"),
-                          high=_MAX_HEADS)
-    head_dim = cfg.check_int("linear_attn_config.head_dim", section.get("head_dim"),
-                             high=_MAX_DIM)
-    kernel = cfg.check_int("linear_attn_config.short_conv_kernel_size",
-                           section.get("short_conv_kernel_size", 4), high=_MAX_DIM)
-    _check_divides(cfg, geo.tp, {"KDA heads": heads})
-    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
-    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
-
-
-_STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
-    tuple[int, int], ...]]]] = {
-    "gdn": (GatedDeltaNetState, _gdn),
-    "mamba2": (Mamba2State, _mamba2),
-    "mamba1": (Mamba1State, _mamba1),
-    "short_conv": (ShortConvState, _short_conv),
-    "linear": (LinearAttentionState, _linear),
-    "kda": (KimiDeltaState, _kda),
+# Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
+# KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
+ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
+                                       dict[str, tuple[int, int, int]]]] = {
+    "gemma4": _gemma4_attention,
 }
 
 
@@ -427,8 +387,8 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
     layers: list[LayerSpec] = []
     for i, kinds in enumerate(slots):
         for kind, size in kinds:
-            if kind in _STATES:
-                cls, shape = _STATES[kind]
+            if kind in STATES:
+                cls, shape = STATES[kind]
                 if kind not in states:
                     states[kind] = shape(cfg, geo)
                 layers.append(cls(layer=i, shapes=states[kind],  # type: ignore[call-arg]
