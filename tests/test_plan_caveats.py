@@ -33,3 +33,16 @@ def test_the_full_attention_guess_is_printed(tmp_path: Any,
     assert "AcmeForCausalLM has no memacct rule" in capsys.readouterr().out
     assert main([*argv, "--json"]) == 0
     assert "the figures are a guess" in json.loads(capsys.readouterr().out)["notes"][0]
+
+
+def test_a_float32_config_is_planned_in_the_dtype_vllm_serves() -> None:
+    from memacct.model.sources.presets import load_model_preset
+
+    config = dict(load_model_preset("qwen2.5-7b"))
+    bf16 = plan_offline(config, device="h100")
+    fp32 = plan_offline({**config, "torch_dtype": "float32"}, device="h100")
+    fields = ("weights_memory", "activation_peak", "cudagraph_memory", "block_bytes",
+              "kv_cache_bytes")  # fmt: skip
+    assert [getattr(fp32, f) for f in fields] == [getattr(bf16, f) for f in fields]
+    assert fp32.spec.dtype == "bfloat16"
+    assert sum("float32" in n for n in fp32.spec.notes) == 1

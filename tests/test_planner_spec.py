@@ -356,7 +356,7 @@ def test_newer_dtype_key_is_read_when_torch_dtype_is_absent() -> None:
 def test_float32_checkpoint_gets_a_bfloat16_cache_as_engines_run_it() -> None:
     spec = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"))
     assert (spec.dtype, spec.kv_dtype, spec.bytes_per_token) == (
-        "float32", "bfloat16", 2 * 4 * 8 * 64 * 2)
+        "bfloat16", "bfloat16", 2 * 4 * 8 * 64 * 2)
     explicit = KVCacheSpec.from_hf_config(tiny(torch_dtype="float32"), kv_cache_dtype="float32")
     assert explicit.bytes_per_token == 2 * 4 * 8 * 64 * 4
 

@@ -254,6 +254,14 @@ def spec_fields(
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
     dtype, dtype_bytes = _model_dtype(cfg)
     kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
+    if dtype == "float32":
+        # vLLM serves a float32 checkpoint in bfloat16 (vllm/config/model.py _resolve_auto_dtype):
+        # the spec's dtype is the one every term (activations, graphs, state) is sized in.
+        dtype, dtype_bytes = "bfloat16", _KV_DTYPES["bfloat16"]
+        cfg.notes[:] = [n for n in cfg.notes if not n.startswith("the checkpoint is float32")]
+        cfg.notes.append("the checkpoint is float32: planned in bfloat16, the dtype vLLM serves "
+                         "it in (weights, activations, CUDA graphs, KV cache under --kv-cache-dtype"
+                         " auto)")
     kv_bytes = 1 if kv_dtype == FP8_DS_MLA else _KV_DTYPES[kv_dtype]
 
     lora_rank = cfg.integer(("kv_lora_rank",), _MAX_DIM)
