@@ -99,6 +99,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 
 # The subcommands register themselves on `app` when imported.
+from memacct.cli import explain as explain  # noqa: E402
 from memacct.cli import plan as plan  # noqa: E402
 from memacct.cli import snapshot as snapshot  # noqa: E402
 from memacct.cli.plan import _derived_max_model_len as _derived_max_model_len  # noqa: E402

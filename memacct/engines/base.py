@@ -21,6 +21,7 @@ from memacct.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
+    from memacct.model.config import ModelConfig
     from memacct.model.spec import KVCacheSpec
     from memacct.model.weights.estimate import WeightEstimate
 
@@ -328,13 +329,17 @@ class Engine:
 class StartupRequest:
     """What an engine's start-up estimate is asked about: one rank of ``config`` on a device
     of ``total_memory`` bytes named ``device_name``, under ``settings`` (``None``: the
-    engine's defaults), with ``weights`` when known already (e.g. from a checkpoint)."""
+    engine's defaults), with ``weights`` when known already (e.g. from a checkpoint), and
+    the plan's own reading of the model (``model``, ``spec``: the KV-cache spec for these
+    settings' TP and KV dtype) so the estimate does not read it again."""
 
     config: Mapping[str, Any]
     total_memory: int
     device_name: str = ""
     settings: StartupSettings | None = None
     weights: WeightEstimate | None = None
+    model: ModelConfig | None = None
+    spec: KVCacheSpec | None = None
 
 
 class StartupModel:
@@ -357,7 +362,7 @@ class StartupModel:
     def sampler_peak(
         self,
         spec: KVCacheSpec,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | ModelConfig,
         seqs: int,
         version: tuple[int, int] | None = None,
         sampler: str | None = None,
@@ -374,6 +379,8 @@ class StartupModel:
         device_name: str = "",
         settings: StartupSettings | None = None,
         weights: WeightEstimate | None = None,
+        model: ModelConfig | None = None,
+        spec: KVCacheSpec | None = None,
     ) -> StartupEstimate:
         """One rank before the KV cache: weights, activation, non-torch, graphs, KV budget.
 
@@ -384,12 +391,15 @@ class StartupModel:
                 the MXFP4 kernel layout).
             settings: the engine's settings; ``None`` fields take its defaults.
             weights: the weights when known already (e.g. from a checkpoint).
+            model: ``config`` already read (:class:`~memacct.model.config.ModelConfig`).
+            spec: the KV-cache spec of ``config`` for ``settings`` (TP, KV dtype), built.
 
         Raises:
             InvalidInputError: a setting out of range.
             ConfigError: the config lacks a size the estimate needs.
         """
-        return self.start(StartupRequest(config, total_memory, device_name, settings, weights))
+        return self.start(StartupRequest(config, total_memory, device_name, settings, weights,
+                                         model, spec))
 
     def start(self, request: StartupRequest) -> StartupEstimate:
         """The engine's own estimate of :meth:`estimate`'s ``request``."""

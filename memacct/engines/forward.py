@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from memacct.checks import check_int
 from memacct.errors import InvalidInputError
+from memacct.model.config import ModelConfig
 from memacct.model.shape import TransformerShape
 from memacct.model.spec import KVCacheSpec
 from memacct.trace import TraceBuilder
@@ -54,7 +55,8 @@ class ForwardPass:
 
     Args:
         spec: the model's KV-cache spec on this rank.
-        config: the model's ``config.json`` as a dict (for the sizes the spec omits).
+        config: the model's ``config.json`` as a dict, or its reading (for the sizes the
+            spec omits).
         max_num_batched_tokens: the engine's token budget per step (no step exceeds it).
         max_num_seqs: the engine's sequence budget per step.
     """
@@ -62,7 +64,7 @@ class ForwardPass:
     def __init__(
         self,
         spec: KVCacheSpec,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | ModelConfig,
         *,
         max_num_batched_tokens: int,
         max_num_seqs: int,

@@ -154,6 +154,14 @@ class ModelConfig:
         self.defaults = _MODEL_TYPE_DEFAULTS.get(self.model_type or "", {})
         self.notes: list[str] = []
 
+    @classmethod
+    def of(
+        cls, config: Mapping[str, Any] | ModelConfig, source: str = "config.json"
+    ) -> ModelConfig:
+        """The reading of ``config``: ``config`` itself when it is one already (a plan reads
+        its model once and hands the reading down), else a new reading of the mapping."""
+        return config if isinstance(config, ModelConfig) else cls(config, source)
+
     def find(self, keys: Sequence[str]) -> tuple[str, Any] | None:
         """``(key as written, value)`` of the first key present; ``null`` counts as absent."""
         for key in keys:

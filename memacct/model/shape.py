@@ -70,14 +70,16 @@ class TransformerShape:
     kv_bytes_per_token_per_layer: tuple[int, ...] = field(repr=False)
 
     @classmethod
-    def from_spec(cls, spec: KVCacheSpec, config: Mapping[str, Any]) -> TransformerShape:
+    def from_spec(
+        cls, spec: KVCacheSpec, config: Mapping[str, Any] | _Config
+    ) -> TransformerShape:
         """Derive the shape from the planner's spec and the raw config (for what the spec omits).
 
         Raises:
             ConfigError: the config lacks what the forward pass needs
                 (``intermediate_size``, ``vocab_size``) or its dtype.
         """
-        cfg = _Config(config, "config.json")
+        cfg = _Config.of(config, "config.json")
         tp = spec.tensor_parallel_size
         if spec.vocab_size is None:
             raise ConfigError(f"{spec.model_name}: the config has no vocab_size; add it")

@@ -293,7 +293,7 @@ class KVCacheSpec(BaseModel):
     @classmethod
     def from_hf_config(
         cls,
-        path_or_dict: str | os.PathLike[str] | Mapping[str, Any],
+        path_or_dict: str | os.PathLike[str] | Mapping[str, Any] | ModelConfig,
         kv_cache_dtype: str = "auto",
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,
@@ -310,7 +310,8 @@ class KVCacheSpec(BaseModel):
                 their ``text_config``. Nothing is executed or unpickled. A
                 string may also name a model preset, a ``.gguf`` file or a
                 Hugging Face Hub id ``org/name[@revision]``
-                (:func:`memacct.model.sources.resolve.resolve_model`).
+                (:func:`memacct.model.sources.resolve.resolve_model`); or the
+                model's :class:`~memacct.model.config.ModelConfig`, already read.
             kv_cache_dtype: ``"auto"`` (the checkpoint's declared FP8 KV cache
                 if its ModelOpt quantization config declares one, as vLLM
                 does; else the checkpoint's ``torch_dtype``/``dtype`` as
@@ -339,7 +340,10 @@ class KVCacheSpec(BaseModel):
         kv_choice = kv_cache_dtype
         if not (isinstance(kv_choice, str) and kv_choice.strip().lower() == "auto"):
             kv_dtype_bytes(kv_choice)  # fail on a bad name before reading anything
-        if isinstance(path_or_dict, Mapping):
+        reading: ModelConfig | None = None
+        if isinstance(path_or_dict, ModelConfig):  # a reading already made (an offline plan's)
+            reading, default_name = path_or_dict, None
+        elif isinstance(path_or_dict, Mapping):
             config = dict(path_or_dict)
             source = f"config of {model_name}" if model_name else "the model config"
             default_name = None
@@ -362,7 +366,7 @@ class KVCacheSpec(BaseModel):
             )
         return cls(
             **spec_fields(
-                ModelConfig(config, source), kv_choice, tp, pp,
+                reading or ModelConfig(config, source), kv_choice, tp, pp,
                 model_name=model_name, default_name=default_name,
                 assume_full_attention=assume_full_attention,
             )

@@ -24,13 +24,18 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from memacct.engines.base import StartupModel, StartupRequest
 from memacct.errors import InsufficientMemoryError, InvalidInputError
+from memacct.model.config import ModelConfig
 from memacct.model.spec import KVCacheSpec
 from memacct.planner.options import PlanOptions
 from memacct.planner.result import KVCachePlan, MemoryBudget
 from memacct.units import format_gib
+
+if TYPE_CHECKING:
+    from memacct.engines.vllm.startup import StartupEstimate
 
 __all__ = [
     "CapacityRow",
@@ -48,14 +53,12 @@ DEFAULT_MAX_MODEL_LEN = 32768
 """The longest request planned for a config that states no position limit."""
 
 
-def position_limit(config: Mapping[str, Any]) -> int | None:
+def position_limit(config: Mapping[str, Any] | ModelConfig) -> int | None:
     """The longest ``max_model_len`` vLLM accepts for a config (its derived max_model_len).
 
     One owner: :attr:`memacct.model.config.ModelConfig.position_limit`.
     """
-    from memacct.model.config import ModelConfig
-
-    found = ModelConfig(config, "config.json").position_limit
+    found = ModelConfig.of(config).position_limit
     return None if found is None else found[0]
 
 
@@ -199,15 +202,19 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
         )
     deployment = serve_deployment(opts)
     device = resolve_offline_device(opts)
-    kv_dtype = serving_kv_cache_dtype(config, opts.kv_cache_dtype)
+    # The plan's one reading of the model: the spec, the start-up, the weights and the
+    # forward pass all take it (and the spec) instead of reading config.json again. Its
+    # source is the name KVCacheSpec.from_hf_config gives a config dict, for its messages.
+    model = ModelConfig(config, "the model config")
+    kv_dtype = serving_kv_cache_dtype(model, opts.kv_cache_dtype)
     _check_kv_dtype(opts, device, kv_dtype)
     check_loadable(device.info, opts.engine, config.get("quantization_config"),
                    deployment.quantization if deployment is not None else None,
                    "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
     tp = opts.tensor_parallel_size
-    spec = KVCacheSpec.from_hf_config(dict(config), kv_cache_dtype=kv_dtype,
-                                      tensor_parallel_size=tp)
-    limit = position_limit(config)
+    spec = KVCacheSpec.from_hf_config(model, kv_cache_dtype=kv_dtype, tensor_parallel_size=tp)
+    found = model.position_limit
+    limit = None if found is None else found[0]
     asked = opts.max_model_len
     too_long = asked is not None and limit is not None and asked > limit
     if too_long and not opts.allow_long_max_model_len:
@@ -237,12 +244,10 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
         mxfp4_layout=device.info.mxfp4_layout if device.info is not None else "marlin",
         **({"deployment": deployment} if deployment is not None else {}),
     )
-    est = startup.estimate(
-        config, total_memory=device.total, device_name=device.name, settings=settings,
-        weights=weights,
-    )  # fmt: skip
+    request = StartupRequest(config, device.total, device.name, settings, weights, model, spec)
+    est = startup.start(request)
     if opts.enforce_eager and not est.cudagraph_memory:
-        _refuse_if_idle_eager(startup, config, device, settings, weights, est, opts.engine)
+        _refuse_if_idle_eager(startup, request, est, opts.engine)
     spec = est.kv_spec or spec  # a drafter's layers, a pipeline stage's
     budget = MemoryBudget.from_estimate(
         est, device=device.name, device_label=device.label, enforce_eager=opts.enforce_eager,
@@ -272,16 +277,16 @@ _GUESS = "because assume_full_attention was given"
 """The words of :func:`memacct.model.arch_rules.resolve_rule`'s note on a guessed layout."""
 
 
-def _refuse_if_idle_eager(startup: Any, config: Mapping[str, Any], device: Any,
-                          settings: Any, weights: Any, est: Any, engine: str) -> None:
+def _refuse_if_idle_eager(startup: StartupModel, request: StartupRequest,
+                          est: StartupEstimate, engine: str) -> None:
     """Refuse ``--enforce-eager`` where the engine's start-up, as modelled, is the same
     without it (no graph memory, no other term moved): an option that does nothing."""
     from dataclasses import replace
 
-    graphs = startup.estimate(
-        config, total_memory=device.total, device_name=device.name,
-        settings=replace(settings, enforce_eager=False), weights=weights,
-    )  # fmt: skip
+    assert request.settings is not None
+    graphs = startup.start(
+        replace(request, settings=replace(request.settings, enforce_eager=False))
+    )
     terms = ("requested_memory", "activation_peak", "non_allocator_increase",
              "cudagraph_memory", "weights_memory")  # fmt: skip
     if all(getattr(graphs, t, None) == getattr(est, t, None) for t in terms):

@@ -271,14 +271,16 @@ class VllmStartup(BatchDefaults):
         if defaulted:
             notes.append(f"{self.name} defaults on this device: {', '.join(defaulted)}")
         layout = s.mxfp4_layout or device_class(device_name)
+        # The plan's reading of the model when it passed one (read once per plan).
+        model = request.model or _Config(config, "config.json")
         weights = request.weights
         if weights is None:
             weights = estimate_weights(
-                config, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
+                model, tensor_parallel_size=s.tensor_parallel_size, mxfp4_pad=mxfp4_padding(layout)
             )
-        spec = KVCacheSpec.from_hf_config(
+        spec = request.spec or KVCacheSpec.from_hf_config(
             dict(config),
-            kv_cache_dtype=serving_kv_cache_dtype(config, s.kv_cache_dtype),
+            kv_cache_dtype=serving_kv_cache_dtype(model, s.kv_cache_dtype),
             tensor_parallel_size=s.tensor_parallel_size,
         )
         version = parse_version(s.engine_version) or parse_version(self.version)
@@ -288,7 +290,7 @@ class VllmStartup(BatchDefaults):
         if s.sampler is None and self.cuda_sampler:
             note = self.sampler_note(sampler, version, s.flashinfer_sampler_env)
             notes.append(f"dummy sampler: {note}")
-        activation = self.activation_peak(config, spec, tokens, seqs, s, version, sampler)
+        activation = self.activation_peak(model, spec, tokens, seqs, s, version, sampler)
         tp = s.tensor_parallel_size
         if self.non_torch is None:
             non_torch = non_torch_bytes(version, tp, device_name)
@@ -297,7 +299,7 @@ class VllmStartup(BatchDefaults):
         graphs = (
             0
             if (s.enforce_eager or not self.graphs)
-            else self.cudagraph_memory(config, spec, seqs, tokens, s)
+            else self.cudagraph_memory(model, spec, seqs, tokens, s)
         )
         requested = int(total_memory * s.gpu_memory_utilization)
         charge = s.charge_cudagraphs
@@ -322,7 +324,7 @@ class VllmStartup(BatchDefaults):
         )
 
     def _workload(
-        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int
+        self, config: Mapping[str, Any] | _Config, spec: KVCacheSpec, tokens: int, seqs: int
     ) -> ForwardPass:
         return ForwardPass(spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
@@ -342,7 +344,7 @@ class VllmStartup(BatchDefaults):
     def sampler_peak(
         self,
         spec: KVCacheSpec,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | _Config,
         seqs: int,
         version: tuple[int, int] | None = None,
         sampler: str | None = None,
@@ -370,7 +372,7 @@ class VllmStartup(BatchDefaults):
 
     def activation_peak(
         self,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | _Config,
         spec: KVCacheSpec,
         tokens: int,
         seqs: int,
@@ -388,7 +390,7 @@ class VllmStartup(BatchDefaults):
 
     def cudagraph_memory(
         self,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | _Config,
         spec: KVCacheSpec,
         seqs: int,
         tokens: int,
@@ -411,11 +413,11 @@ class VllmStartup(BatchDefaults):
         return pool + graphs * per_graph
 
 
-def serving_kv_cache_dtype(config: Mapping[str, Any], kv_cache_dtype: str) -> str:
+def serving_kv_cache_dtype(config: Mapping[str, Any] | _Config, kv_cache_dtype: str) -> str:
     """vLLM's ``auto`` for a config that names no dtype: it serves such models in bfloat16."""
     if kv_cache_dtype.strip().lower() != "auto":
         return kv_cache_dtype
-    cfg = _Config(config, "config.json")
+    cfg = _Config.of(config, "config.json")
     if cfg.get("torch_dtype") is None and cfg.get("dtype") is None:
         quant = cfg.get("quantization_config")
         if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):

@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import read_json_object
+from memacct.model.config import ModelConfig
 from memacct.model.sources.checkpoint import (
     TensorTable,
     _checkpoint_files,
@@ -68,7 +69,7 @@ Source = Literal["auto", "checkpoint", "transformers", "formula"]
 
 
 def formula_weights(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | ModelConfig,
     *,
     tensor_parallel_size: int = 1,
     mxfp4_pad: tuple[int, int] = (256, 1),
@@ -78,7 +79,7 @@ def formula_weights(
     tensors = formula_tensors(
         config, tensor_parallel_size=tensor_parallel_size, mxfp4_pad=mxfp4_pad
     )
-    quant = parse_quantization(config)
+    quant = parse_quantization(config.root if isinstance(config, ModelConfig) else config)
     return WeightEstimate.of(
         tensors, "formula", quant.label if quant else None, tensor_parallel_size
     )
@@ -99,7 +100,7 @@ def mxfp4_padding(device_class: str) -> tuple[int, int]:
 
 
 def estimate_weights(
-    model: Mapping[str, Any] | str | os.PathLike[str] | TensorTable,
+    model: Mapping[str, Any] | ModelConfig | str | os.PathLike[str] | TensorTable,
     *,
     tensor_parallel_size: int = 1,
     source: Source = "auto",
@@ -110,8 +111,9 @@ def estimate_weights(
     The sum of :func:`weight_tensors` with the same arguments.
 
     Args:
-        model: a ``config.json`` dict, a checkpoint directory, or a checkpoint's tensor
-            table (:class:`~memacct.model.sources.checkpoint.TensorTable`: safetensors headers
+        model: a ``config.json`` dict (or its :class:`~memacct.model.config.ModelConfig`,
+            already read), a checkpoint directory, or a checkpoint's tensor table
+            (:class:`~memacct.model.sources.checkpoint.TensorTable`: safetensors headers
             read from the Hub, a GGUF file's tensors).
         tensor_parallel_size: ranks the model is split across.
         source: ``auto`` (checkpoint, else formulas), or one source by name.
@@ -157,7 +159,7 @@ _T = TypeVar("_T")
 
 
 def _from_best_source(
-    model: Mapping[str, Any] | str | os.PathLike[str] | TensorTable,
+    model: Mapping[str, Any] | ModelConfig | str | os.PathLike[str] | TensorTable,
     tensor_parallel_size: int,
     source: Source,
     mxfp4_pad: tuple[int, int],
@@ -181,13 +183,15 @@ def _from_best_source(
         cfg_path = path / "config.json" if path.is_dir() else path
         config: Mapping[str, Any] = read_json_object(cfg_path, "config.json")
     else:
-        config = model
+        config = model.root if isinstance(model, ModelConfig) else model
     if source == "checkpoint":
         raise ConfigError("source='checkpoint' needs a checkpoint directory with safetensors files")
     if source == "transformers":
         return meta(config, tensor_parallel_size=tp)
     try:
-        return formula(config, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
+        # The formulas take the reading when the caller made one (a plan reads its model once).
+        reading = model if isinstance(model, ModelConfig) else config
+        return formula(reading, tensor_parallel_size=tp, mxfp4_pad=mxfp4_pad)
     except ConfigError as formula_error:
         if source == "formula":
             raise

@@ -225,7 +225,7 @@ def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: in
 
 
 def formula_tensors(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | _Config,
     *,
     tensor_parallel_size: int = 1,
     mxfp4_pad: tuple[int, int] = (256, 1),
@@ -238,7 +238,7 @@ def formula_tensors(
     linear layers split as vLLM splits them).
 
     Args:
-        config: the model's ``config.json``.
+        config: the model's ``config.json``, or its reading.
         tensor_parallel_size: ranks the layers are split across.
         mxfp4_pad: (intermediate, hidden) alignment the engine's MXFP4 MoE
             kernel pads expert matrices to (:func:`memacct.model.weights.estimate.mxfp4_padding`).
@@ -249,8 +249,9 @@ def formula_tensors(
     """
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
     cfg = _text(config)
+    raw = cfg.root
     _refuse_state_layers(cfg)
-    inv = _Inventory(dtype_bytes(config), parse_quantization(config))
+    inv = _Inventory(dtype_bytes(cfg), parse_quantization(raw))
     h = _need(cfg, "hidden_size", "hidden_size", "d_model", "n_embd")
     layers = _need(cfg, "num_hidden_layers", "num_hidden_layers", "num_layers", "n_layer")
     vocab = _need(cfg, "vocab_size", "vocab_size")
@@ -306,9 +307,9 @@ def formula_tensors(
             inv.linear(f"{p}.mlp.gate_up_proj", 2 * di, h, "mlp")
             inv.linear(f"{p}.mlp.down_proj", h, di, "mlp")
     inv.add("model.norm.weight", "norms", (h,))
-    inv.tensors.append(rotary_tensor(config))
-    vision = config.get("vision_config")
+    inv.tensors.append(rotary_tensor(cfg))
+    vision = raw.get("vision_config")
     if isinstance(vision, Mapping):
-        _vision(inv, vision, h, tp, str(config.get("model_type", "")))
+        _vision(inv, vision, h, tp, str(raw.get("model_type", "")))
     return inv.tensors
 

@@ -107,7 +107,7 @@ class WeightEstimate:
         return cls(sum(by_role.values()), by_role, source, quantization, tensor_parallel_size)
 
 
-def dtype_bytes(config: Mapping[str, Any]) -> int:
+def dtype_bytes(config: Mapping[str, Any] | _Config) -> int:
     """Bytes per element of the unquantized weights as vLLM serves them with ``--dtype auto``.
 
     vLLM serves a float32 checkpoint, or one that names no dtype (gpt-oss),
@@ -184,11 +184,12 @@ def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int |
     return elems
 
 
-def _text(config: Mapping[str, Any]) -> _Config:
+def _text(config: Mapping[str, Any] | _Config) -> _Config:
     """The config through the planner's one reader (:class:`~memacct.model.config._Config`):
     the language model's section first, then the top level, then the defaults transformers
-    fills in for its model type (Gemma 3's published config.json carries no vocab_size)."""
-    return _Config(config, "config.json")
+    fills in for its model type (Gemma 3's published config.json carries no vocab_size).
+    A reading already made is used as it is."""
+    return _Config.of(config, "config.json")
 
 
 def _int(cfg: _Config, *keys: str, default: int | None = None) -> int | None:
@@ -212,7 +213,7 @@ def _num_kv_heads(config: Mapping[str, Any]) -> int | None:
     )
 
 
-def rotary_tensor(config: Mapping[str, Any]) -> WeightTensor:
+def rotary_tensor(config: Mapping[str, Any] | _Config) -> WeightTensor:
     """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
     in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
     cfg = _text(config)
