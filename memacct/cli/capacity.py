@@ -17,6 +17,8 @@ import click
 from rich.table import Table
 
 from memacct.cli.common import console as _console
+from memacct.cli.common import print_emitted
+from memacct.cli.flags import cli_wording
 from memacct.planner.options import PlanOptions
 from memacct.planner.result import PLAN_FORMAT_VERSION
 from memacct.units import GiB
@@ -37,9 +39,18 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
     if wanted is not None:
         smallest_serving([], wanted)  # a bad --min-concurrency is refused before any plan
     rows = [
-        replace(row, plan=None if row.plan is None else with_source_notes(row.plan, notes))
+        replace(row, plan=None if row.plan is None else with_source_notes(row.plan, notes),
+                refusal=cli_wording(row.refusal))
         for row in plan_capacity(config, devices, degrees, opts)
     ]
+    if flags.get("emit") is not None and any(row.plan is not None and row.plan.fits
+                                             for row in rows):
+        print_emitted(flags, [
+            (f"{row.device} x TP {row.tensor_parallel_size}", row.plan,
+             replace(opts, device=row.device, tensor_parallel_size=row.tensor_parallel_size))
+            for row in rows if row.plan is not None
+        ])  # fmt: skip
+        return
     marked = None if wanted is None else smallest_serving(rows, wanted)
     if flags["plot_path"] is not None:
         from memacct.plot import plot_capacity

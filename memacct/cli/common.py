@@ -1,4 +1,5 @@
-"""What every subcommand shares: the console, the one-line error, JSON output."""
+"""What every subcommand shares: the console, the one-line error, JSON output, and
+``memacct plan --emit``'s output (:func:`print_emitted`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-__all__ = ["EXIT_USER_ERROR", "console", "echo_json", "print_error"]
+__all__ = ["EXIT_USER_ERROR", "console", "echo_json", "print_emitted", "print_error"]
 
 EXIT_USER_ERROR = 2
 
@@ -29,3 +30,35 @@ def print_error(message: str) -> int:
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON."""
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def print_emitted(flags: dict[str, Any], plans: list[tuple[str, Any, Any]]) -> None:
+    """``memacct plan --emit``: the command (or pod resources) of each plan that fits.
+
+    ``plans``: ``(label, plan, options)`` each; one plan prints its command alone, several
+    (a capacity plan) one block per fitting row under a ``#`` line naming it (YAML
+    documents apart by ``---`` for k8s). The notes go to stderr.
+
+    Raises:
+        InvalidInputError: ``--json`` beside ``--emit``, or a single plan that does not fit.
+    """
+    from memacct.errors import InvalidInputError
+    from memacct.planner.emit import emit
+
+    target = flags["emit"]
+    if flags.get("as_json"):
+        raise InvalidInputError(
+            f"--emit {target} prints the command line and --json the plan: give one of them"
+        )
+    blocks: list[str] = []
+    notes: list[str] = []
+    for label, plan, opts in plans:
+        if len(plans) > 1 and not plan.fits:
+            continue
+        out = emit(target, plan, opts, model=flags["model"], revision=flags.get("revision"))
+        head = f"# {label}: {plan.verdict}\n" if len(plans) > 1 else ""
+        blocks.append(head + out.text)
+        notes += [note for note in out.notes if note not in notes]
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(("\n---\n" if target == "k8s" else "\n").join(blocks))

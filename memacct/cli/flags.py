@@ -1,16 +1,33 @@
-"""The CLI's words for the API's: an error raised by the library names the flag a user typed.
+"""The CLI's words for the API's, and the engines' words for the CLI's.
 
 The library's messages name its keywords (``allow_mismatch=True``, ``name='sim'``,
 ``block_size must be positive``); at the CLI boundary (:func:`memacct.cli.main`)
 :func:`cli_wording` rewrites each keyword that is a ``memacct plan`` or
 ``memacct snapshot`` option into its flag, once, for every message.
+
+The other way, ``memacct plan`` reads the engines' own spellings (``-tp 8``,
+``--max-model-len 32k``, SGLang's ``--mem-fraction-static`` under ``--engine sglang``)
+through :class:`EngineSpelledCommand`, which hands its arguments to
+:func:`memacct.engines.spellings.normalize_argv` before click parses them.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["FLAGS", "cli_wording"]
+import click
+
+__all__ = ["FLAGS", "EngineSpelledCommand", "cli_wording"]
+
+
+class EngineSpelledCommand(click.Command):
+    """A click command that also takes the engines' spellings of its flags."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from memacct.engines.spellings import normalize_argv
+
+        parsed: list[str] = super().parse_args(ctx, normalize_argv(args))
+        return parsed
 
 
 def _flags() -> dict[str, str]:
@@ -22,7 +39,8 @@ def _flags() -> dict[str, str]:
     names.pop("checkpoint")
     names.update(allow_mismatch="--allow-mismatch", truth_source="--truth-source",
                  name="--backend", kv_cache_memory_bytes="--kv-cache-memory-bytes",
-                 min_concurrency="--min-concurrency")  # fmt: skip
+                 min_concurrency="--min-concurrency", model="--model", revision="--revision",
+                 tensor_parallel_sizes="--tensor-parallel-size", devices="--device")  # fmt: skip
     return names
 
 

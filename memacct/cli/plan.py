@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from memacct.cli.flags import EngineSpelledCommand
 from memacct.cli.group import app
 from memacct.engines import engine_names
 from memacct.errors import InvalidInputError
@@ -24,10 +25,11 @@ from memacct.planner.options import PlanOptions
 __all__ = ["plan_cmd"]
 
 _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "as_json",
-             "allow_mismatch", "plot_path", "assume_full_attention", "min_concurrency")  # fmt: skip
+             "allow_mismatch", "plot_path", "assume_full_attention", "min_concurrency",
+             "emit")  # fmt: skip
 
 
-@app.command("plan")
+@app.command("plan", cls=EngineSpelledCommand)
 @click.option("--profile", "profile_path", default=None,
               help="A ProfileResult saved by an engine (JSON).")
 @click.option("--device", default=None,
@@ -114,6 +116,13 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
               help="vLLM: JSON processor overrides, e.g. '{\"max_pixels\": 1003520}'.")
 @click.option("--skip-mm-profiling", is_flag=True,
               help="vLLM: no multimodal encoder pass in the profile run.")
+@click.option("--max-running-requests", type=int, default=None,
+              help="SGLang: the cap on running requests (default: its cap for the pool).")
+@click.option("--emit", type=click.Choice(["vllm", "sglang", "k8s"]), default=None,
+              help="Print the command that starts the plan (vllm serve, sglang.launch_server) "
+              "or the pod's resources as YAML (k8s) instead of the plan; a capacity plan: one "
+              "per fitting row. The engines' own spellings (-tp 8, --max-model-len 32k, "
+              "SGLang's --mem-fraction-static) are read too.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan (one schema on every path, with format_version) as JSON.")
 @click.option("--allow-mismatch", is_flag=True,
@@ -129,6 +138,7 @@ def plan_cmd(**flags: Any) -> None:
     L tokens" or "does not fit: ..." with what to change (exit status 1).
     With --profile: the profiling report, a breakdown and the plan.
     """
+    from memacct.cli.common import print_emitted
     from memacct.cli.render import print_plan
     from memacct.planner import model_presets
 
@@ -163,6 +173,9 @@ def plan_cmd(**flags: Any) -> None:
     from memacct.planner.offline import with_source_notes
 
     plan = with_source_notes(plan, notes)
+    if flags["emit"] is not None:
+        print_emitted(flags, [("", plan, opts)])
+        return
     print_plan(plan, result, as_json=flags["as_json"], plot_path=flags["plot_path"])
     if not plan.fits:
         raise click.exceptions.Exit(1)

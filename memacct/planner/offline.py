@@ -324,14 +324,17 @@ def plan_capacity(
     **kwargs: Any,
 ) -> list[CapacityRow]:
     """Plan every device x tensor-parallel degree: does the model fit, with how much KV cache
-    and for how many requests. ``options`` (or keywords) as for :func:`plan_offline`;
-    its ``device`` and ``tensor_parallel_size`` are replaced per row.
+    and for how many requests. ``devices`` and ``tensor_parallel_sizes`` are sequences or
+    the CLI's comma lists (``"h100,l4"``, ``"1,2"``); ``options`` (or keywords) as for
+    :func:`plan_offline`; its ``device`` and ``tensor_parallel_size`` are replaced per row.
 
     Raises:
         InvalidInputError: an unknown device, or options wrong on every row alike.
     """
     from memacct.devices import resolve_device
+    from memacct.planner.options import capacity_lists
 
+    devices, tensor_parallel_sizes = capacity_lists(devices, tensor_parallel_sizes)
     opts = PlanOptions.from_kwargs(options, **kwargs)
     rows = []
     for device in devices:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from memacct.engines.deployment import Deployment
     from memacct.model.sources.checkpoint import TensorTable
 
-__all__ = ["PlanOptions"]
+__all__ = ["PlanOptions", "capacity_lists", "serve_keywords"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,8 @@ class PlanOptions:
         flashinfer_sampler_env: ``VLLM_USE_FLASHINFER_SAMPLER`` as the engine sees it.
         swa_full_tokens_ratio: SGLang's ``--swa-full-tokens-ratio`` (sliding-window
             tokens per full-attention token of its split pool; ``None``: 0.8).
+        max_running_requests: SGLang's ``--max-running-requests`` (``None``: its cap for
+            the pool).
         checkpoint: a checkpoint directory whose safetensors headers give the weights, or
             a tensor table already read (a Hub id's headers, a GGUF file's tensors).
     """
@@ -91,6 +93,7 @@ class PlanOptions:
     sampler: str | None = None
     flashinfer_sampler_env: bool | None = None
     swa_full_tokens_ratio: float | None = None
+    max_running_requests: int | None = None
     checkpoint: str | os.PathLike[str] | TensorTable | None = None
     deployment: Deployment | None = None
     """The other ``vllm serve`` settings that move memory (quantization, LoRA, speculative
@@ -113,6 +116,7 @@ class PlanOptions:
         check_int("pipeline_parallel_size", self.pipeline_parallel_size)
         check_optional_int("max_num_batched_tokens", self.max_num_batched_tokens)
         check_optional_int("max_num_seqs", self.max_num_seqs)
+        check_optional_int("max_running_requests", self.max_running_requests)
         # No device holds 2**60 bytes (MAX_BYTES, the profile's bound too): a budget past it
         # is a typo, and would plan a cache no engine could allocate.
         check_optional_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, high=MAX_BYTES)
@@ -154,7 +158,8 @@ class PlanOptions:
 
     def engine_options(self) -> dict[str, float | int | str]:
         """The engine-specific options set (``plan_kv_cache``'s ``engine_options``)."""
-        given = {"swa_full_tokens_ratio": self.swa_full_tokens_ratio}
+        given = {"swa_full_tokens_ratio": self.swa_full_tokens_ratio,
+                 "max_running_requests": self.max_running_requests}
         return {key: value for key, value in given.items() if value is not None}
 
     @classmethod
@@ -164,12 +169,19 @@ class PlanOptions:
 
     @classmethod
     def from_kwargs(cls, options: PlanOptions | None = None, **kwargs: Any) -> PlanOptions:
-        """``options`` (or the defaults) with ``kwargs`` replaced; an unknown keyword is named."""
+        """``options`` (or the defaults) with ``kwargs`` replaced; an unknown keyword is named.
+
+        The ``vllm serve`` settings ``memacct plan`` takes as flags are keywords here too
+        (``quantization="fp8"``, ``enable_lora=True``, ``max_lora_rank=64``): they make the
+        ``deployment`` (:meth:`memacct.engines.deployment.Deployment.from_serve_args`).
+        """
+        kwargs = _with_deployment(options, kwargs)
         unknown = sorted(set(kwargs) - set(cls.names()))
         if unknown:
             raise InvalidInputError(
                 f"unknown plan option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
-                f"the options are {', '.join(cls.names())}"
+                f"the options are {', '.join(cls.names())}, and vLLM's serve settings "
+                f"{', '.join(serve_keywords())}"
             )
         if options is not None and not isinstance(options, PlanOptions):
             raise InvalidInputError(
@@ -194,3 +206,79 @@ class PlanOptions:
                 "profile already measured the engine (drop --profile to plan offline)"
             )
         return None
+
+
+def serve_keywords() -> tuple[str, ...]:
+    """The ``vllm serve`` settings that are keywords of a plan without being fields of
+    :class:`PlanOptions` (they make its ``deployment``)."""
+    import inspect
+
+    from memacct.engines.deployment import Deployment
+
+    names = set(PlanOptions.names())
+    return tuple(
+        name for name, param in inspect.signature(Deployment.from_serve_args).parameters.items()
+        if param.kind is param.KEYWORD_ONLY and name not in names
+    )
+
+
+def _with_deployment(options: PlanOptions | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with its ``vllm serve`` settings turned into a ``deployment``."""
+    serve = {key: kwargs[key] for key in serve_keywords() if key in kwargs}
+    if not serve:
+        return kwargs
+    from memacct.engines.deployment import Deployment
+
+    if "deployment" in kwargs or (options is not None and options.deployment is not None):
+        raise InvalidInputError(
+            f"{', '.join(sorted(serve))} and a deployment were both given: pass the settings "
+            "as keywords or in deployment=Deployment.from_serve_args(...), not both"
+        )
+    rest = {key: value for key, value in kwargs.items() if key not in serve}
+    pp = rest.get("pipeline_parallel_size", 1)
+    rest["deployment"] = Deployment.from_serve_args(pipeline_parallel_size=pp, **serve)
+    return rest
+
+
+def capacity_lists(devices: object, degrees: object) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A capacity plan's devices and tensor-parallel degrees, as sequences or as the CLI's
+    comma lists (``"h100,l4"``, ``"1,2"``); one device or degree alone is a list of one.
+
+    Raises:
+        InvalidInputError: an item of the wrong type, an empty one, or one listed twice.
+    """
+    names = _items("devices", devices, str)
+    sizes = _items("tensor_parallel_sizes", degrees, int)
+    return tuple(map(str, names)), tuple(size for size in sizes if isinstance(size, int))
+
+
+def _items(name: str, value: object, kind: type) -> tuple[object, ...]:
+    if isinstance(value, str):
+        parts: list[object] = [part.strip() for part in value.split(",")]
+        if kind is int:
+            try:
+                parts = [int(str(part)) for part in parts]
+            except ValueError:
+                raise InvalidInputError(
+                    f"{name} {value!r} is not a degree nor a comma list of them: give e.g. "
+                    "'1,2,4' or (1, 2, 4)"
+                ) from None
+    elif isinstance(value, kind) and not isinstance(value, bool):
+        parts = [value]
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        raise InvalidInputError(
+            f"{name} {value!r} is not a list: give a sequence or a comma list "
+            f"({'h100,l4' if kind is str else '1,2,4'})"
+        )
+    for part in parts:
+        if isinstance(part, bool) or not isinstance(part, kind) or part == "":
+            raise InvalidInputError(
+                f"{name} {value!r} holds {part!r}: each item must be "
+                f"{'a device name' if kind is str else 'an integer degree'}"
+            )
+    twice = sorted({str(part) for part in parts if parts.count(part) > 1})
+    if twice:
+        raise InvalidInputError(f"{name} {value!r} lists {', '.join(twice)} more than once")
+    return tuple(parts)

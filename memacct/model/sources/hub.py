@@ -111,7 +111,7 @@ def parse_hub_id(name: str, revision: str | None = None) -> tuple[str, str | Non
     repo_id, _, inline = name.partition("@")
     if inline and revision is not None and inline != revision:
         raise ModelSourceError(
-            f"{name!r} names revision {inline!r} but revision={revision!r} was given too: "
+            f"model={name!r} names revision {inline!r} but revision={revision!r} was given too: "
             "give the revision once"
         )
     rev = revision if revision is not None else (inline or None)
