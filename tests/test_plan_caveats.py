@@ -46,3 +46,21 @@ def test_a_float32_config_is_planned_in_the_dtype_vllm_serves() -> None:
     assert [getattr(fp32, f) for f in fields] == [getattr(bf16, f) for f in fields]
     assert fp32.spec.dtype == "bfloat16"
     assert sum("float32" in n for n in fp32.spec.notes) == 1
+
+
+def test_a_kv_cache_asked_beyond_the_device_is_lowered_first_with_the_figure() -> None:
+    plan = plan_offline("qwen2.5-7b", device="h100", kv_cache_memory_bytes=100 * 2**30)
+    assert not plan.fits
+    most = plan.total_memory - plan.non_kv_cache_memory
+    assert plan.suggestions[0] == (
+        f"lower --kv-cache-memory-bytes to at most {most / 2**30:.2f}GiB")
+    assert "activation peak" not in plan.verdict
+    # Nothing that leaves the asked-for cache as large is offered (a batch, the utilization).
+    assert not any("--max-num-seqs" in s or "utilization" in s for s in plan.suggestions)
+
+
+def test_a_kv_cache_too_small_for_one_request_is_raised_to_one_request() -> None:
+    plan = plan_offline("qwen2.5-7b", device="h100", kv_cache_memory_bytes=2**30,
+                        max_model_len=32768)
+    assert not plan.fits
+    assert any(s.startswith("raise --kv-cache-memory-bytes to at least") for s in plan.suggestions)
