@@ -583,7 +583,8 @@ def test_co_tenant_on_the_simulated_device_is_named_with_its_bytes() -> None:
 
 
 def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
-    from memacct.engines.vllm.startup import STARTUP, StartupSettings
+    from memacct.engines.base import StartupSettings
+    from memacct.engines.vllm.startup import STARTUP
     from memacct.planner import load_model_preset
     from memacct.planner.offline import plan_offline
     from memacct.planner.result import MemoryBudget
@@ -631,7 +632,7 @@ def test_a_version_2_plan_still_loads(tmp_path: Path) -> None:
 
 def test_a_plan_without_device_or_profile_takes_the_engines_reference_batch() -> None:
     from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
-    from memacct.engines.vllm.startup import batch_defaults
+    from memacct.engines.vllm.defaults import batch_defaults
 
     spec = LLAMA
     plan = plan_kv_cache(None, spec, kv_cache_memory_bytes=GiB, max_model_len=4096)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memacct.devices import DEVICE_INFO, parse_memory_size, resolve_device
+from memacct.engines.base import StartupSettings
 from memacct.engines.sglang.startup import (
     CONTEXT_BYTES,
     SglangSettings,
@@ -13,14 +14,9 @@ from memacct.engines.sglang.startup import (
     prefill_graph_sizes,
 )
 from memacct.engines.sglang.startup import STARTUP as SGLANG
+from memacct.engines.vllm.defaults import batch_defaults, capture_sizes, full_capture_sizes
 from memacct.engines.vllm.releases import default_sampler
 from memacct.engines.vllm.startup import STARTUP as VLLM
-from memacct.engines.vllm.startup import (
-    StartupSettings,
-    batch_defaults,
-    capture_sizes,
-    full_capture_sizes,
-)
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memacct.engines.base import StartupSettings
 from memacct.engines.deployment import Deployment
-from memacct.engines.vllm.startup import StartupSettings, _kv_dtype
+from memacct.engines.vllm.defaults import serving_kv_cache_dtype
 from memacct.errors import InsufficientMemoryError
 from memacct.io import read_json_object
 from memacct.model.spec import KVCacheSpec
@@ -171,7 +172,8 @@ def replay(
     if config is None:
         return Replayed(case, logged, estimated, "config.json not recorded")
     spec = KVCacheSpec.from_hf_config(
-        config, kv_cache_dtype=_kv_dtype(config, s["kv_cache_dtype"]), tensor_parallel_size=tp
+        config, kv_cache_dtype=serving_kv_cache_dtype(config, s["kv_cache_dtype"]),
+        tensor_parallel_size=tp,
     )
     from_budget: dict[str, tuple[float, float]] | None = None
     slack = 0

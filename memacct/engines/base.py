@@ -11,7 +11,7 @@ refusal it would raise, with its estimate of the largest length that fits.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -20,7 +20,7 @@ from memacct.checks import FROZEN
 from memacct.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
+    from memacct.engines.deployment import Deployment
     from memacct.model.config import ModelConfig
     from memacct.model.spec import KVCacheSpec
     from memacct.model.weights.estimate import WeightEstimate
@@ -35,8 +35,10 @@ __all__ = [
     "KVLayout",
     "KVManager",
     "KVSettings",
+    "StartupEstimate",
     "StartupModel",
     "StartupRequest",
+    "StartupSettings",
     "check_block_size",
     "check_kv_cache_dtype_name",
     "check_release",
@@ -160,7 +162,7 @@ def reference_batch() -> tuple[int, int]:
     """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) on the reference device
     (:data:`memacct.devices.REFERENCE_DEVICE`): what a KV plan with no device assumes."""
     from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
-    from memacct.engines.vllm.startup import batch_defaults
+    from memacct.engines.vllm.defaults import batch_defaults
 
     reference = DEVICE_INFO[REFERENCE_DEVICE]
     return batch_defaults(reference.total_bytes, reference.name)
@@ -340,6 +342,78 @@ class StartupRequest:
     weights: WeightEstimate | None = None
     model: ModelConfig | None = None
     spec: KVCacheSpec | None = None
+
+
+@dataclass(frozen=True)
+class StartupSettings:
+    """The engine settings a start-up depends on (``None``: the engine's default)."""
+
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+    charge_cudagraphs: bool | None = None
+    mxfp4_layout: str | None = None
+    engine_version: str | None = None
+    sampler: str | None = None
+    """The dummy sampler's top-k/top-p path (:data:`memacct.engines.vllm.releases.SAMPLERS`);
+    ``None``: the release's default (:func:`memacct.engines.vllm.releases.default_sampler`)."""
+    flashinfer_sampler_env: bool | None = None
+    """``VLLM_USE_FLASHINFER_SAMPLER`` as the engine sees it (``None``: unset); used only
+    when ``sampler`` is ``None``."""
+    deployment: Deployment | None = None
+    """The ``vllm serve`` settings beyond these (quantization, LoRA, speculative decoding,
+    expert/data/pipeline parallelism, CPU offload, multimodal limits); ``None``: defaults."""
+
+
+@dataclass(frozen=True)
+class StartupEstimate:
+    """One rank right before the KV cache is allocated, and the KV budget the engine computes.
+
+    All sizes in bytes. ``kv_cache_bytes`` may be negative: the engine then
+    refuses to start.
+    """
+
+    engine: str
+    version: str
+    total_memory: int
+    gpu_memory_utilization: float
+    requested_memory: int
+    activation_peak: int
+    non_allocator_increase: int
+    cudagraph_memory: int
+    cudagraph_charged: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    weights: WeightEstimate
+    notes: tuple[str, ...] = field(default=())
+    sampler: str = ""
+    """The top-k/top-p path charged for the dummy sampler run
+    (:data:`memacct.engines.vllm.releases.SAMPLERS`; vllm-ascend: ``native``; ``""``: the
+    engine has no such choice)."""
+    kv_spec: KVCacheSpec | None = None
+    """The KV-cache spec the engine builds when it differs from the model's own (a drafter's
+    layers in the pool, a pipeline stage's layers); ``None``: the model's."""
+
+    @property
+    def weights_memory(self) -> int:
+        """The weights on this rank."""
+        return self.weights.total_bytes
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The engine's KV budget: the requested memory less everything else it holds."""
+        return self.requested_memory - self.non_kv_cache_memory
+
+    @property
+    def non_kv_cache_memory(self) -> int:
+        """Weights + activation peak + non-torch growth (+ graphs where charged)."""
+        graphs = self.cudagraph_memory if self.cudagraph_charged else 0
+        return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
 
 
 class StartupModel:

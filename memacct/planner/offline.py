@@ -35,7 +35,7 @@ from memacct.planner.result import KVCachePlan, MemoryBudget
 from memacct.units import format_gib
 
 if TYPE_CHECKING:
-    from memacct.engines.vllm.startup import StartupEstimate
+    from memacct.engines.base import StartupEstimate
 
 __all__ = [
     "CapacityRow",
@@ -186,7 +186,7 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     from memacct.engines import get_engine
     from memacct.engines.deployment import serve_deployment
     from memacct.engines.vllm.releases import check_sampler
-    from memacct.engines.vllm.startup import serving_kv_cache_dtype
+    from memacct.engines.vllm.defaults import serving_kv_cache_dtype
     from memacct.model.weights.estimate import estimate_weights
     from memacct.planner.capability import check_loadable
     from memacct.planner.plan import plan_kv_cache

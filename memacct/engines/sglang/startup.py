@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memacct.engines.base import StartupRequest
+from memacct.engines.base import StartupEstimate, StartupRequest, StartupSettings
 from memacct.engines.sglang.options import SGLANG_VERSION, check_kv_cache_dtype
-from memacct.engines.vllm.startup import BatchDefaults, StartupEstimate, StartupSettings
+from memacct.engines.vllm.startup import BatchDefaults
 from memacct.errors import InvalidInputError
 from memacct.model.weights.estimate import estimate_weights
 from memacct.units import GiB, MiB

@@ -2,9 +2,10 @@
 
 :func:`estimate_deployment` is what :meth:`VllmStartup.estimate
 <memacct.engines.vllm.startup.VllmStartup.estimate>` runs when its settings carry a
-deployment other than vLLM's defaults. It plans each pipeline stage's rank as vLLM 0.33
-builds it, then the KV budget every stage can give (vLLM's ``get_kv_cache_configs`` gives
-every worker the fewest blocks any worker has room for):
+deployment other than vLLM's defaults; it is handed that start-up (:class:`StageStartup`)
+and imports nothing of :mod:`memacct.engines.vllm.startup`. It plans each pipeline stage's
+rank as vLLM 0.33 builds it, then the KV budget every stage can give (vLLM's
+``get_kv_cache_configs`` gives every worker the fewest blocks any worker has room for):
 
 * weights: :func:`~memacct.engines.vllm.parallel.rank_weights` (stage layers, experts over
   TP x DP), plus the LoRA stacks (:mod:`~memacct.engines.vllm.lora`) and the drafter
@@ -20,9 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memacct.engines.deployment import Deployment
+from memacct.engines.vllm.defaults import (
+    GRAPH_BYTES_PER_LAYER_WIDTH,
+    capture_sizes,
+    full_capture_sizes,
+    serving_kv_cache_dtype,
+)
 from memacct.engines.vllm.lora import LORA_GRAPH_SETS, lora_buffer_bytes
 from memacct.engines.vllm.multimodal import encoder_profile, unapplied_notes
 from memacct.engines.vllm.parallel import (
@@ -46,10 +53,40 @@ from memacct.trace import trace_peak
 from memacct.units import format_gib
 
 if TYPE_CHECKING:
-    from memacct.engines.base import StartupRequest
-    from memacct.engines.vllm.startup import StartupEstimate, StartupSettings, VllmStartup
+    from memacct.engines.base import StartupEstimate, StartupRequest, StartupSettings
+    from memacct.engines.forward import ForwardPass
 
-__all__ = ["deployment_kv_spec", "estimate_deployment"]
+__all__ = ["StageStartup", "deployment_kv_spec", "estimate_deployment"]
+
+
+class StageStartup(Protocol):
+    """What the deployment path asks of vLLM's plain start-up
+    (:class:`~memacct.engines.vllm.startup.VllmStartup`): one rank's estimate with the
+    default deployment, and the terms it rescales per pipeline stage."""
+
+    def start(self, request: StartupRequest) -> StartupEstimate:
+        """One rank's start-up under ``request`` (a plain deployment here)."""
+        ...
+
+    def workload(
+        self, config: Mapping[str, Any], spec: KVCacheSpec, tokens: int, seqs: int
+    ) -> ForwardPass:
+        """The profile run's dummy forward pass."""
+        ...
+
+    def sampler_peak(
+        self, spec: KVCacheSpec, config: Mapping[str, Any], seqs: int,
+        version: tuple[int, int] | None = None, sampler: str | None = None,
+    ) -> int:  # fmt: skip
+        """Bytes the profile run's sampler holds over ``seqs`` rows."""
+        ...
+
+    def cudagraph_memory(
+        self, config: Mapping[str, Any], spec: KVCacheSpec, seqs: int, tokens: int,
+        s: StartupSettings,
+    ) -> int:  # fmt: skip
+        """The CUDA-graph pool for ``seqs`` sequences."""
+        ...
 
 
 def _keeps_weights(d: Deployment, config: Mapping[str, Any]) -> bool:
@@ -113,7 +150,7 @@ def _stage_weights(
     return w
 
 
-def estimate_deployment(startup: VllmStartup, request: StartupRequest) -> StartupEstimate:
+def estimate_deployment(startup: StageStartup, request: StartupRequest) -> StartupEstimate:
     """One rank's start-up under ``request.settings.deployment`` (the binding pipeline
     stage's rank).
 
@@ -121,7 +158,6 @@ def estimate_deployment(startup: VllmStartup, request: StartupRequest) -> Startu
         InvalidInputError: a combination vLLM refuses, or one memacct does not plan.
     """
     from memacct.engines.vllm.releases import device_class
-    from memacct.engines.vllm.startup import serving_kv_cache_dtype
 
     config, device_name, weights = request.config, request.device_name, request.weights
     settings = request.settings
@@ -160,20 +196,15 @@ def estimate_deployment(startup: VllmStartup, request: StartupRequest) -> Startu
 
 
 def _adjust(
-    startup: VllmStartup, cfg: Mapping[str, Any], est: StartupEstimate, spec: KVCacheSpec,
+    startup: StageStartup, cfg: Mapping[str, Any], est: StartupEstimate, spec: KVCacheSpec,
     s: StartupSettings, d: Deployment, *, first: bool, last: bool, layer_share: float,
 ) -> StartupEstimate:  # fmt: skip
     """The activation and graph terms of one stage's rank under ``d``."""
     from memacct.engines.vllm.releases import parse_version
-    from memacct.engines.vllm.startup import (
-        GRAPH_BYTES_PER_LAYER_WIDTH,
-        capture_sizes,
-        full_capture_sizes,
-    )
 
     tokens, seqs = est.max_num_batched_tokens, est.max_num_seqs
     rows = min(seqs, tokens)
-    work = startup._workload(cfg, spec, tokens, seqs)
+    work = startup.workload(cfg, spec, tokens, seqs)
     forward = trace_peak(work.step_trace(tokens, rows))
     dt = spec.dtype_bytes or 2
     activation = est.activation_peak

@@ -285,10 +285,11 @@ class VllmStartup(BatchDefaults):
         )
         version = parse_version(s.engine_version) or parse_version(self.version)
         sampler = check_sampler(s.sampler) or default_sampler(
-            version, flashinfer_env=s.flashinfer_sampler_env, device_name=device_name
+            version, flashinfer_env=s.flashinfer_sampler_env, device_name=device_name,
+            release=s.engine_version,
         )
         if s.sampler is None and self.cuda_sampler:
-            note = self.sampler_note(sampler, version, s.flashinfer_sampler_env)
+            note = self.sampler_note(sampler, version, s.flashinfer_sampler_env, s.engine_version)
             notes.append(f"dummy sampler: {note}")
         activation = self.activation_peak(model, spec, tokens, seqs, s, version, sampler)
         tp = s.tensor_parallel_size
@@ -329,17 +330,16 @@ class VllmStartup(BatchDefaults):
         return ForwardPass(spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
     def sampler_note(
-        self, sampler: str, version: tuple[int, int] | None, flashinfer_env: bool | None = None
+        self, sampler: str, version: tuple[int, int] | None, flashinfer_env: bool | None = None,
+        release: str | None = None,
     ) -> str:
-        """One line saying which top-k/top-p path is charged, why, and how to change it."""
-        release = ".".join(map(str, version)) if version else self.version
-        if flashinfer_env is not None:
-            why = f"VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer_env)}"
-        else:
-            why = f"vLLM {release}'s default"
-            if version is not None and (0, 9) <= version <= (0, 11) and sampler == "sort":
-                why += "; FlashInfer where flashinfer is installed, as in vLLM's Docker image"
-        return f"{sampler} ({why}); --sampler if the engine's log names another path"
+        """One line saying which top-k/top-p path is charged, why, and how to change it
+        (:func:`memacct.engines.vllm.releases.sampler_note`)."""
+        from memacct.engines.vllm import releases
+
+        version = version or parse_version(self.version)
+        assert version is not None
+        return releases.sampler_note(sampler, version, flashinfer_env, release)
 
     def sampler_peak(
         self,

@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.checks import check_fraction, check_int
-from memacct.engines.base import StartupModel, StartupRequest
-from memacct.engines.vllm.startup import StartupEstimate, StartupSettings
+from memacct.engines.base import StartupEstimate, StartupModel, StartupRequest, StartupSettings
 from memacct.engines.vllm_mindspore.deepseek_graph import (
     DeepseekV3Graph,
     deepseek_v3_load,
