@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from memacct.engines.base import StartupEstimate, StartupSettings
 from memacct.engines.deployment import Deployment, LoraSettings, Multimodal, Speculative
 from memacct.engines.vllm.lora import lora_buffer_bytes
 from memacct.engines.vllm.multimodal import item_tokens
 from memacct.engines.vllm.parallel import local_experts, rank_weights, serving_config
 from memacct.engines.vllm.speculative import draft_weight_bytes, rejection_sampler_bytes
-from memacct.engines.base import StartupEstimate, StartupSettings
 from memacct.engines.vllm.startup import STARTUP
 from memacct.errors import InvalidInputError
 from memacct.model.weights.estimate import formula_weights

@@ -12,8 +12,8 @@ import pytest
 
 from memacct.cli import main
 from memacct.devices import DEVICE_INFO, DeviceInfo, memory_notes, resolve_device
-from memacct.engines.vllm.releases import default_sampler
 from memacct.engines.vllm.defaults import batch_defaults
+from memacct.engines.vllm.releases import default_sampler
 from memacct.errors import InvalidInputError
 from memacct.planner import load_model_preset
 from memacct.planner.offline import plan_offline

@@ -15,7 +15,7 @@ from memacct.engines.sglang.startup import (
 )
 from memacct.engines.sglang.startup import STARTUP as SGLANG
 from memacct.engines.vllm.defaults import batch_defaults, capture_sizes, full_capture_sizes
-from memacct.engines.vllm.releases import default_sampler
+from memacct.engines.vllm.releases import default_sampler, parse_version
 from memacct.engines.vllm.startup import STARTUP as VLLM
 from memacct.engines.vllm_ascend.startup import STARTUP as ASCEND
 from memacct.errors import InvalidInputError
@@ -50,7 +50,7 @@ def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> 
     config = load_model_preset("llama-3.1-70b")
     one, two = (
         VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                      settings=StartupSettings(tensor_parallel_size=tp, engine_version="0.11.0"))
+                      settings=StartupSettings(tensor_parallel_size=tp, engine_version="0.11.1"))
         for tp in (4, 8)
     )  # fmt: skip
     # 1024 rows x 128256 logits x 38 bytes, on every rank.
@@ -60,18 +60,36 @@ def test_the_sort_sampler_dominates_the_profile_run_and_is_not_split_by_tp() -> 
 
 @pytest.mark.parametrize(
     ("version", "env", "device", "expected"),
-    [((0, 8), None, "", "sort"), ((0, 10), None, "", "sort"), ((0, 11), None, "", "sort"),
-     ((0, 16), None, "", "sort"), ((0, 17), None, "", "triton"), ((0, 20), None, "", "triton"),
+    [((0, 8), None, "", "sort"), ((0, 10), None, "", "flashinfer"),
+     ((0, 11), None, "", "flashinfer"), ((0, 16), None, "", "sort"),
+     ((0, 17), None, "", "triton"), ((0, 20), None, "", "triton"),
      ((0, 21), None, "", "flashinfer"), ((0, 33), None, "", "flashinfer"),
      (None, None, "", "flashinfer"), ((0, 10), True, "", "flashinfer"),
      ((0, 16), True, "", "flashinfer"), ((0, 33), False, "", "triton"),
-     ((0, 11), False, "", "sort"), ((0, 33), None, "mi300x-192gb", "triton")],
+     ((0, 10), False, "", "sort"), ((0, 11), False, "", "sort"),
+     ((0, 33), None, "mi300x-192gb", "triton"), ((0, 10), None, "mi300x-192gb", "sort")],
 )  # fmt: skip
 def test_the_default_sampler_follows_the_release_and_the_environment(
     version: tuple[int, int] | None, env: bool | None, device: str, expected: str
 ) -> None:
-    # vllm/v1/sample/ops/topk_topp_sampler.py and vllm/envs.py of each release.
+    # vllm/v1/sample/ops/topk_topp_sampler.py and vllm/envs.py of each release; 0.9-0.11.0
+    # with the vllm/vllm-openai image, which installs flashinfer.
     assert default_sampler(version, flashinfer_env=env, device_name=device) == expected
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [("0.9.2", "flashinfer"), ("0.10.1.1", "flashinfer"), ("0.11.0", "flashinfer"),
+     ("0.11.x", "flashinfer"), ("0.11.1", "sort"), ("0.11.2", "sort"), ("v0.12.0", "sort")],
+)  # fmt: skip
+def test_the_sampler_changes_within_0_11_at_the_patch_release(release: str, expected: str) -> None:
+    # 0.11.0 still samples with FlashInfer when it is installed; 0.11.1 makes it opt-in
+    # (VLLM_USE_FLASHINFER_SAMPLER=1) though its wheel requires flashinfer-python.
+    version = parse_version(release)
+    assert default_sampler(version, device_name="a100-80gb", release=release) == expected
+    est = VLLM.estimate(load_model_preset("qwen2.5-7b"), total_memory=H100,
+                        device_name="a100-80gb", settings=StartupSettings(engine_version=release))
+    assert est.sampler == expected
 
 
 def test_each_sampler_path_holds_the_bytes_its_tensors_take() -> None:
@@ -115,19 +133,22 @@ def test_an_unknown_sampler_is_refused_with_the_choices() -> None:
 
 def test_the_plan_notes_the_default_sampler_and_how_to_change_it() -> None:
     plan = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1")
-    assert plan.budget is not None and plan.budget.sampler == "sort"
-    assert any("sort (vLLM 0.10's default; FlashInfer where flashinfer is installed" in n
-               and "--sampler" in n for n in plan.notes)  # fmt: skip
+    assert plan.budget is not None and plan.budget.sampler == "flashinfer"
+    assert any("flashinfer (vLLM 0.10.1's default with its vllm/vllm-openai image" in n
+               and "--sampler sort" in n for n in plan.notes)  # fmt: skip
     env = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1",
-                       flashinfer_sampler_env=True)  # fmt: skip
-    assert env.budget is not None and env.budget.sampler == "flashinfer"
-    assert env.kv_cache_bytes > plan.kv_cache_bytes
+                       flashinfer_sampler_env=False)  # fmt: skip
+    assert env.budget is not None and env.budget.sampler == "sort"
+    assert env.kv_cache_bytes < plan.kv_cache_bytes
+    pip = plan_offline(load_model_preset("qwen3-8b"), device="a100-80gb", engine_version="0.10.1",
+                       sampler="sort")  # fmt: skip
+    assert pip.kv_cache_bytes == env.kv_cache_bytes
 
 
 def test_releases_with_the_triton_sampler_hold_less_and_charge_graphs() -> None:
     config = load_model_preset("llama-3.1-8b")
     old = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
-                        settings=StartupSettings(engine_version="0.11.0"))  # fmt: skip
+                        settings=StartupSettings(engine_version="0.11.1"))  # fmt: skip
     new = VLLM.estimate(config, total_memory=H100, device_name="h100-80gb",
                         settings=StartupSettings(engine_version="0.17.0"))  # fmt: skip
     assert new.sampler == "triton" and old.sampler == "sort"

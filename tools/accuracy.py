@@ -150,8 +150,9 @@ def render(rows: list[Replayed], defaults: list[Replayed] | None = None) -> str:
             n, med, _worst, within = summary(defaults, "kv_cache", v1_only=True, held_out=held)
             parts.append(f"{label}: within 5% on {within} of {n}, median {100 * med:.1f}%")
         out += [
-            f"The dummy sampler's top-k/top-p path is taken from the log where it names one "
-            f"({named} cases, `sampler_evidence` in cases.json). With each release's default "
+            f"The dummy sampler's top-k/top-p path is taken from the log where it names one, or "
+            f"from its activation figure ({named} cases, `sampler_evidence` in cases.json). With "
+            f"each release's default "
             f"instead (what `memacct plan` charges without `--sampler`), the KV cache is "
             f"{'; '.join(parts)}.",
             "",
@@ -203,7 +204,9 @@ def render(rows: list[Replayed], defaults: list[Replayed] | None = None) -> str:
         "the log does not give the figure, or memacct cannot replay it (the note says why).",
         "dev: the case shaped a constant (see above). sampler: the dummy sampler's top-k/top-p",
         "path charged (`docs/engines.md`), `(log)` where the log names it (the line is quoted",
-        "in cases.json, `sampler_evidence`), else the release's default.",
+        "in cases.json, `sampler_evidence`), `(activation)` where the log names none but its",
+        "activation figure is one path's and not the other's (the arithmetic is in",
+        "`sampler_evidence`), else the release's default.",
         "",
         "| case | dev | engine | device | TP | sampler | weights | activation | non-torch "
         "| CUDA graphs | KV cache | tokens | concurrency | note |",
@@ -249,10 +252,15 @@ def render(rows: list[Replayed], defaults: list[Replayed] | None = None) -> str:
         "  the six logs print \"Using FlashInfer for top-p & top-k sampling\"; the sixth (two",
         "  A100 40GB over Ray) warns that FlashInfer is not available and falls back to",
         "  PyTorch. Charged with the path each log names (`sampler` in cases.json), memacct's",
-        "  KV figure is 0.2-3.2% low on all six; with vLLM 0.10's default for a pip install",
-        "  (the sort, 1.38 GiB for 256 sequences of a 152k vocabulary against FlashInfer's",
-        "  0.51 GiB) it was 2.5-18% low on the five FlashInfer logs (18% at utilization 0.25,",
-        "  where the KV cache is small). What remains is under TP 2 on one node (-3.2% at",
+        "  KV figure is 0.2-3.2% low on all six. Without `--sampler` memacct now charges what",
+        "  0.9-0.11.0 take in their `vllm/vllm-openai` image, FlashInfer (the sampler uses it",
+        "  whenever flashinfer imports; the wheel lists it only as an extra, the image installs",
+        "  it: `FLASHINFER_WHEN_INSTALLED`, memacct/engines/vllm/releases.py); with a pip",
+        "  install's sort (1.38 GiB for 256 sequences of a 152k vocabulary against FlashInfer's",
+        "  0.51 GiB) these five were 2.5-18% low. The llm-d 0.11.0 logs are the other install:",
+        "  their activation is the sort's (38 bytes per logit), so they are replayed with it",
+        "  (`(activation)`), and with the image's default they are the V1 misses of the",
+        "  default-sampler figures above. What remains is under TP 2 on one node (-3.2% at",
         "  0.25, -1.2% at 0.5: 0.38 GiB): the TP non-torch figure (0.55 GiB) was measured on",
         "  H100 with NVLink; these A100s may hold less. The KV error carries into tokens and",
         "  concurrency one for one, while the KV manager reproduces all six logs' tokens and",

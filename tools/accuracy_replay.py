@@ -229,7 +229,11 @@ def replay(
     estimated["non_torch"] = est.non_allocator_increase / GIB
     estimated["cudagraph"] = est.cudagraph_memory / GIB if est.cudagraph_charged else None
     estimated["kv_cache"] = est.kv_cache_bytes / GIB
-    sampler = est.sampler + (" (log)" if logged_sampler and case.get("sampler") else "")
+    sampler = est.sampler
+    if logged_sampler and case.get("sampler"):
+        # Named by a log line, or read off the logged activation where the log prints none.
+        named = str(case.get("sampler_evidence", "")).startswith("log")
+        sampler += " (log)" if named else " (activation)"
     if s["max_model_len"] and est.kv_cache_bytes > 0:
         # What `memacct plan` reports: the estimated budget through the engine's KV manager.
         plan = _kv_plan(spec, case, est.kv_cache_bytes, est.max_num_batched_tokens,

@@ -185,8 +185,8 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     """:func:`plan_offline` of a config already read."""
     from memacct.engines import get_engine
     from memacct.engines.deployment import serve_deployment
-    from memacct.engines.vllm.releases import check_sampler
     from memacct.engines.vllm.defaults import serving_kv_cache_dtype
+    from memacct.engines.vllm.releases import check_sampler
     from memacct.model.weights.estimate import estimate_weights
     from memacct.planner.capability import check_loadable
     from memacct.planner.plan import plan_kv_cache

@@ -15,6 +15,7 @@ from memacct.units import GiB, MiB
 __all__ = [
     "ALLREDUCE_FUSION_SINCE",
     "FLASHINFER_SAMPLER_DEFAULT_SINCE",
+    "FLASHINFER_WHEN_INSTALLED",
     "NON_TORCH_TP1_BYTES",
     "NON_TORCH_TP1_BYTES_0_18",
     "NON_TORCH_TP1_RISE_SINCE",
@@ -33,7 +34,9 @@ __all__ = [
     "device_class",
     "flashinfer_allreduce_workspace_bytes",
     "non_torch_bytes",
+    "parse_release",
     "parse_version",
+    "sampler_note",
 ]
 
 VERSION = "0.33"
@@ -66,9 +69,22 @@ No sort, no int64 indices."""
 FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21)
 """``VLLM_USE_FLASHINFER_SAMPLER`` defaults to on from vLLM 0.21 (``vllm/envs.py``;
 vllm-project/vllm#40376), where FlashInfer is a dependency (``requirements/cuda.txt``) and
-the GPU's compute capability is 7.5-12.1. In 0.9-0.11.0 vLLM sampled with FlashInfer
-whenever it was installed (it was an optional extra, but vLLM's Docker image installs it);
-0.11.1-0.20 only with ``VLLM_USE_FLASHINFER_SAMPLER=1`` (vllm-project/vllm#26859)."""
+the GPU's compute capability is 7.5-12.1. 0.11.1-0.20 sample with FlashInfer only with
+``VLLM_USE_FLASHINFER_SAMPLER=1`` (vllm-project/vllm#26859) although the wheel requires
+``flashinfer-python`` from 0.11.1 on; 0.9-0.11.0: :data:`FLASHINFER_WHEN_INSTALLED`."""
+
+FLASHINFER_WHEN_INSTALLED = ((0, 9, 0), (0, 11, 0))
+"""The releases (first, last) whose V1 sampler takes FlashInfer whenever ``flashinfer.sampling``
+imports and the variable is unset (``TopKTopPSampler.__init__`` in
+``vllm/v1/sample/ops/topk_topp_sampler.py`` of 0.10.1.1 and 0.11.0: ``None`` reads as on,
+logging "Using FlashInfer for top-p & top-k sampling."; the dummy run's top-k and top-p
+tensors and empty ``generators`` keep ``forward_cuda`` on FlashInfer's kernel). Their wheels
+list flashinfer only as the ``flashinfer`` extra (``Requires-Dist: flashinfer-python==0.2.11;
+extra == "flashinfer"`` in 0.10.1.1, ``==0.3.1`` in 0.11.0), while the release's image
+``vllm/vllm-openai`` installs it (``docker/Dockerfile``; flashinfer-ai/flashinfer#1180 shows
+the image logging the line and ``lmcache/vllm-openai``, built without it, falling back).
+memacct takes the image as the default install: FlashInfer on an NVIDIA GPU; a pip install
+without the extra samples with the sort (``--sampler sort``)."""
 
 NON_TORCH_TP1_BYTES = round(0.13 * GiB)
 """Non-torch growth after vLLM's baseline on one GPU before 0.18 (kernel modules loaded on
@@ -127,6 +143,16 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def parse_release(text: str | None) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a release string; a patch that is not a number (``0.11.x``) or
+    is missing reads as 0, the minor's first release. None where :func:`parse_version` is."""
+    version = parse_version(text)
+    if version is None or text is None:
+        return None
+    match = re.match(r"\s*v?\d+\.\d+\.(\d+)", text)
+    return (*version, int(match.group(1)) if match else 0)
+
+
 def allreduce_fusion_on(version: tuple[int, int] | None, tensor_parallel_size: int,
                         device_name: str) -> bool:
     """Whether vLLM turns its all-reduce + RMSNorm fusion on by default
@@ -178,21 +204,25 @@ def default_sampler(
     *,
     flashinfer_env: bool | None = None,
     device_name: str = "",
+    release: str | None = None,
 ) -> str:
     """The top-k/top-p path vLLM's dummy sampler takes by default in a release (:data:`SAMPLERS`).
 
     ``vllm/v1/sample/ops/topk_topp_sampler.py`` (``TopKTopPSampler.__init__``) and
-    ``vllm/envs.py`` per release:
+    ``vllm/envs.py`` per release, with the release's default install:
 
     * 0.8.x: the sort (its check turns FlashInfer off for flashinfer 0.2.3 and later);
-    * 0.9-0.11.0: FlashInfer when the ``flashinfer`` package is installed, which a pip
-      install of vLLM does not do (an optional extra): the sort;
+    * 0.9.0-0.11.0: FlashInfer, which the release's ``vllm/vllm-openai`` image installs
+      (:data:`FLASHINFER_WHEN_INSTALLED`; a bare ``pip install vllm`` lacks it: the sort);
     * 0.11.1-0.16: the sort; 0.17-0.20: the Triton kernel (FlashInfer is opt-in);
     * 0.21 on: FlashInfer (on by default, a dependency) on NVIDIA GPUs; the Triton
       kernel on AMD (ROCm takes the native path unless AITER is on);
     * 0.33: the Triton kernel also on a preset FlashInfer's sampler refuses
       (:attr:`memacct.devices.DeviceInfo.flashinfer_sampler`: T4, V100, Jetson AGX Orin),
       and ``VLLM_USE_FLASHINFER_SAMPLER=1`` there is refused, as vLLM raises.
+
+    On AMD GPUs (``current_platform.is_cuda()`` is false on ROCm) every release before 0.17
+    takes the sort.
 
     Args:
         version: the release, ``(major, minor)``; ``None``: memacct's :data:`VERSION`.
@@ -201,9 +231,13 @@ def default_sampler(
             0.9-0.11.0 it must also be installed); ``0`` the native path.
         device_name: the device's name; AMD devices (a preset of vendor ``amd``, or a name
             ``mi…``) take the native path.
+        release: the release as written (``0.11.1``), for the rules that changed within a
+            minor (0.11.0 to 0.11.1); ``None`` or no patch: the minor's first release.
     """
     version = version or parse_version(VERSION)
     assert version is not None
+    full = parse_release(release) if parse_version(release) == version else None
+    full = full or (*version, 0)
     native = "triton" if version >= TRITON_SAMPLER_SINCE else "sort"
     from memacct.devices import DEVICE_INFO
 
@@ -222,7 +256,26 @@ def default_sampler(
         return native
     if flashinfer_env is True:
         return "flashinfer"
-    return "flashinfer" if version >= FLASHINFER_SAMPLER_DEFAULT_SINCE else native
+    first, last = FLASHINFER_WHEN_INSTALLED
+    if first <= full <= last or version >= FLASHINFER_SAMPLER_DEFAULT_SINCE:
+        return "flashinfer"
+    return native
+
+
+def sampler_note(sampler: str, version: tuple[int, int], flashinfer_env: bool | None = None,
+                 release: str | None = None) -> str:
+    """One line saying which top-k/top-p path is charged, why, and how to change it."""
+    name = release or ".".join(map(str, version))
+    if flashinfer_env is not None:
+        why = f"VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer_env)}"
+    else:
+        why = f"vLLM {name}'s default"
+        full = parse_release(release) or (*version, 0)
+        first, last = FLASHINFER_WHEN_INSTALLED
+        if first <= full <= last and sampler == "flashinfer":
+            why += (" with its vllm/vllm-openai image, which installs flashinfer; a pip install"
+                    " without the flashinfer extra takes the sort (--sampler sort)")
+    return f"{sampler} ({why}); --sampler if the engine's log names another path"
 
 
 def check_sampler(sampler: str | None) -> str | None:
