@@ -90,8 +90,8 @@ VLLM: tuple[Pattern, ...] = (
     _p(rf"kv_cache_size=(?P<kv_cache_bytes>{_N}) ?GiB"),
     # Only the profiling block's own print (0.6.4: after kv_cache_size=; 0.6.5: the table),
     # never a command line's or a config line's setting.
-    _p(r"(?:kv_cache_size=\S+ |^)gpu_memory_utilization(?:=|\s+)"
-       r"(?P<gpu_memory_utilization>\d\.\d+)\b", ""),
+    _p(r"(?:kv_cache_size=\S+ gpu_memory_utilization=|^gpu_memory_utilization\s+)"
+       r"(?P<gpu_memory_utilization>\d\.\d+)\s*$", ""),
     _p(rf"the current vLLM instance can use\s+(?P<requested_memory>{_N}) ?GiB"),
     _p(rf"available_kv_cache_memory\s+(?P<kv_cache_bytes>{_N}) ?GiB"),
     _p(rf"Available KV cache memory: (?P<kv_cache_bytes>{_N}) ?GiB"),
@@ -151,12 +151,12 @@ ERRORS: tuple[Pattern, ...] = (
 """The refusals: the engine says which figure stopped it."""
 
 VERSIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("vllm", re.compile(r"vLLM API server version v?(?P<v>\d+\.\d+[\w.+\-]*)")),
-    ("vllm", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(?P<v>\d+\.\d+[\w.+\-]*)\)")),
-    ("vllm", re.compile(r"vllm/vllm-openai:v(?P<v>\d+\.\d+[\w.\-]*)")),
-    ("vllm-ascend", re.compile(r"vllm-ascend:v(?P<v>\d+\.\d+[\w.\-]*)")),
-    ("vllm-mindspore", re.compile(r"vllm[-_]mindspore[=: ]+v?(?P<v>\d+\.\d+[\w.\-]*)")),
-    ("sglang", re.compile(r"lmsysorg/sglang:v(?P<v>\d+\.\d+[\w.\-]*)")),
-    ("sglang", re.compile(r"sglang(?:==| version:? )v?(?P<v>\d+\.\d+[\w.\-]*)")),
+    ("vllm", re.compile(r"vLLM API server version v?(?P<v>\d+\.\d+[\w.+]*)")),
+    ("vllm", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(?P<v>\d+\.\d+[\w.+]*)\)")),
+    ("vllm", re.compile(r"vllm/vllm-openai:v(?P<v>\d+\.\d+[\w.]*)")),
+    ("vllm-ascend", re.compile(r"vllm-ascend:v(?P<v>\d+\.\d+[\w.]*)")),
+    ("vllm-mindspore", re.compile(r"vllm[-_]mindspore[=: ]+v?(?P<v>\d+\.\d+[\w.]*)")),
+    ("sglang", re.compile(r"lmsysorg/sglang:v(?P<v>\d+\.\d+[\w.]*)")),
+    ("sglang", re.compile(r"sglang(?:==| version:? )v?(?P<v>\d+\.\d+[\w.]*)")),
 )
 """Where a log names its release: vLLM's own lines, the container image, ``pip`` pins."""

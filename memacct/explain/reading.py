@@ -18,7 +18,8 @@ from memacct.explain.patterns import ERRORS, SGLANG, VERSIONS, VLLM, Pattern
 from memacct.explain.settings import read_settings
 from memacct.explain.text import Figure, Line, clean_lines, figure
 
-__all__ = ["LOGGED_TERMS", "Found", "LogReading", "NoMemoryLinesError", "read_log"]
+__all__ = ["LOGGED_TERMS", "Found", "LogReading", "NoMemoryLinesError", "Setup", "read_log",
+           "read_setup"]
 
 LOGGED_TERMS = ("weights_memory", "activation_peak", "non_allocator_increase",
                 "cudagraph_memory", "kv_cache_bytes", "num_tokens", "num_blocks",
@@ -205,6 +206,30 @@ _DEVICE = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a log says before any memory figure: engine, release, era, settings, device."""
+
+    engine: str
+    engine_version: str | None
+    era: str | None
+    settings: dict[str, Any]
+    settings_from: tuple[str, ...]
+    device: str | None
+
+
+def read_setup(text: str) -> Setup:
+    """The engine, release, vLLM era, settings and device a log states (no figures)."""
+    lines = clean_lines(text)
+    engine = detect_engine(text)
+    settings, sources = read_settings([line.text for line in lines], text)
+    if re.search(r"Using FlashInfer for top-p & top-k sampling", text):
+        settings.setdefault("sampler", "flashinfer")
+    device = _DEVICE.search(text)
+    return Setup(engine, _version(text, engine), _era(text, engine), settings, tuple(sources),
+                 None if device is None else device.group("name").strip())  # fmt: skip
+
+
 def read_log(text: str, name: str = "log") -> LogReading:
     """Read a start-up log.
 
@@ -217,24 +242,23 @@ def read_log(text: str, name: str = "log") -> LogReading:
             the engine prints and how to get them.
     """
     lines = clean_lines(text)
-    engine = detect_engine(text)
+    setup = read_setup(text)
+    engine = setup.engine
     patterns = SGLANG if engine == "sglang" else VLLM
     found = _match(patterns + ERRORS, lines)
     if not any(item.name in _MEMORY_FIGURES for item in found):
-        raise NoMemoryLinesError(_missing(name, engine, text))
+        raise NoMemoryLinesError(_missing(name, setup, text))
     figures = _choose(found)
     pools = 0
     if engine == "sglang":
         figures, pools = _sglang_pool(figures, found)
-    settings, sources = read_settings([line.text for line in lines], text)
-    device = _DEVICE.search(text)
     refusal = next((line.text for line in lines if re.search(
         r"ValueError|RuntimeError|larger than the maximum number of tokens|No available memory "
         r"for the cache blocks|Insufficient|leave no GPU memory", line.text)), None)  # fmt: skip
     return LogReading(
-        name=name, engine=engine, engine_version=_version(text, engine),
-        era=_era(text, engine), settings=settings, settings_from=tuple(sources),
-        device=None if device is None else device.group("name").strip(), figures=figures,
+        name=name, engine=engine, engine_version=setup.engine_version, era=setup.era,
+        settings=setup.settings, settings_from=setup.settings_from, device=setup.device,
+        figures=figures,
         found=tuple(found), ranks=tuple(sorted({i.rank for i in found if i.rank is not None})),
         kv_pools=pools, refusal=refusal,
     )  # fmt: skip
@@ -260,7 +284,8 @@ def _sum(a: str, b: str) -> str:
     return str(Decimal(a) + Decimal(b))
 
 
-def _missing(name: str, engine: str, text: str) -> str:
+def _missing(name: str, setup: Setup, text: str) -> str:
+    engine = setup.engine
     what = ("no memory lines: SGLang prints 'Load weight end. ... mem usage=X GB', 'KV Cache is "
             "allocated. #tokens: N, K size: ...' and 'max_total_num_tokens=N' at start"
             if engine == "sglang" else
@@ -269,4 +294,8 @@ def _missing(name: str, engine: str, text: str) -> str:
             "KV Cache is X GiB'), 'GPU KV cache size: N tokens' at start")  # fmt: skip
     empty = ("it is empty" if not text.strip() else
              "paste the log from the start up to the first request")
-    return f"{name}: {what}; {empty}"
+    known = ""
+    if setup.settings or setup.engine_version:
+        release = f" {setup.engine_version}" if setup.engine_version else ""
+        known = f" (read: {engine}{release}, {len(setup.settings)} settings)"
+    return f"{name}{known}: {what}; {empty}"
