@@ -13,6 +13,7 @@ import pytest
 from memacct.cli import main
 from memacct.engines.spellings import normalize_argv, parse_engine_int
 from memacct.errors import InvalidInputError
+from memacct.planner import load_model_preset
 from memacct.planner.offline import plan_capacity, plan_offline
 
 _FIGURES = ("kv_cache_bytes", "num_blocks", "max_model_len", "max_num_batched_tokens",
@@ -131,10 +132,11 @@ def test_a_revision_given_twice_names_both_flags(capsys: pytest.CaptureFixture[s
 
 
 def test_plan_capacity_takes_the_clis_comma_lists() -> None:
-    rows = plan_capacity("qwen2.5-7b", devices="h100,l4", tensor_parallel_sizes="1,2")
+    cfg = load_model_preset("qwen2.5-7b")
+    rows = plan_capacity(cfg, devices="h100,l4", tensor_parallel_sizes="1,2")
     assert [(row.device, row.tensor_parallel_size) for row in rows] == [
         ("h100-80gb", 1), ("h100-80gb", 2), ("l4-24gb", 1), ("l4-24gb", 2)]
-    single = plan_capacity("qwen2.5-7b", devices="l4", tensor_parallel_sizes=2)
+    single = plan_capacity(cfg, devices="l4", tensor_parallel_sizes=2)
     assert [(row.device, row.tensor_parallel_size) for row in single] == [("l4-24gb", 2)]
 
 
@@ -145,7 +147,8 @@ def test_plan_capacity_takes_the_clis_comma_lists() -> None:
 )  # fmt: skip
 def test_plan_capacity_refuses_what_is_not_a_list(devices: Any, degrees: Any, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
-        plan_capacity("qwen2.5-7b", devices=devices, tensor_parallel_sizes=degrees)
+        plan_capacity(load_model_preset("qwen2.5-7b"), devices=devices,
+                      tensor_parallel_sizes=degrees)
 
 
 def test_plan_offline_takes_the_serve_settings_the_cli_takes(

@@ -3,6 +3,7 @@ resources. Each emitted command, read back by ``memacct plan`` itself, plans the
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 from typing import Any
@@ -97,7 +98,7 @@ def test_the_vllm_line_carries_every_setting_that_moves_memory(
                                  "--emit", "vllm"])  # fmt: skip
     words = shlex.split(command)
     assert words[:3] == ["vllm", "serve", "llama-3.1-8b"]
-    pairs = dict(zip(words, words[1:], strict=False))
+    pairs = dict(itertools.pairwise(words))
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--max-model-len"] == "8192"
     assert pairs["--max-lora-rank"] == "32" and pairs["--quantization"] == "fp8"
     assert pairs["--gpu-memory-utilization"] == "0.9" and "--enable-lora" in words
@@ -112,7 +113,7 @@ def test_the_sglang_line_is_spelt_as_sglang_spells_it(capsys: pytest.CaptureFixt
                                "8192", "--emit", "sglang"])  # fmt: skip
     words = shlex.split(command)
     assert words[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "qwen2.5-7b"]
-    pairs = dict(zip(words, words[1:], strict=False))
+    pairs = dict(itertools.pairwise(words))
     assert pairs["--tp-size"] == "1" and pairs["--context-length"] == "8192"
     assert pairs["--mem-fraction-static"] == "0.85" and "--max-running-requests" in pairs
     assert "--gpu-memory-utilization" not in words and "--max-model-len" not in words

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -318,8 +318,8 @@ class CapacityRow:
 
 def plan_capacity(
     config: Mapping[str, Any],
-    devices: tuple[str, ...],
-    tensor_parallel_sizes: tuple[int, ...],
+    devices: str | Sequence[str],
+    tensor_parallel_sizes: int | str | Sequence[int],
     options: PlanOptions | None = None,
     **kwargs: Any,
 ) -> list[CapacityRow]:
