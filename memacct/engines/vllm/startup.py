@@ -33,13 +33,20 @@ measurements of each term are in ``docs/engines.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from memacct.checks import check_batch_budget, check_fraction, check_int
-from memacct.engines.base import StartupModel, StartupRequest
+from memacct.engines.base import StartupEstimate, StartupModel, StartupRequest, StartupSettings
 from memacct.engines.deployment import Deployment
 from memacct.engines.forward import ForwardPass
+from memacct.engines.vllm.defaults import (
+    GRAPH_BYTES_PER_LAYER_WIDTH,
+    batch_defaults,
+    capture_sizes,
+    full_capture_sizes,
+    serving_kv_cache_dtype,
+)
 from memacct.engines.vllm.multimodal import has_encoder as is_multimodal
 from memacct.engines.vllm.releases import (
     SAMPLER_BYTES_PER_LOGIT,
@@ -55,150 +62,19 @@ from memacct.engines.vllm.releases import (
 )
 from memacct.model.config import _Config
 from memacct.model.spec import KVCacheSpec
-from memacct.model.weights.estimate import WeightEstimate, estimate_weights, mxfp4_padding
+from memacct.model.weights.estimate import estimate_weights, mxfp4_padding
 from memacct.trace import trace_peak
-from memacct.units import GiB
 
 __all__ = [
     "CUDAGRAPH_CHARGED_SINCE",
-    "LARGEST_BATCH_TIER_SINCE",
-    "StartupEstimate",
-    "StartupSettings",
+    "STARTUP",
+    "BatchDefaults",
     "VllmStartup",
-    "batch_defaults",
-    "capture_sizes",
-    "full_capture_sizes",
-    "serving_kv_cache_dtype",
-    "trace_peak",
+    "with_settings",
 ]
 
 CUDAGRAPH_CHARGED_SINCE = (0, 21)
 """vLLM charges its CUDA-graph estimate by default since v0.21.0 (its start-up log says so)."""
-
-GRAPH_BYTES_PER_LAYER_WIDTH = 36
-"""Per captured graph, bytes per (layer x hidden unit): its kernels' parameter buffers and
-the outputs it keeps. Qwen3-0.6B (28 x 1024) grew 0.10 GiB capturing 102 graphs in vLLM 0.11;
-vLLM 0.21 estimated 0.52 GiB for Qwen3-8B (36 x 4096) and 86 graphs: 35-40 bytes each."""
-
-
-LARGEST_BATCH_TIER_SINCE = (0, 28)
-"""vLLM's batch-default tier for devices of at least 160 GiB (``arg_utils.py``, "for GPUs
-like B200/B300 with >= 160GB memory"): in 0.33's wheel; added in 0.28.0 (not in 0.27.0)."""
-
-
-def batch_defaults(total_memory: int, device_name: str,
-                   version: tuple[int, int] | None = None) -> tuple[int, int]:
-    """``vllm serve``'s (max_num_batched_tokens, max_num_seqs) for a device.
-
-    ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``): 16384 tokens and
-    1024 sequences on a device of at least 160 GiB (B200, B300, MI300X; from
-    :data:`LARGEST_BATCH_TIER_SINCE`, ``version`` ``None``: :data:`VERSION`), 8192 and 1024
-    on one of at least 70 GiB that is not an A100 (H100, H200), else 2048 and 256. A DGX
-    Spark (GB10, compute capability 12.1, as its preset records it) stays on the small tier.
-    """
-    from memacct.devices import DEVICE_INFO
-
-    info = DEVICE_INFO.get(device_name)
-    gb10 = info is not None and info.compute_capability == (12, 1)
-    newest = version is None or version >= LARGEST_BATCH_TIER_SINCE
-    if newest and total_memory >= 160 * GiB:
-        return 16384, 1024
-    if total_memory >= 70 * GiB and "a100" not in device_name.lower() and not gb10:
-        return 8192, 1024
-    return 2048, 256
-
-
-def capture_sizes(max_num_seqs: int) -> list[int]:
-    """The batch sizes vLLM captures piecewise CUDA graphs for by default.
-
-    1, 2, 4, then every 8 up to 256 and every 16 above, up to
-    ``min(2 x max_num_seqs, 512)`` (``vllm/config/compilation.py``). vLLM logs them as
-    "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)".
-    """
-    largest = min(2 * max_num_seqs, 512)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
-    return [s for s in sizes if s <= largest]
-
-
-def full_capture_sizes(max_num_seqs: int) -> list[int]:
-    """The decode batch sizes captured as full graphs (``FULL_AND_PIECEWISE``, the default).
-
-    The piecewise sizes that do not exceed ``max_num_seqs`` (a decode step has one
-    token per request): 35 sizes for 256 sequences, as vLLM logs them.
-    """
-    return [s for s in capture_sizes(max_num_seqs) if s <= max_num_seqs]
-
-
-@dataclass(frozen=True)
-class StartupSettings:
-    """The engine settings a start-up depends on (``None``: the engine's default)."""
-
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_num_seqs: int | None = None
-    enforce_eager: bool = False
-    kv_cache_dtype: str = "auto"
-    block_size: int = 16
-    charge_cudagraphs: bool | None = None
-    mxfp4_layout: str | None = None
-    engine_version: str | None = None
-    sampler: str | None = None
-    """The dummy sampler's top-k/top-p path (:data:`SAMPLERS`); ``None``: the release's
-    default (:func:`default_sampler`)."""
-    flashinfer_sampler_env: bool | None = None
-    """``VLLM_USE_FLASHINFER_SAMPLER`` as the engine sees it (``None``: unset); used only
-    when ``sampler`` is ``None``."""
-    deployment: Deployment | None = None
-    """The ``vllm serve`` settings beyond these (quantization, LoRA, speculative decoding,
-    expert/data/pipeline parallelism, CPU offload, multimodal limits); ``None``: defaults."""
-
-
-@dataclass(frozen=True)
-class StartupEstimate:
-    """One rank right before the KV cache is allocated, and the KV budget the engine computes.
-
-    All sizes in bytes. ``kv_cache_bytes`` may be negative: the engine then
-    refuses to start.
-    """
-
-    engine: str
-    version: str
-    total_memory: int
-    gpu_memory_utilization: float
-    requested_memory: int
-    activation_peak: int
-    non_allocator_increase: int
-    cudagraph_memory: int
-    cudagraph_charged: bool
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    weights: WeightEstimate
-    notes: tuple[str, ...] = field(default=())
-    sampler: str = ""
-    """The top-k/top-p path charged for the dummy sampler run (:data:`SAMPLERS`; vllm-ascend:
-    ``native``; ``""``: the engine has no such choice)."""
-    kv_spec: KVCacheSpec | None = None
-    """The KV-cache spec the engine builds when it differs from the model's own (a drafter's
-    layers in the pool, a pipeline stage's layers); ``None``: the model's."""
-
-    @property
-    def weights_memory(self) -> int:
-        """The weights on this rank."""
-        return self.weights.total_bytes
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        """The engine's KV budget: the requested memory less everything else it holds."""
-        return self.requested_memory - self.non_kv_cache_memory
-
-    @property
-    def non_kv_cache_memory(self) -> int:
-        """Weights + activation peak + non-torch growth (+ graphs where charged)."""
-        graphs = self.cudagraph_memory if self.cudagraph_charged else 0
-        return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
-
 
 class BatchDefaults(StartupModel):
     """``defaults``: vLLM's per-device batch defaults (:func:`batch_defaults`), which SGLang's
@@ -324,9 +200,10 @@ class VllmStartup(BatchDefaults):
             sampler=sampler if self.cuda_sampler else "native",
         )
 
-    def _workload(
+    def workload(
         self, config: Mapping[str, Any] | _Config, spec: KVCacheSpec, tokens: int, seqs: int
     ) -> ForwardPass:
+        """The dummy forward pass over ``tokens`` tokens in at most ``seqs`` sequences."""
         return ForwardPass(spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
     def sampler_note(
@@ -381,7 +258,7 @@ class VllmStartup(BatchDefaults):
         sampler: str | None = None,
     ) -> int:
         """The profile run's peak: the larger of the forward pass and the sampler after it."""
-        work = self._workload(config, spec, tokens, seqs)
+        work = self.workload(config, spec, tokens, seqs)
         forward = trace_peak(work.step_trace(tokens, min(seqs, tokens)))
         hidden = tokens * spec.hidden_size * (spec.dtype_bytes or 2)
         # The dummy run has one request per token at most: min(max_num_seqs, tokens) rows.
@@ -407,31 +284,11 @@ class VllmStartup(BatchDefaults):
         sizes = capture_sizes(seqs)
         graphs = len(sizes) + len(full_capture_sizes(seqs))
         largest = min(max(sizes), tokens)
-        work = self._workload(config, spec, max(tokens, largest), max(seqs, largest))
+        work = self.workload(config, spec, max(tokens, largest), max(seqs, largest))
         pool = trace_peak(work.forward_trace(largest, largest))
         per_graph = GRAPH_BYTES_PER_LAYER_WIDTH * spec.num_layers * spec.hidden_size
         return pool + graphs * per_graph
 
-
-def serving_kv_cache_dtype(config: Mapping[str, Any] | _Config, kv_cache_dtype: str) -> str:
-    """vLLM's ``auto`` for a config that names no dtype: it serves such models in bfloat16."""
-    if kv_cache_dtype.strip().lower() != "auto":
-        return kv_cache_dtype
-    cfg = _Config.of(config, "config.json")
-    if cfg.get("torch_dtype") is None and cfg.get("dtype") is None:
-        quant = cfg.get("quantization_config")
-        if isinstance(quant, Mapping) and quant.get("kv_cache_quant_algo"):
-            return kv_cache_dtype
-        return "bfloat16"
-    if str(cfg.get("torch_dtype") or cfg.get("dtype")).lower() in (
-        "float32",
-        "torch.float32",
-    ):
-        return "bfloat16"
-    return kv_cache_dtype
-
-
-_kv_dtype = serving_kv_cache_dtype  # the name tools/accuracy.py and older callers use
 
 STARTUP = VllmStartup()
 """vLLM's start-up model, for ``Engine(startup=...)``."""
