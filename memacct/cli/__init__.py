@@ -70,12 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    from memacct.cli.streams import guarded_stdout
+
     try:
-        code = app.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="memacct",
-            standalone_mode=False,
-        )
+        with guarded_stdout():  # an output that cannot be written is a one-line error too
+            code = app.main(
+                args=list(argv) if argv is not None else None,
+                prog_name="memacct",
+                standalone_mode=False,
+            )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
