@@ -97,8 +97,9 @@ VLLM: tuple[Pattern, ...] = (
     _p(rf"Available KV cache memory: (?P<kv_cache_bytes>{_N}) ?GiB"),
     _p(rf"Total non KV cache memory: (?P<non_kv_cache_memory>{_N}) ?GiB"),
     _p(rf"Free memory on device \((?P<free_memory_at_start>{_N})/(?P<total_memory>{_N}) GiB\)"
-       rf" on startup\. Desired GPU memory utilization is \((?P<gpu_memory_utilization>{_N}),"
-       rf" (?P<requested_memory>{_N}) GiB\)", gpu_memory_utilization=""),
+       rf" on startup(?:\. Desired| is less than desired) GPU memory utilization(?: is)? "
+       rf"\((?P<gpu_memory_utilization>{_N}), (?P<requested_memory>{_N}) GiB\)",
+       gpu_memory_utilization=""),
     _p(rf"Actual usage(?: is|:) (?P<weights_memory>{_N}) GiB for weights?, "
        rf"(?P<activation_peak>{_N}) GiB for peak activation, (?P<non_allocator_increase>{_N})"
        rf" GiB for non-torch memory(?:, (?:and )?(?P<cudagraph_memory>{_N}) GiB for "
@@ -117,6 +118,11 @@ VLLM: tuple[Pattern, ...] = (
        rf"(?P<cudagraph_memory_u>{_U})"),
     _p(rf"Estimated CUDA graph memory: (?P<cudagraph_estimate>{_N}) ?"
        rf"(?P<cudagraph_estimate_u>{_U})"),
+    _p(rf"CUDA graph pool memory: (?P<cudagraph_memory>{_N}) GiB \(actual\), "
+       rf"(?P<cudagraph_estimate>{_N}) GiB \(estimated\)"),
+    _p(rf"The current --gpu-memory-utilization=(?P<gpu_memory_utilization>{_N}) is equivalent",
+       ""),
+    _p(r"with num_gpu_blocks_override=(?P<num_blocks>\d+)", ""),
     _p(r"Using max model len (?P<max_model_len>\d+)", ""),
     _p(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<max_num_batched_tokens>\d+)",
        ""),
@@ -140,6 +146,9 @@ SGLANG: tuple[Pattern, ...] = (
 )
 
 ERRORS: tuple[Pattern, ...] = (
+    # torch's out-of-memory message names the device's total (any engine).
+    _p(rf"total capacity of (?P<total_memory>{_N}) (?P<total_memory_u>{_U}) of which "
+       rf"(?P<free_memory_at_oom>{_N}) (?P<free_memory_at_oom_u>{_U}) is free"),
     _p(r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens "
        r"that can be stored in KV cache \((?P<num_tokens>\d+)\)", ""),
     _p(rf"max seq len \((?P<max_model_len>\d+)\), \((?P<kv_cache_needed>{_N}) GiB KV cache is "

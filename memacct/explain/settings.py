@@ -56,7 +56,7 @@ _BOOLEAN_FLAGS = {"enforce_eager", "trust_remote_code", "enable_prefix_caching",
                   "enable_chunked_prefill", "disable_log_requests", "enable_dp_attention",
                   "skip_mm_profiling", "disable_custom_all_reduce"}  # fmt: skip
 _COMMAND = re.compile(
-    r"(?:vllm\s+serve|vllm\.entrypoints\.\S+|sglang\.launch_server|sglang\s+serve|"
+    r"(?:vllm\s+serve|vllm\s+bench\s+\w+|vllm\.entrypoints\.\S+|sglang\.launch_server|sglang\s+serve|"
     r"sglang\.bench_\w+|sglang_router\.launch_server)(?P<args>.*)"
 )
 _ASSIGNED = re.compile(

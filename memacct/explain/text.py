@@ -33,17 +33,21 @@ _PREFIX = re.compile(
     r"""^\s*(?:
         \[\d{4}-\d\d-\d\d[ T][\d:.,]+Z?
           (?:\s+(?P<rank1>(?:DP\d+\s+|PP\d+\s+|EP\d+\s+)*TP\d+)[^\]]*)?\]
-      | \((?P<proc>[\w\-]+)(?:\s+pid=\d+)?\)
+      | \((?P<proc>[\w\-]+(?:[\s,]+(?:pid|rank|ip)=[\w.:\-]+)*)\)
       | \[(?P<rank2>(?:DP\d+\s+)?TP\d+)\]
       | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.,]+
           (?:\s+\[[^\]]+\]|\s+[\w./]+\.py:\d+\])?
       | \d{4}-\d\d-\d\d\s+[\d:,.]+\s+-\s+\w+\s+-\s+[\w./]+:\d+\s+-
+      | (?:DEBUG|INFO|WARNING|WARN|ERROR)(?:\s+\[[\w./]+:\d+\])?(?=\s)
       | (?:DEBUG|INFO|WARNING|ERROR):[\w.]+:
-      | \$\s
+      | \d{4}-\d\d-\d\dT[\d:.]+Z?(?=\s)
+      | \d\d:\d\d:\d\d(?:[.,]\d+)?(?=\s)
+      | [\w\-.]+\s+\|(?=\s)
+      | \$\s | >\s
     )\s*""",
     re.VERBOSE,
 )
-_RANK_IN_PROC = re.compile(r"(?:TP|rank)[_ ]?(\d+)", re.IGNORECASE)
+_RANK_IN_PROC = re.compile(r"(?:TP|rank)[_ =]?(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
