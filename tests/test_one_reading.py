@@ -64,3 +64,31 @@ def test_the_handed_down_reading_changes_no_term(name: str) -> None:
                               settings=settings, model=model, spec=spec)  # fmt: skip
     assert handed == alone
     assert spec == KVCacheSpec.from_hf_config(dict(config), tensor_parallel_size=2)
+
+
+_PRESETS = ("qwen2.5-7b", "deepseek-v3", "gpt-oss-20b", "gemma-3-12b", "llama-4-scout",
+            "granite-4.0-h-small", "qwen3-next-80b-a3b", "cohere2-7b", "mistral-7b")  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("name", _PRESETS)
+def test_a_block_is_the_block_of_every_budget(engine: str, name: str) -> None:
+    """The KV manager's block (tokens, bytes, tensor pages) is the one its plan divides any
+    budget by: the same as a plan of a budget no request exceeds, the probe it replaces."""
+    from memacct.engines.base import KVSettings
+
+    kv = get_engine(engine).kv
+    config = load_model_preset(name)
+    for tp, pp, block_size in ((1, 1, kv.default_block_size), (2, 2, 32), (1, 2, 64)):
+        spec = KVCacheSpec.from_hf_config(config, tensor_parallel_size=tp,
+                                          pipeline_parallel_size=pp)  # fmt: skip
+        for options in ({}, {"swa_full_tokens_ratio": 0.5}) if engine == "sglang" else ({},):
+            settings = KVSettings(block_size=block_size, max_model_len=4096,
+                                  engine_options=options)  # fmt: skip
+            block = kv.block(spec, settings)
+            layout = kv.plan(spec, 1 << 62, settings)
+            assert (block.block_size, block.block_bytes, block.tensor_pages) == (
+                layout.block_size, layout.block_bytes, layout.tensor_pages), (tp, pp, options)
+            # And for a budget a device holds: the block does not move with the budget.
+            small = kv.plan(spec, 30 * GiB, settings)
+            assert small.block_bytes == block.block_bytes

@@ -31,6 +31,7 @@ __all__ = [
     "KV_CACHE_DTYPES",
     "MODELLED_RELEASES",
     "Engine",
+    "KVBlock",
     "KVGroup",
     "KVLayout",
     "KVManager",
@@ -283,6 +284,25 @@ class KVLayout(BaseModel):
         return self.blocks_per_request * self.block_bytes
 
 
+@dataclass(frozen=True)
+class KVBlock:
+    """One block of an engine's KV pool, whatever the budget (vLLM's ``page_size_bytes``).
+
+    Attributes:
+        block_size: tokens per block the engine uses (after any raise, e.g. vLLM's for
+            Mamba hybrids).
+        block_bytes: bytes one block takes on the rank that limits the pool (the widest
+            pipeline stage): what a budget is divided by.
+        tensor_pages: bytes per block of each KV-cache tensor the engine allocates on
+            that rank (empty where its tensors are not modelled), as
+            :attr:`KVLayout.tensor_pages`.
+    """
+
+    block_size: int
+    block_bytes: int
+    tensor_pages: tuple[int, ...] = ()
+
+
 @runtime_checkable
 class KVManager(Protocol):
     """An engine's KV-cache manager, as rules plus small functions.
@@ -298,6 +318,11 @@ class KVManager(Protocol):
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """The engine's KV cache for ``budget_bytes`` of cache on each rank."""
+        ...
+
+    def block(self, spec: KVCacheSpec, settings: KVSettings) -> KVBlock:
+        """One block of the pool :meth:`plan` would build for ``spec`` under ``settings``:
+        its tokens and bytes, the same for every budget."""
         ...
 
     def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
@@ -319,12 +344,17 @@ class Engine:
         kv: the engine's KV-cache manager (see ``docs/engines.md``).
         startup: the engine's start-up model (see ``docs/engines.md``), or
             ``None`` where memacct does not model it.
+        default_device: the device preset an offline plan that names none is made for
+            (:data:`memacct.devices.REFERENCE_DEVICE`, an H100, for the GPU engines; an
+            Ascend part for the Ascend-only engines), by a single plan and a capacity plan
+            alike.
     """
 
     name: str
     version: str
     kv: KVManager
     startup: Any = None
+    default_device: str = "h100-80gb"
 
 
 @dataclass(frozen=True)

@@ -79,11 +79,11 @@ def plan_from_budget(
     """
     kv_engine = get_engine(engine).kv
     non_kv = budget.non_kv_cache_memory
-    probe = kv_engine.plan(spec, 1 << 62, settings)
+    block = kv_engine.block(spec, settings)
     overrides: tuple[str, ...] = ()
     if kv_override is not None or blocks_override is not None:
         kv_bytes = kv_override if kv_override is not None else (
-            (blocks_override or 0) * probe.block_bytes)
+            (blocks_override or 0) * block.block_bytes)
         name = "kv_cache_memory_bytes" if kv_override is not None else "num_gpu_blocks_override"
         overrides = (f"{name}={kv_override if kv_override is not None else blocks_override}",)
         target = non_kv + kv_bytes
@@ -96,11 +96,11 @@ def plan_from_budget(
             )
     else:
         kv_bytes, target = budget.kv_cache_bytes, budget.target_allocation
-    if kv_bytes < probe.block_bytes:
+    if kv_bytes < block.block_bytes:
         raise InsufficientMemoryError(
             f"nothing is left for the KV cache: {format_gib(target)} less "
             f"{format_gib(non_kv)} besides the cache is {format_gib(kv_bytes)}, less than one "
-            f"block of {probe.block_size} tokens ({probe.block_bytes} bytes)"
+            f"block of {block.block_size} tokens ({block.block_bytes} bytes)"
         )
     layout = kv_engine.plan(spec, kv_bytes, settings)
     plan = make_plan(None, spec, layout, settings, kv_bytes, target,

@@ -25,7 +25,7 @@ from typing import Any
 
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
-from memacct.engines.base import KVLayout, KVSettings, check_block_size
+from memacct.engines.base import KVBlock, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.model.spec import KVCacheSpec
@@ -219,9 +219,8 @@ def plan_kv_cache(
         logger.info("%s", plan.report())
         return plan
 
-    # The engine's block bytes, from a budget no request can exceed.
-    probe = kv_engine.plan(spec, 1 << 62, settings)
-    block_bytes = probe.block_bytes
+    pool = kv_engine.block(spec, settings)
+    block_bytes = pool.block_bytes
     total = result.after.total
     non_kv = result.non_kv_cache_memory
     overrides: tuple[str, ...] = ()
@@ -232,7 +231,7 @@ def plan_kv_cache(
         kv_bytes = target - non_kv
         if kv_bytes < block_bytes:
             raise InsufficientMemoryError(
-                no_memory_message(result, utilization, target, probe.block_size, block_bytes)
+                no_memory_message(result, utilization, target, pool.block_size, block_bytes)
             )
     else:
         if kv_override is not None:
@@ -241,7 +240,7 @@ def plan_kv_cache(
             if kv_bytes < block_bytes:
                 raise InsufficientMemoryError(
                     f"kv_cache_memory_bytes={kv_override} is less than one block of "
-                    f"{probe.block_size} tokens ({block_bytes} bytes at {spec.bytes_per_token} "
+                    f"{pool.block_size} tokens ({block_bytes} bytes at {spec.bytes_per_token} "
                     f"bytes per token): give at least {block_bytes} bytes"
                 )
         else:
@@ -264,13 +263,13 @@ def plan_kv_cache(
         logger.warning("memacct: %s", limit_note)
         kv_bytes = room
         target = non_kv + kv_bytes
-    budget, reserve = (0, 0) if kv_bytes <= 0 else _allocator_budget(kv_bytes, spec, probe, result)
+    budget, reserve = (0, 0) if kv_bytes <= 0 else _allocator_budget(kv_bytes, spec, pool, result)
     if budget < block_bytes:
         if limit_note:
             raise InsufficientMemoryError(
-                _limit_too_small_message(result, room or 0, probe.block_size, block_bytes))
+                _limit_too_small_message(result, room or 0, pool.block_size, block_bytes))
         raise InsufficientMemoryError(
-            no_memory_message(result, utilization, target, probe.block_size, block_bytes)
+            no_memory_message(result, utilization, target, pool.block_size, block_bytes)
         )
     try:
         layout = kv_engine.plan(spec, budget, settings)
@@ -380,25 +379,25 @@ def _override_over_limit_message(
 
 
 def _allocator_budget(
-    kv_bytes: int, spec: KVCacheSpec, probe: KVLayout, result: ProfileResult
+    kv_bytes: int, spec: KVCacheSpec, block: KVBlock, result: ProfileResult
 ) -> tuple[int, int]:
     """The budget handed to the engine, and the bytes kept back for the allocator.
 
     The profile's fragmentation allowance is kept free. Where the engine's
-    tensors on this rank are known (``probe.tensor_pages``, or one block per
+    tensors on this rank are known (``block.tensor_pages``, or one block per
     layer: one group, one stage), the allocator's rounding of each tensor is
     kept free too.
     """
     if not (result.fragmentation_allowance or result.growth_granularity_bytes):
         return kv_bytes, 0
-    pages = probe.tensor_pages
+    pages = block.tensor_pages
     single = bool(pages) or (
-        len(probe.stage_blocks) <= 1
-        and probe.block_bytes == spec.bytes_per_block(probe.block_size)
+        spec.pipeline_parallel_size <= 1
+        and block.block_bytes == spec.bytes_per_block(block.block_size)
     )
     if single:
-        blocks, _ = _fit_blocks(kv_bytes, spec, probe.block_size, result, pages)
-        budget = blocks * probe.block_bytes
+        blocks, _ = _fit_blocks(kv_bytes, spec, block.block_size, result, pages)
+        budget = blocks * block.block_bytes
     else:
         budget = max(0, kv_bytes - result.fragmentation_allowance)
     return budget, kv_bytes - budget

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memacct.engines.base import KVGroup, KVLayout, KVSettings
+from memacct.engines.base import KVBlock, KVGroup, KVLayout, KVSettings
 from memacct.engines.sglang.options import (
     OPTIONS,
     SGLANG_RELEASES,
@@ -209,6 +209,22 @@ class SglangKVManager:
     options = tuple(OPTIONS)
     default_block_size = 1  # SGLang's --page-size default (docs/engines.md)
 
+    def block(self, spec: KVCacheSpec, settings: KVSettings) -> KVBlock:
+        """One page of the pool: ``page_size`` tokens of the stage whose token costs most
+        (its pool is the smallest), whatever the budget; a split pool's token, a fraction
+        of a byte more, rounded down as :meth:`plan` rounds it.
+
+        Raises:
+            InvalidInputError: a KV dtype SGLang has no name for, a bad engine option, or
+                a pipeline stage without a KV layer.
+        """
+        options = SglangOptions.parse(getattr(settings, "engine_options", None))
+        check_kv_cache_dtype(spec.kv_dtype)
+        ratio = options.swa_full_tokens_ratio if spec.model_type in _HYBRID_SWA_TYPES else None
+        cell = max(_stage_cell(spec, layers, ratio)[2] for layers in _stage_layers(spec))
+        page = settings.block_size
+        return KVBlock(page, max(int(cell) * page, 1))
+
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """SGLang's pools for ``budget_bytes`` of KV cache on each rank.
 
@@ -304,24 +320,14 @@ class SglangKVManager:
         ratio: float | None,
     ) -> tuple[int, int | None, float]:
         """Pool tokens, sliding-pool tokens and bytes per pool token of one stage."""
-        kv = [x for x in layers if x.bytes_per_token]
+        full_bytes, swa_bytes, cell = _stage_cell(spec, layers, ratio)
         if ratio is None:
-            cell = sum(x.bytes_per_token for x in kv)
-            if cell == 0:
-                raise InvalidInputError(
-                    f"a pipeline stage of {spec.model_name} holds no KV layer: use fewer stages"
-                )
-            return budget // cell // page * page, None, float(cell)
-        full = [x for x in kv if x.kind in ("full", "mla")]
-        local = [x for x in kv if x.kind in ("sliding", "chunked")]
-        full_bytes = sum(x.bytes_per_token for x in full)
-        swa_bytes = sum(x.bytes_per_token for x in local)
-        if not full:
+            return budget // full_bytes // page * page, None, cell
+        if not full_bytes:
             tokens = budget // swa_bytes // page * page
-            return tokens, tokens, float(swa_bytes)
-        split_cell = full_bytes + ratio * swa_bytes
-        tokens = int(budget // split_cell) // page * page
-        return tokens, int(tokens * ratio) // page * page, split_cell
+            return tokens, tokens, cell
+        tokens = int(budget // cell) // page * page
+        return tokens, int(tokens * ratio) // page * page, cell
 
     def resize(self, layout: KVLayout, num_blocks: int) -> KVLayout:
         """``layout`` with ``num_blocks`` pages (SGLang only warns about a small pool)."""
@@ -341,6 +347,31 @@ class SglangKVManager:
             f"max_total_num_tokens={layout.kv_tokens}, max_running_requests={running}, "
             f"context_len={layout.max_model_len}",
         ]
+
+
+def _stage_cell(
+    spec: KVCacheSpec, layers: Sequence[Any], ratio: float | None
+) -> tuple[int, int, float]:
+    """One stage's bytes per token: of the layers at full size, of the sliding layers of a
+    split pool (``ratio``: its tokens per full-pool token; ``None``: no split), and of one
+    pool token (full + ratio x sliding).
+
+    Raises:
+        InvalidInputError: the stage holds no KV layer.
+    """
+    kv = [x for x in layers if x.bytes_per_token]
+    if ratio is None:
+        cell = sum(x.bytes_per_token for x in kv)
+        if cell == 0:
+            raise InvalidInputError(
+                f"a pipeline stage of {spec.model_name} holds no KV layer: use fewer stages"
+            )
+        return cell, 0, float(cell)
+    full_bytes = sum(x.bytes_per_token for x in kv if x.kind in ("full", "mla"))
+    swa_bytes = sum(x.bytes_per_token for x in kv if x.kind in ("sliding", "chunked"))
+    if not full_bytes:
+        return 0, swa_bytes, float(swa_bytes)
+    return full_bytes, swa_bytes, full_bytes + ratio * swa_bytes
 
 
 def _running(layout: KVLayout, tokens: int) -> int:

@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from memacct.engines.base import KVGroup, KVLayout, KVSettings
+from memacct.engines.base import KVBlock, KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.model.layers import LayerSpec
 from memacct.model.spec import KVCacheSpec
@@ -244,12 +244,50 @@ def estimate_max_model_len(
     return best
 
 
+def _pool(
+    spec: KVCacheSpec, settings: KVSettings
+) -> tuple[list[Page], list[list[Page]], list[int]]:
+    """The pool's pages, its groups and the bytes of one block on each pipeline stage (rules
+    1 to 5 of the module docstring): none of them depends on the budget.
+
+    Raises:
+        InvalidInputError: no layer has a KV cache, or a stage holds none.
+    """
+    pages = layer_pages(spec, settings)
+    if not pages:
+        raise InvalidInputError(
+            f"{spec.model_name} has no layer with a KV cache: nothing to plan"
+        )
+    groups = group_layers(pages)
+    parts = spec.pipeline_layers
+    starts = [sum(parts[:i]) for i in range(len(parts))]
+    stages = [range(s, s + n) for s, n in zip(starts, parts, strict=True)]
+    stage_bpb = _stage_bytes_per_block(groups, stages)
+    if min(stage_bpb) <= 0:
+        raise InvalidInputError(
+            f"a pipeline stage of {spec.model_name} holds no KV-cache layer; vLLM cannot "
+            f"size its pool: use fewer pipeline stages"
+        )
+    return pages, groups, stage_bpb
+
+
 class VllmKVManager:
     """vLLM 0.33's hybrid KV-cache manager (see the module docstring)."""
 
     name = "vllm"
     version = VLLM_VERSION
     default_block_size = 16
+
+    def block(self, spec: KVCacheSpec, settings: KVSettings) -> KVBlock:
+        """One block of the pool: ``block_size`` tokens of every layer of the widest group
+        on the widest stage (what vLLM's ``page_size_bytes`` sums to), whatever the budget.
+
+        Raises:
+            InvalidInputError: no layer has a KV cache, or a pipeline stage holds none.
+        """
+        pages, groups, stage_bpb = _pool(spec, settings)
+        tensors = tuple(group_tensor_pages(groups)) if spec.pipeline_parallel_size == 1 else ()
+        return KVBlock(pages[0].block_size, max(stage_bpb), tensors)
 
     def plan(self, spec: KVCacheSpec, budget_bytes: int, settings: KVSettings) -> KVLayout:
         """vLLM's KV cache for ``budget_bytes`` on each rank (``kv_cache_memory_bytes``).
@@ -260,22 +298,8 @@ class VllmKVManager:
                 (``estimated_max_model_len`` is vLLM's estimate), or an
                 auto-fit finds no length.
         """
-        pages = layer_pages(spec, settings)
-        if not pages:
-            raise InvalidInputError(
-                f"{spec.model_name} has no layer with a KV cache: nothing to plan"
-            )
-        groups = group_layers(pages)
+        pages, groups, stage_bpb = _pool(spec, settings)
         pp = spec.pipeline_parallel_size
-        parts = spec.pipeline_layers
-        starts = [sum(parts[:i]) for i in range(len(parts))]
-        stages = [range(s, s + n) for s, n in zip(starts, parts, strict=True)]
-        stage_bpb = _stage_bytes_per_block(groups, stages)
-        if min(stage_bpb) <= 0:
-            raise InvalidInputError(
-                f"a pipeline stage of {spec.model_name} holds no KV-cache layer; vLLM cannot "
-                f"size its pool: use fewer pipeline stages"
-            )
         in_flight = in_flight_tokens(settings, pp)
         derived = settings.derived_max_model_len or spec.position_limit
         max_len = settings.max_model_len
