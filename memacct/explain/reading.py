@@ -178,8 +178,9 @@ def _era(text: str, engine: str) -> str | None:
     if engine == "sglang":
         return None
     if re.search(r"V1 LLM engine|EngineCore|Available KV cache memory|GPU KV cache size|"
-                 r"gpu_model_runner|v1/worker|estimated maximum model length|Desired GPU memory utilization|"
-                 r"CUDA graph memory profiling|Estimated CUDA graph memory|CUDA graph pool memory",
+                 r"gpu_model_runner|v1/worker|estimated maximum model length|"
+                 r"Desired GPU memory utilization|CUDA graph memory profiling|"
+                 r"Estimated CUDA graph memory|CUDA graph pool memory",
                  text):  # fmt: skip
         return "V1"
     if re.search(r"V0 LLM engine|Initializing an LLM engine|GPU blocks:|cuda blocks:|"
