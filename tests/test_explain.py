@@ -213,6 +213,17 @@ def test_the_suggestions_reproduce_the_run_and_fit_what_was_asked(
     assert json.loads(capsys.readouterr().out)["fits"] is True
 
 
+def test_the_longest_request_of_the_logged_budget_is_the_engines_own_figure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # vLLM refused 29,000 tokens: "the maximum number of tokens that can be stored in KV
+    # cache (23648)". memacct's KV manager, given the logged 2.89 GiB, says the same.
+    data = _explained(capsys, [str(DATA / "vllm-10517-llama31-8b-rtx3090-29k.log"),
+                               "--model", "llama-3.1-8b"])  # fmt: skip
+    assert data["logged"]["num_tokens"] == 23648
+    assert any(s.startswith("--max-model-len 23648 ") for s in data["suggestions"])
+
+
 def test_a_log_naming_no_model_still_explains_its_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -228,6 +239,14 @@ def test_two_logs_name_what_moved(capsys: pytest.CaptureFixture[str]) -> None:
     assert "max_model_len: 20000 -> 29000" in moved
     assert any(line.startswith("activation_peak 2.07 GiB -> 2.99 GiB") for line in moved)
     assert not any(line.startswith("weights_memory") for line in moved)
+
+
+def test_two_engines_name_their_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = (str(DATA / f"{p}vllm-21348-qwen3-235b-fp8-tp4-h100.log") for p in ("", "sglang-"))
+    moved = _explained(capsys, [a, b])["moved"]
+    assert moved[0] == "engine: vllm (release not named) -> sglang (release not named)"
+    assert any("--mem-fraction-static" in line for line in moved)
+    assert "kv_cache_bytes 8.11 GiB -> 16.46 GiB (+8.35 GiB, +103.0%)" in moved
 
 
 def test_the_plot_draws_logged_beside_planned(

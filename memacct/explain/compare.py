@@ -16,6 +16,15 @@ from memacct.explain.terms import Explanation, Term, gib
 __all__ = ["Comparison", "compare"]
 
 
+_RULES = (
+    "the engines size the KV cache by different rules: vLLM's is total x "
+    "--gpu-memory-utilization (default 0.9) less the weights, the profile run's activation peak "
+    "and the non-torch increase (and, from 0.21, the estimated CUDA graphs); SGLang's pool is "
+    "what --mem-fraction-static leaves after the weights, the graphs and activations taking the "
+    "rest; the figures per rank compare directly (vLLM's GiB, SGLang's K + V 'GB' are both 2**30)"
+)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Two explained logs and what moved between them."""
@@ -56,6 +65,8 @@ def compare(first: Explanation, second: Explanation) -> Comparison:
     if a.engine != b.engine or a.engine_version != b.engine_version:
         moved.append(f"engine: {a.engine} {a.engine_version or '(release not named)'} -> "
                      f"{b.engine} {b.engine_version or '(release not named)'}")  # fmt: skip
+    if {a.engine, b.engine} >= {"sglang"} and a.engine != b.engine:
+        moved.append(_RULES)
     if a.era != b.era and a.era and b.era:
         moved.append(f"vLLM engine: {a.era} -> {b.era}")
     if a.max_model_len != b.max_model_len:

@@ -172,6 +172,24 @@ def _figure(plan: Any) -> str:
             f"{plan.max_model_len:,} tokens at once")
 
 
+def _fitting_utilization(reading: LogReading, plan: Any) -> tuple[float, str] | None:
+    """The utilization at which one request of the plan's ``max_model_len`` fits, and whose
+    arithmetic says so: the log's own (total x utilization - the logged KV budget is what
+    the engine charged besides the cache) where it prints those, else memacct's plan."""
+    total, kv = reading.bytes("total_memory"), reading.bytes("kv_cache_bytes")
+    util = reading.figures.get("gpu_memory_utilization")
+    if total and kv is not None and util is not None:
+        non_kv = int(total * util.value) - kv
+        source = "by the log's own figures"
+    elif plan.budget is not None and plan.total_memory:
+        total, non_kv = plan.total_memory, plan.budget.non_kv_cache_memory
+        source = "by memacct's plan"
+    else:
+        return None
+    need = math.ceil(100 * (non_kv + plan.request_bytes) / total) / 100
+    return (need, source) if need <= 0.98 else None
+
+
 def suggestions(reading: LogReading, request: PlanRequest, plan: Any) -> tuple[str, ...]:
     """What to pass next: the budget that reproduces the run, and the utilization or
     ``--max-model-len`` that fits what the log asked for, each with the figure it gives."""
@@ -190,17 +208,21 @@ def suggestions(reading: LogReading, request: PlanRequest, plan: Any) -> tuple[s
     if plan is None:
         return tuple(out)
     refused = reading.refusal is not None or (kv is not None and kv <= 0) or not plan.fits
-    if refused and plan.budget is not None and plan.total_memory:
-        need = plan.budget.non_kv_cache_memory + plan.request_bytes
-        util = math.ceil(100 * need / plan.total_memory) / 100
-        if util <= 0.98:
-            out.append(f"--gpu-memory-utilization {util:.2f} fits one request of "
-                       f"{plan.max_model_len:,} tokens: "
-                       f"{_figure(_with(request, gpu_memory_utilization=util))}")
-        fitted = _with(request, max_model_len=-1)
-        if fitted is not None and fitted.fits:
-            out.append(f"--max-model-len {fitted.max_model_len} is the longest that fits at "
-                       f"this utilization: {_figure(fitted)}")
-    elif plan.fits and reading.max_model_len is not None:
-        out.append(f"as logged, memacct plans {_figure(plan)}")
+    if not refused:
+        if reading.max_model_len is not None:
+            out.append(f"as logged, memacct plans {_figure(plan)}")
+        return tuple(out)
+    fitting = _fitting_utilization(reading, plan)
+    if fitting is not None:
+        util, source = fitting
+        out.append(f"--gpu-memory-utilization {util:.2f} fits one request of "
+                   f"{plan.max_model_len:,} tokens ({source}); memacct plans "
+                   f"{_figure(_with(request, gpu_memory_utilization=util))}")
+    # The longest request the run's own budget holds (else the planned budget's).
+    budget = {"kv_cache_memory_bytes": kv} if kv is not None and kv > 0 else {}
+    fitted = _with(request, max_model_len=-1, **budget)
+    if fitted is not None and fitted.fits:
+        where = "this run's KV cache" if budget else "this utilization, as planned"
+        out.append(f"--max-model-len {fitted.max_model_len} is the longest that fits in "
+                   f"{where}: {_figure(fitted)}")
     return tuple(out)
