@@ -20,50 +20,43 @@ Example, on the simulated device::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from memacct._version import __version__
-from memacct.backend import (
-    AllocatorModel,
-    Availability,
-    BackendQuirks,
-    BaseBackend,
-    DeviceBackend,
-    validate_backend,
-)
-from memacct.errors import (
-    AgreementError,
-    BackendError,
-    BackendNotFoundError,
-    BackendUnavailableError,
-    ConfigError,
-    InsufficientMemoryError,
-    InvalidInputError,
-    MemacctError,
-    ProfilingError,
-    ProfilingOutOfMemoryError,
-)
-from memacct.measure import snapshot
-from memacct.models import (
-    ExcludedRegion,
-    MemoryDelta,
-    MemorySnapshot,
-    ProfiledSetup,
-    ProfileResult,
-    TruthSource,
-)
-from memacct.profiling import ProfilingSession, memory_profiling
-from memacct.registry import (
-    BackendInfo,
-    available_backends,
-    get_backend,
-    register_backend,
-    unregister_backend,
-)
-from memacct.torchlike import TorchLikeBackend, torch_allocator_model, with_allocator_settings
-from memacct.units import GiB, MiB
+
+# Not typing's TYPE_CHECKING: importing typing is most of what importing memacct would cost.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
+    from memacct.backend import (
+        AllocatorModel,
+        Availability,
+        BackendQuirks,
+        BaseBackend,
+        DeviceBackend,
+        validate_backend,
+    )
+    from memacct.errors import (
+        AgreementError,
+        BackendError,
+        BackendNotFoundError,
+        BackendUnavailableError,
+        ConfigError,
+        InsufficientMemoryError,
+        InvalidInputError,
+        MemacctError,
+        ProfilingError,
+        ProfilingOutOfMemoryError,
+    )
+    from memacct.measure import snapshot
+    from memacct.models import (
+        ExcludedRegion,
+        MemoryDelta,
+        MemorySnapshot,
+        ProfiledSetup,
+        ProfileResult,
+        TruthSource,
+    )
     from memacct.planner import (
         KVCachePlan,
         KVCacheSpec,
@@ -77,39 +70,58 @@ if TYPE_CHECKING:
     )
     from memacct.planner.offline import plan_capacity, plan_offline
     from memacct.planner.options import PlanOptions
+    from memacct.profiling import ProfilingSession, memory_profiling
+    from memacct.registry import (
+        BackendInfo,
+        available_backends,
+        get_backend,
+        register_backend,
+        unregister_backend,
+    )
+    from memacct.torchlike import TorchLikeBackend, torch_allocator_model, with_allocator_settings
+    from memacct.units import GiB, MiB
 
-# The planner is imported on first use: most engines import memacct for a snapshot.
-_PLANNER_NAMES = {
-    "KVCachePlan",
-    "KVCacheSpec",
-    "ModelConfig",
-    "agree",
-    "load_model_preset",
-    "load_profile",
-    "model_presets",
-    "plan_kv_cache",
-    "save_profile",
-}
-
-
-# The offline plan (an engine's start-up estimated from the model), also on first use.
-_OFFLINE_NAMES = frozenset({"PlanOptions", "plan_capacity", "plan_offline"})
+# Every other name is imported on first use, from the module that defines it: importing
+# memacct costs its version only (the command line starts in a few milliseconds,
+# and a Ctrl-C while it starts meets the command line's own handler, not an import).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("AgreementError", "BackendError", "BackendNotFoundError",
+                     "BackendUnavailableError", "ConfigError", "InsufficientMemoryError",
+                     "InvalidInputError", "MemacctError", "ProfilingError",
+                     "ProfilingOutOfMemoryError"), "memacct.errors"),
+    **dict.fromkeys(("GiB", "MiB"), "memacct.units"),
+    **dict.fromkeys(("AllocatorModel", "Availability", "BackendQuirks", "BaseBackend",
+                     "DeviceBackend", "validate_backend"), "memacct.backend"),
+    "snapshot": "memacct.measure",
+    **dict.fromkeys(("ExcludedRegion", "MemoryDelta", "MemorySnapshot", "ProfiledSetup",
+                     "ProfileResult", "TruthSource"), "memacct.models"),
+    **dict.fromkeys(("ProfilingSession", "memory_profiling"), "memacct.profiling"),
+    **dict.fromkeys(("BackendInfo", "available_backends", "get_backend", "register_backend",
+                     "unregister_backend"), "memacct.registry"),
+    **dict.fromkeys(("TorchLikeBackend", "torch_allocator_model", "with_allocator_settings"),
+                    "memacct.torchlike"),
+    # The planner: most engines import memacct for a snapshot only.
+    **dict.fromkeys(("KVCachePlan", "KVCacheSpec", "ModelConfig", "agree", "load_model_preset",
+                     "load_profile", "model_presets", "plan_kv_cache", "save_profile"),
+                    "memacct.planner"),
+    "PlanOptions": "memacct.planner.options",
+    **dict.fromkeys(("plan_capacity", "plan_offline"), "memacct.planner.offline"),
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name in _PLANNER_NAMES:
-        from memacct import planner
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memacct' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(planner, name)
-    if name == "PlanOptions":
-        from memacct.planner.options import PlanOptions
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # once imported, an ordinary attribute
+    return value
 
-        return PlanOptions
-    if name in _OFFLINE_NAMES:
-        from memacct.planner import offline
 
-        return getattr(offline, name)
-    raise AttributeError(f"module 'memacct' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

@@ -12,15 +12,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import click
-from rich.console import Console
-from rich.table import Table
+try:  # a Ctrl-C while the command line starts is as quiet as one during a command
+    import click
+    from rich.console import Console
+    from rich.table import Table
 
-from memacct.cli.common import EXIT_USER_ERROR, echo_json, print_error
-from memacct.cli.common import console as _console
-from memacct.cli.flags import cli_wording
-from memacct.cli.group import CLI_GROUP, app
-from memacct.errors import MemacctError
+    from memacct.cli.common import EXIT_USER_ERROR, echo_json, print_error
+    from memacct.cli.common import console as _console
+    from memacct.cli.flags import cli_wording
+    from memacct.cli.group import CLI_GROUP, app
+    from memacct.errors import MemacctError
+except KeyboardInterrupt:
+    raise SystemExit(130) from None
 
 __all__ = ["CLI_GROUP", "app", "main"]
 
@@ -102,10 +105,13 @@ def _run(argv: Sequence[str] | None) -> int:
 
 
 # The subcommands register themselves on `app` when imported.
-from memacct.cli import explain as explain  # noqa: E402
-from memacct.cli import plan as plan  # noqa: E402
-from memacct.cli import snapshot as snapshot  # noqa: E402
-from memacct.cli.plan import _derived_max_model_len as _derived_max_model_len  # noqa: E402
+try:
+    from memacct.cli import explain as explain
+    from memacct.cli import plan as plan
+    from memacct.cli import snapshot as snapshot
+    from memacct.cli.plan import _derived_max_model_len as _derived_max_model_len
+except KeyboardInterrupt:
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

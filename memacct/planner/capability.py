@@ -94,10 +94,8 @@ def check_loadable(info: DeviceInfo | None, engine: str, *methods: object) -> No
 
 
 def _why(info: DeviceInfo) -> str:
-    if info.vendor == "nvidia" and info.compute_capability is not None:
+    if info.compute_capability is not None:
         major, minor = info.compute_capability
         return (f" (compute capability {major}.{minor}; FP8 needs 8.0 for weight-only "
                 "Marlin, 8.9 for FP8 compute)")
-    if info.vendor == "ascend":
-        return " (Ascend 910 parts have no FP8 type)"
     return ""
