@@ -115,6 +115,21 @@ def test_a_wrapped_config_line_and_a_continued_command_are_joined() -> None:
     assert setup.settings["gpu_memory_utilization"] == 0.8
 
 
+@pytest.mark.parametrize(("named", "preset"), [("NVIDIA H100 80GB HBM3", "h100-80gb"),
+                                               ("NVIDIA A100-SXM4-40GB", "a100-40gb")])
+def test_the_device_a_log_names_is_planned_for(named: str, preset: str) -> None:
+    from memacct.explain.request import plan_request
+
+    reading = read_log(
+        f"GPU models and configuration: GPU 0: {named}\nvllm serve Qwen/Qwen3-8B --max-model-len "
+        "8192\nModel loading took 15.27 GiB and 3.1 seconds\n"
+        "Using FlashInfer for top-p & top-k sampling\n"
+    )
+    assert reading.device == named
+    flags = plan_request(reading).flags
+    assert flags["device"] == preset and flags["sampler"] == "flashinfer"
+
+
 @pytest.mark.parametrize("case", [c for c in EXPECTED if c.get("no_memory_lines")],
                          ids=lambda c: c["log"])  # fmt: skip
 def test_a_log_without_memory_lines_is_one_line_exit_2(

@@ -167,7 +167,9 @@ def detect_engine(text: str) -> str:
                  r"sglang serve", text):  # fmt: skip
         return "sglang"
     v1 = re.search(r"Available KV cache memory|GPU KV cache size|EngineCore", text)
-    ascend_load = v1 and "Loading model weights took" in text  # vllm-ascend's V1 wording
+    # vllm-ascend's V1 model runner prints "Loading model weights took %.4f GB" and nothing
+    # after (vllm_ascend/worker/model_runner_v1.py); vLLM's V1 prints "Model loading took".
+    ascend_load = v1 and re.search(r"(?m)Loading model weights took [\d.]+ GB\s*$", text)
     if ascend_load or re.search(r"vllm[_-]ascend|NPU graph memory|NPUWorker|npu blocks|"
                                 r"Ascend|torch_npu", text):  # fmt: skip
         return "vllm-ascend"

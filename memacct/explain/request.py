@@ -95,11 +95,15 @@ def _device(reading: LogReading, device: str | None, device_memory: str | None,
     if total is not None and total > 0:
         notes.append(f"device: the log's total memory, {reading.figures['total_memory'].text()}")
         return {"device_memory": str(total)}
-    for word in re.findall(r"[A-Za-z]*\d+[A-Za-z]*", reading.device or ""):
-        try:
-            return {"device": resolve_device(word).name}
-        except MemacctError:
-            continue
+    name = reading.device or ""
+    size = re.search(r"(\d+)\s*GB", name)
+    for word in re.findall(r"[A-Za-z]*\d+[A-Za-z]*", name):
+        # "A100-SXM4-40GB": the 40 GB part before the family's default.
+        for guess in ([f"{word}-{size.group(1)}gb"] if size else []) + [word]:
+            try:
+                return {"device": resolve_device(guess).name}
+            except MemacctError:
+                continue
     notes.append("the log gives neither the device's total nor its name: pass --device or "
                  "--device-memory (planned for the engine's reference device)")  # fmt: skip
     return {}
