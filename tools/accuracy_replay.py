@@ -18,6 +18,7 @@ from memacct.engines.base import StartupSettings
 from memacct.engines.deployment import Deployment
 from memacct.engines.vllm.defaults import serving_kv_cache_dtype
 from memacct.errors import InsufficientMemoryError
+from memacct.explain.prints import block_print_tokens
 from memacct.io import read_json_object
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.estimate import estimate_weights, mxfp4_padding
@@ -115,13 +116,6 @@ def _kv_plan(
         return None
 
 
-def _block_tokens(plan: KVCachePlan) -> int:
-    """"GPU KV cache size" as vLLM printed it before it printed concurrency x max_model_len:
-    ``num_blocks // len(kv_cache_groups) x block_size`` (vllm-project/vllm#13596; #40691 for
-    hybrid models)."""
-    return plan.num_blocks // max(1, len(plan.groups)) * plan.block_size
-
-
 def _token_slack(case: dict[str, Any], concurrency: float) -> int:
     """How far two releases' "GPU KV cache size" can differ for the same blocks.
 
@@ -189,7 +183,7 @@ def replay(
         if low is not None and high is not None:
             from_budget = {
                 "tokens": (low.kv_tokens, high.kv_tokens),
-                "block_tokens": (_block_tokens(low), _block_tokens(high)),
+                "block_tokens": (block_print_tokens(low), block_print_tokens(high)),
                 "concurrency": (low.max_concurrency, high.max_concurrency),
             }
             slack = _token_slack(case, high.max_concurrency)
@@ -248,7 +242,7 @@ def replay(
         row = Replayed(case, logged, estimated, "", from_budget, slack)
         if budget_agrees(row) == "blocks":
             # Compare like with like: the log printed tokens the older way.
-            estimated["kv_tokens"] = _block_tokens(plan)
+            estimated["kv_tokens"] = block_print_tokens(plan)
     return Replayed(case, logged, estimated, "", from_budget, slack, sampler=sampler)
 
 

@@ -128,6 +128,14 @@ def _counts(term: Term, terms: list[Term], reading: LogReading, plan: Any) -> st
     moved = "" if rel is None else f" (the KV budget differs by {rel:+.1%})"
     length = ("" if term.term != "max_concurrency" else
               f"; concurrency is over --max-model-len {reading.max_model_len}")  # fmt: skip
+    if term.term == "num_tokens" and plan is not None and plan.fits:
+        from memacct.explain.prints import block_print_tokens
+
+        older = block_print_tokens(plan)
+        if older != plan.kv_tokens:
+            length = (f"; releases before the concurrency print showed these blocks as "
+                      f"{older:,} tokens (num_blocks // groups x block_size), this plan as "
+                      f"{plan.kv_tokens:,} (concurrency x max_model_len)")  # fmt: skip
     return f"follows the KV budget{moved} through the engine's blocks{spec}{length}"
 
 
