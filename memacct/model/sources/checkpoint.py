@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import loads_json_object, read_json_object, read_prefix
-from memacct.model.weights.quant import parse_quantization
+from memacct.model.weights.quant import UnknownQuantizationError, parse_quantization
 from memacct.model.weights.rules import (
     _DTYPE_BYTES,
     WeightEstimate,
@@ -235,10 +235,19 @@ def table_tensors(table: TensorTable, *, tensor_parallel_size: int = 1) -> list[
 def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> WeightEstimate:
     """Weights of one rank from a checkpoint's tensor table: the sum of :func:`table_tensors`."""
     tensors = table_tensors(table, tensor_parallel_size=tensor_parallel_size)
-    quant = parse_quantization(table.config)
-    return WeightEstimate.of(
-        tensors, table.origin, quant.label if quant else None, tensor_parallel_size
-    )
+    try:
+        quant = parse_quantization(table.config)
+        label = quant.label if quant else None
+    except UnknownQuantizationError:
+        # The headers give every tensor's bytes as stored: a method memacct has no layout
+        # for is sized from them as it is (only its label is the method's name).
+        label = str(_quant_method(table.config) or "unknown")
+    return WeightEstimate.of(tensors, table.origin, label, tensor_parallel_size)
+
+
+def _quant_method(config: Mapping[str, Any]) -> object:
+    quant = config.get("quantization_config") or _text(config).get("quantization_config")
+    return quant.get("quant_method") if isinstance(quant, Mapping) else None
 
 
 def safetensors_weights(

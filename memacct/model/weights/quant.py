@@ -387,6 +387,7 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
         )
     raise UnknownQuantizationError(
         f"quantization method {method!r} is not one memacct can size ({', '.join(KNOWN_METHODS)}): "
-        "give the weights on this rank in bytes instead (--weights-memory), or a checkpoint "
-        "directory so memacct reads the tensor sizes from its safetensors headers"
+        "give the checkpoint itself (--model with its directory or Hub id) so memacct reads "
+        "each tensor's bytes from its safetensors headers, or plan from a profile measured "
+        "on the device (--profile)"
     )
