@@ -372,12 +372,13 @@ def test_non_positive_lengths_and_overrides_are_invalid_input(name: str, value: 
         plan(**{name: value})
 
 
-def test_missing_max_model_len_without_config_default_is_invalid_input() -> None:
+def test_missing_max_model_len_without_config_default_takes_vllms_2048() -> None:
+    # vLLM assumes 2048 for a config without a length key (_get_and_verify_max_len), as the
+    # offline plan does (ModelConfig.default_max_model_len; tests/test_twins.py).
     spec = KVCacheSpec.from_hf_config(
         {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256,
          "torch_dtype": "float16"})
-    with pytest.raises(InvalidInputError, match="pass max_model_len"):
-        plan_kv_cache(make_profile(), spec)
+    assert plan_kv_cache(make_profile(), spec).max_model_len == 2048
 
 
 def test_wrong_argument_types_are_invalid_input() -> None:

@@ -38,6 +38,7 @@ from memacct.checks import check_int
 from memacct.engines.base import KVSettings
 from memacct.engines.forward import FLOAT32, INT32, INT64, ForwardPass
 from memacct.engines.vllm.kv import kv_tensor_pages
+from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.estimate import WeightTensor, weight_tensors
 from memacct.trace import Allocator, replay
@@ -71,7 +72,8 @@ class TransformerWorkload(ForwardPass):
         max_num_seqs: the engine's sequence budget per step.
         block_size: tokens per KV-cache block.
         max_model_len: longest request (sizes the persistent block table);
-            defaults to the config's ``max_position_embeddings`` capped at 32768.
+            defaults to vLLM's (the config's position limit, 2048 without a length key)
+            capped at 32768.
         mxfp4_pad: the MXFP4 expert padding of the device's kernels
             (:func:`memacct_bench.start.mxfp4_pad_for`); default ``estimate_weights``'s.
     """
@@ -91,8 +93,9 @@ class TransformerWorkload(ForwardPass):
             spec, config, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
         )
         self.block_size = check_int("block_size", block_size)
+        # vLLM's own default (ModelConfig.default_max_model_len, carried by the spec), capped.
         self.max_model_len = max_model_len or min(
-            spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
+            spec.position_limit or NO_LENGTH_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
         )
         self._kv_pages: list[int] | None = None
         self._weights = _inventory(

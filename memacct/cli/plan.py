@@ -159,7 +159,10 @@ def plan_cmd(**flags: Any) -> None:
         _refuse_in_capacity(path, flags)
         _refuse("offline", flags)
         opts, config, notes = _options(flags, "offline")
-        capacity_cmd(config, opts, devices or ("h100-80gb",), degrees, flags, notes=notes)
+        from memacct.planner.offline import default_device
+
+        devices = devices or (default_device(opts.engine),)
+        capacity_cmd(config, opts, devices, degrees, flags, notes=notes)
         return
     _refuse(path, flags)
     opts, config, notes = _options(flags, path)

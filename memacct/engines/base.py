@@ -458,6 +458,20 @@ class StartupModel:
         """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
         raise NotImplementedError
 
+    def batch(
+        self,
+        total_memory: int,
+        device_name: str,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+    ) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine runs with on this device when
+        it is given these (``None``: its default): the one rule every plan path follows.
+        Here each unset one takes :meth:`defaults`'s value; an engine whose defaults depend
+        on each other overrides it (vLLM clamps a defaulted ``max_num_seqs``)."""
+        tokens, seqs = self.defaults(total_memory, device_name)
+        return max_num_batched_tokens or tokens, max_num_seqs or seqs
+
     def settings(self, **common: Any) -> StartupSettings:
         """The engine's settings from the common ones (``gpu_memory_utilization`` ``None``:
         the engine's default; SGLang reads it as ``mem_fraction_static``)."""

@@ -20,7 +20,12 @@ from typing import Any
 
 from memacct.errors import ConfigError
 
-__all__ = ["ModelConfig", "config_int"]
+__all__ = ["NO_LENGTH_MAX_MODEL_LEN", "ModelConfig", "config_int"]
+
+NO_LENGTH_MAX_MODEL_LEN = 2048
+"""The ``max_model_len`` vLLM assumes for a config with none of its length keys
+(``vllm/config/model.py`` ``_get_and_verify_max_len``: ``default_max_len = 2048``, with the
+warning "Assuming the model's maximum length is 2048")."""
 
 # The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
 _KV_DTYPES: dict[str, int] = {
@@ -285,6 +290,16 @@ class ModelConfig:
         if factor != 1.0:
             return int(limit * factor), f"{where} x rope_scaling.factor {factor:g}"
         return limit, where
+
+
+    @property
+    def default_max_model_len(self) -> int:
+        """The ``max_model_len`` vLLM serves when none is given: the position limit, else (no
+        length key) :data:`NO_LENGTH_MAX_MODEL_LEN`. vLLM also scales that default by a RoPE
+        factor the config may write; a config with RoPE scaling and no length key is not one
+        memacct has met, and this reads 2048 for it."""
+        found = self.position_limit
+        return NO_LENGTH_MAX_MODEL_LEN if found is None else found[0]
 
 
 def _model_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:

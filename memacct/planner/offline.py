@@ -41,6 +41,7 @@ __all__ = [
     "CapacityRow",
     "OfflineDevice",
     "PlanT",
+    "default_device",
     "plan_capacity",
     "plan_offline",
     "position_limit",
@@ -48,10 +49,6 @@ __all__ = [
     "smallest_serving",
     "with_source_notes",
 ]
-
-DEFAULT_MAX_MODEL_LEN = 32768
-"""The longest request planned for a config that states no position limit."""
-
 
 def position_limit(config: Mapping[str, Any] | ModelConfig) -> int | None:
     """The longest ``max_model_len`` vLLM accepts for a config (its derived max_model_len).
@@ -74,13 +71,22 @@ class OfflineDevice:
     note: str = ""
 
 
+def default_device(engine: str) -> str:
+    """The device preset an offline plan with neither ``device`` nor ``device_memory`` is
+    made for: the engine's own (:attr:`memacct.engines.base.Engine.default_device`), for a
+    single plan and every row of a capacity plan alike."""
+    from memacct.engines import get_engine
+
+    return get_engine(engine).default_device
+
+
 def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
     """The device of ``options``: a preset, a size, or the engine's reference device (noted).
 
     Raises:
         InvalidInputError: an unknown device, or one the engine does not run on.
     """
-    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE, memory_notes, resolve_device
+    from memacct.devices import DEVICE_INFO, memory_notes, resolve_device
     from memacct.engines.base import ENGINE_VENDORS
 
     vendors = ENGINE_VENDORS.get(options.engine)
@@ -98,9 +104,7 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
             )
         notes = memory_notes(info, options.engine, options.gpu_memory_utilization)
         return OfflineDevice(info.total_bytes, info.name, info.label, info, "; ".join(notes))
-    info = DEVICE_INFO[REFERENCE_DEVICE]
-    if vendors is not None and info.vendor not in vendors:
-        info = next(i for i in DEVICE_INFO.values() if i.vendor in vendors and i.kind == "reading")
+    info = DEVICE_INFO[default_device(options.engine)]
     note = (
         f"no device given: planned for an {info.label} ({info.name}, "
         f"{format_gib(info.total_bytes)}); pass --device or --device-memory"
@@ -224,7 +228,7 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
             f"max_model_len it accepts is {limit} (or allow it explicitly: "
             "--allow-long-max-model-len, vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
         )
-    profiled_len = asked if asked is not None and asked > 0 else (limit or DEFAULT_MAX_MODEL_LEN)
+    profiled_len = asked if asked is not None and asked > 0 else model.default_max_model_len
     max_len = asked if asked is not None else profiled_len
     weights = None
     if opts.checkpoint is not None:

@@ -38,11 +38,13 @@ logger = logging.getLogger("memacct")
 
 
 def batch_defaults_for(
-    engine: Engine, result: ProfileResult | None, budget: MemoryBudget | None
+    engine: Engine, result: ProfileResult | None, budget: MemoryBudget | None,
+    max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
 ) -> tuple[int, int]:
-    """The batch a plan assumes when none is given: what the budget or the profile recorded,
-    else the engine's own default (:meth:`StartupModel.defaults`) for the profiled device, or
-    for :data:`memacct.devices.REFERENCE_DEVICE` when there is none."""
+    """The batch a plan assumes: the one given, else what the budget or the profile
+    recorded, else the engine's own rule (:meth:`StartupModel.batch`, the one the offline
+    start-up follows) for the profiled device, or for
+    :data:`memacct.devices.REFERENCE_DEVICE` when there is none."""
     from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
 
     startup = engine.startup if engine.startup is not None else get_engine("vllm").startup
@@ -56,10 +58,10 @@ def batch_defaults_for(
         tokens = seqs = None
         reference = DEVICE_INFO[REFERENCE_DEVICE]
         total, name = reference.total_bytes, reference.name
-    if tokens is None or seqs is None:
-        default_tokens, default_seqs = startup.defaults(total, name)
-        tokens, seqs = tokens or default_tokens, seqs or default_seqs
-    return tokens, seqs
+    batch: tuple[int, int] = startup.batch(
+        total, name, max_num_batched_tokens or tokens, max_num_seqs or seqs
+    )
+    return batch
 
 
 def plan_from_budget(

@@ -28,6 +28,7 @@ from memacct.engines import get_engine
 from memacct.engines.base import KVBlock, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
+from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN
 from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, load_model_json
 from memacct.planner.guard import check_profile_matches, unrecorded_notes
@@ -129,8 +130,10 @@ def plan_kv_cache(
             instance may hold, in (0, 1].
         block_size: tokens per KV-cache block (SGLang: its page size);
             ``None``: the engine's default (vLLM 16, SGLang 1).
-        max_model_len: longest request, tokens; ``None``: the config's
-            ``max_position_embeddings``; ``-1``: the longest that fits (vLLM's auto-fit).
+        max_model_len: longest request, tokens; ``None``: vLLM's default, the spec's
+            ``position_limit`` (2048 for a config without a length key,
+            :attr:`memacct.model.config.ModelConfig.default_max_model_len`); ``-1``: the
+            longest that fits (vLLM's auto-fit).
         engine: ``"vllm"``, ``"vllm-ascend"`` or ``"sglang"``.
         kv_cache_memory_bytes: KV-cache budget of each rank in bytes.
         num_gpu_blocks_override: block count, overriding the utilization.
@@ -199,7 +202,7 @@ def plan_kv_cache(
             "plan_kv_cache needs a profile (result) or the KV-cache budget: pass "
             "kv_cache_memory_bytes"
         )
-    default_tokens, default_seqs = batch_defaults_for(chosen, result, estimated)
+    default_tokens, default_seqs = batch_defaults_for(chosen, result, estimated, batched, seqs)
     settings = KVSettings(
         block_size=block,
         max_model_len=max_len,
@@ -517,10 +520,6 @@ def _resolve_max_model_len(value: object, spec: KVCacheSpec) -> int:
         return -1
     if value is not None:
         return check_int("max_model_len", value)
-    if spec.position_limit is None:
-        raise InvalidInputError(
-            f"the config of {spec.model_name} gives no max_position_embeddings: "
-            f"pass max_model_len"
-        )
-    # vLLM's default max_model_len is the config's derived length (ModelConfig.position_limit).
-    return spec.position_limit
+    # vLLM's default max_model_len is the config's derived length, else its 2048: the owner
+    # is ModelConfig.default_max_model_len, whose position limit the spec carries.
+    return spec.position_limit or NO_LENGTH_MAX_MODEL_LEN

@@ -114,6 +114,23 @@ class VllmStartup(BatchDefaults):
     """Whether the dummy sampler takes vLLM's CUDA top-k/top-p paths (:data:`SAMPLERS`);
     otherwise it holds :attr:`sampler_bytes_per_logit` per logit."""
 
+    def batch(
+        self,
+        total_memory: int,
+        device_name: str,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        version: tuple[int, int] | None = None,
+    ) -> tuple[int, int]:
+        """``vllm serve``'s batch: each unset one takes the device's default
+        (:func:`batch_defaults`), and a defaulted ``max_num_seqs`` is clamped to
+        ``max_num_batched_tokens`` (``vllm/engine/arg_utils.py``,
+        ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``:
+        ``max_num_seqs = min(max_num_seqs, max_num_batched_tokens)`` when not given)."""
+        d_tokens, d_seqs = self.defaults(total_memory, device_name, version)
+        tokens = max_num_batched_tokens or d_tokens
+        return tokens, max_num_seqs or min(d_seqs, tokens)
+
     def start(self, request: StartupRequest) -> StartupEstimate:
         """vLLM's start-up of one rank (see :meth:`StartupModel.estimate`)."""
         config, total_memory = request.config, request.total_memory
@@ -130,16 +147,13 @@ class VllmStartup(BatchDefaults):
             s = s if d is not None else replace(s, deployment=Deployment())
             return estimate_deployment(self, replace(request, settings=s))
         notes: list[str] = []
-        d_tokens, d_seqs = self.defaults(total_memory, device_name, parse_version(s.engine_version))
-        tokens = s.max_num_batched_tokens or d_tokens
-        # vLLM clamps a defaulted max_num_seqs to max_num_batched_tokens (arg_utils.py,
-        # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args).
-        seqs = s.max_num_seqs or min(d_seqs, tokens)
+        tokens, seqs = self.batch(total_memory, device_name, s.max_num_batched_tokens,
+                                  s.max_num_seqs, parse_version(s.engine_version))  # fmt: skip
         check_batch_budget(tokens, seqs)
         defaulted = [
             f"{name} {value}"
             for name, value, given in (
-                ("max_num_batched_tokens", d_tokens, s.max_num_batched_tokens),
+                ("max_num_batched_tokens", tokens, s.max_num_batched_tokens),
                 ("max_num_seqs", seqs, s.max_num_seqs),
             )
             if given is None

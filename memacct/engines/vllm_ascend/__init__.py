@@ -12,4 +12,6 @@ from memacct.engines.vllm_ascend.startup import STARTUP
 
 __all__ = ["ENGINE"]
 
-ENGINE = Engine(name="vllm-ascend", version=VLLM_VERSION, kv=VllmKVManager(), startup=STARTUP)
+# No device named: the Ascend 910B1 (64 GB), an Ascend part memacct has a reading of.
+ENGINE = Engine(name="vllm-ascend", version=VLLM_VERSION, kv=VllmKVManager(), startup=STARTUP,
+                default_device="ascend-910b1-64gb")

@@ -29,6 +29,8 @@ class VllmMindsporeKVManager(VllmKVManager):
         return layout.model_copy(update={"engine": self.name, "engine_version": self.version})
 
 
+# No device named: the Ascend 910B1 (64 GB), an Ascend part memacct has a reading of.
 ENGINE = Engine(
-    name="vllm-mindspore", version=VERSION, kv=VllmMindsporeKVManager(), startup=STARTUP
+    name="vllm-mindspore", version=VERSION, kv=VllmMindsporeKVManager(), startup=STARTUP,
+    default_device="ascend-910b1-64gb",
 )
