@@ -289,7 +289,7 @@ def test_preset_with_per_layer_mlp_widths_says_why_it_is_refused(
     assert code == 2 and "per-layer list (35 widths)" in err and "no MLP width" not in err
 
 
-@pytest.mark.parametrize("engine", ["vllm-mindspore", "vllm-ascend"])
+@pytest.mark.parametrize("engine", ["vllm-mindspore"])
 def test_enforce_eager_that_changes_nothing_is_refused(
     engine: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -180,15 +180,51 @@ def test_the_kv_budget_is_the_engines_arithmetic() -> None:
     assert est.kv_cache_bytes == int(H100 * 0.9) - est.non_kv_cache_memory
 
 
-def test_vllm_ascend_samples_without_sort_buffers_and_charges_no_graphs() -> None:
+def test_vllm_ascend_samples_without_sort_buffers_and_plans_graphs_it_does_not_charge() -> None:
     config = load_model_preset("qwen2.5-7b")
     total = DEVICE_INFO["ascend-910b-64gb"].total_bytes
     npu = ASCEND.estimate(config, total_memory=total, device_name="ascend-910b-64gb")
     gpu = VLLM.estimate(config, total_memory=total, device_name="ascend-910b-64gb")
     assert npu.activation_peak < gpu.activation_peak
-    assert npu.cudagraph_memory == 0 and (npu.max_num_batched_tokens, npu.max_num_seqs) == (
-        2048, 256
-    )  # fmt: skip
+    assert (npu.max_num_batched_tokens, npu.max_num_seqs) == (2048, 256)
+    # vllm-ascend's worker captures ACL graphs after the KV cache (compile_or_warm_up_model),
+    # at vLLM's capture sizes, and never takes them off the budget.
+    assert npu.cudagraph_memory == gpu.cudagraph_memory > 0
+    assert not npu.cudagraph_charged
+    assert npu.kv_cache_bytes == npu.requested_memory - (
+        npu.weights_memory + npu.activation_peak + npu.non_allocator_increase)
+    assert any(n.startswith("ACL graphs: ") and "not taken off it" in n for n in npu.notes)
+    eager = ASCEND.estimate(config, total_memory=total, device_name="ascend-910b-64gb",
+                            settings=StartupSettings(enforce_eager=True))  # fmt: skip
+    assert eager.cudagraph_memory == 0 and eager.kv_cache_bytes == npu.kv_cache_bytes
+    assert not any(n.startswith("ACL graphs") for n in eager.notes)
+
+
+def test_vllm_ascend_enforce_eager_is_taken_and_graphs_beyond_the_headroom_are_flagged() -> None:
+    config = load_model_preset("qwen2.5-7b")
+    plan = plan_offline(config, engine="vllm-ascend", device="ascend-910b-64gb",
+                        enforce_eager=True)  # fmt: skip
+    assert plan.kv_cache_bytes > 0
+    # Llama-3.1-70B at TP4: 86 graphs of 80 layers hold 1.9 GiB, more than the profile's
+    # activations (0.37 GiB) and the 2% above the utilization (1.2 GiB) leave.
+    tight = ASCEND.estimate(load_model_preset("llama-3.1-70b"),
+                            total_memory=DEVICE_INFO["ascend-910b-64gb"].total_bytes,
+                            device_name="ascend-910b-64gb",
+                            settings=StartupSettings(tensor_parallel_size=4,
+                                                     gpu_memory_utilization=0.98))  # fmt: skip
+    headroom = tight.total_memory - tight.requested_memory
+    assert tight.cudagraph_memory > tight.activation_peak + headroom
+    assert any("the capture may run out of memory" in n for n in tight.notes)
+
+
+def test_vllm_ascend_names_its_releases_and_their_vllm_beside_a_refusal() -> None:
+    from memacct.engines.base import check_release
+
+    check_release("vllm-ascend", "0.23.0")
+    for release in ("0.18.0", "0.33"):
+        pins = r"main \(vLLM v0\.27\.1\).*v0\.23\.0 \(vLLM v0\.23\.0\)"
+        with pytest.raises(InvalidInputError, match=pins):
+            check_release("vllm-ascend", release)
 
 
 def test_sglang_pool_is_the_static_fraction_less_weights_and_context() -> None:

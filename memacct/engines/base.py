@@ -48,11 +48,13 @@ __all__ = [
 
 MODELLED_RELEASES: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "vllm": ((0, 8), (0, 33)),
-    "vllm-ascend": ((0, 8), (0, 33)),
+    "vllm-ascend": ((0, 21), (0, 27)),
 }
 """The releases memacct models per engine, oldest and newest ``(major, minor)``: vLLM's V1
 engine (the default since 0.8.0; V0's start-up is not modelled) up to the rules of
-``engines/vllm``. An engine not listed models its own :attr:`Engine.version` only."""
+``engines/vllm``; vllm-ascend's own releases (numbered after the vLLM each pins) in
+:data:`memacct.engines.vllm_ascend.releases.PINS`. An engine not listed models its own
+:attr:`Engine.version` only."""
 
 BLOCK_SIZES: dict[str, tuple[int, ...]] = {
     "vllm": (1, 8, 16, 32, 64, 128, 256),
@@ -138,6 +140,10 @@ def check_release(engine: str, version: str | None) -> None:
         if span[0] <= parsed <= span[1]:
             return
         modelled = f"{span[0][0]}.{span[0][1]} to {span[1][0]}.{span[1][1]}"
+    if engine == "vllm-ascend":
+        from memacct.engines.vllm_ascend.releases import pins_text
+
+        modelled += f" ({pins_text()})"
     raise InvalidInputError(
         f"{engine} {version} is not a release memacct models: it models {engine} {modelled} "
         f"(give one of those with --engine-version, or leave it out for {chosen.version})"
