@@ -35,3 +35,15 @@ def test_a_misspelt_processor_kwarg_is_named_with_the_key_it_meant() -> None:
     right = Deployment(multimodal=Multimodal(mm_processor_kwargs={"max_pixels": 1003520}))
     plan = plan_offline(QWEN25_VL_3B, device="h100", deployment=right)
     assert not any("not applied" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle", "draft_model"])
+def test_a_speculative_config_without_its_draft_says_to_add_model(
+        method: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from memacct.cli import main
+
+    config = f'{{"method": "{method}", "num_speculative_tokens": 3}}'
+    argv = ["plan", "--model", "qwen2.5-7b", "--device", "h100", "--speculative-config", config]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert 'add "model"' in err and "--speculative-config" in err and "draft_config" not in err

@@ -58,6 +58,15 @@ def mtp_layers(config: Mapping[str, Any]) -> int:
 
 
 def _need_draft(spec: Speculative) -> Mapping[str, Any]:
+    if spec.draft_config is None and not spec.model:
+        # vLLM's SpeculativeConfig needs the draft model for these methods as well.
+        raise InvalidInputError(
+            f"--speculative-config method {spec.method} names no draft model: add \"model\": "
+            "the draft's Hub id or path, to --speculative-config, from which memacct reads the "
+            "draft model's config.json (e.g. '{\"method\": "
+            f"\"{spec.method}\", \"model\": \"org/draft\", \"num_speculative_tokens\": "
+            f"{spec.num_speculative_tokens}}}')"
+        )
     if spec.draft_config is None:
         raise InvalidInputError(
             f"--speculative-config method {spec.method}: memacct needs the draft model's "
