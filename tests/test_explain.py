@@ -115,6 +115,28 @@ def test_a_wrapped_config_line_and_a_continued_command_are_joined() -> None:
     assert setup.settings["gpu_memory_utilization"] == 0.8
 
 
+def test_a_budget_given_in_bytes_is_planned_in_bytes() -> None:
+    from memacct.explain.request import plan_request
+
+    reading = read_log(
+        "(EngineCore_DP0 pid=1) INFO 09-01 10:00:00 [gpu_worker.py:250] Initial free memory "
+        "78.50 GiB, reserved 20.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes "
+        "config and skipped memory profiling."
+    )
+    assert reading.logged["kv_cache_bytes"] == 20 * 2**30
+    flags = plan_request(reading, model="qwen3-8b").flags
+    assert flags["kv_cache_memory_bytes"] == 20 * 2**30 and "gpu_memory_utilization" not in flags
+
+
+def test_older_sglang_weights_are_the_free_memory_the_load_took() -> None:
+    reading = read_log(
+        "[2024-08-01 10:00:00 TP0] Load weight begin. avail mem=78.58 GB\n"
+        "[2024-08-01 10:00:09 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=63.54 GB\n"
+    )
+    assert reading.figures["weights_memory"].text() == "15.04 GB"
+
+
 @pytest.mark.parametrize(("named", "preset"), [("NVIDIA H100 80GB HBM3", "h100-80gb"),
                                                ("NVIDIA A100-SXM4-40GB", "a100-40gb")])
 def test_the_device_a_log_names_is_planned_for(named: str, preset: str) -> None:

@@ -107,7 +107,11 @@ VLLM: tuple[Pattern, ...] = (
     _p(r"`--kv-cache-memory=(?P<suggested_kv_cache_memory_bytes>\d+)`", "B"),
     _p(rf"Current kv cache memory in use is (?P<kv_cache_bytes>{_N}) GiB"),
     _p(rf"Current KV cache memory: (?P<kv_cache_bytes>{_N}) GiB"),
-    _p(rf"reserved (?P<kv_cache_bytes>{_N}) GiB for KV Cache as specified by "
+    # vLLM: "Initial free memory 78.50 GiB, reserved 20.00 GiB memory for KV Cache as
+    # specified by kv_cache_memory_bytes config and skipped memory profiling"; vllm-ascend
+    # without "memory" (vllm_ascend/worker/worker.py).
+    _p(rf"Initial free memory (?P<free_memory_at_start>{_N}) ?GiB, reserved "
+       rf"(?P<kv_cache_given>{_N}) ?GiB (?:memory )?for KV Cache as specified by "
        r"kv_cache_memory_bytes"),
     _p(rf"GPU KV cache size: (?P<num_tokens>{_C}) tokens", ""),
     _p(rf"Maximum concurrency for (?P<max_model_len>{_C}) tokens per request: "
@@ -134,6 +138,7 @@ SGLANG: tuple[Pattern, ...] = (
     _p(rf"Init torch distributed ends\. mem usage=(?P<non_allocator_increase>{_N}) GB", "GB"),
     _p(rf"Load weight begin\. avail mem=(?P<free_memory_at_start>{_N}) GB", "GB"),
     _p(rf"Load weight end\..*?mem usage=(?P<weights_memory>{_N}) GB", "GB"),
+    _p(rf"Load weight end\..*?avail mem=(?P<free_memory_after_load>{_N}) GB", "GB"),
     _p(rf"KV Cache is allocated\..*?#tokens: (?P<num_tokens>{_C}), K size: (?P<k_size>{_N}) GB,"
        rf" V size: (?P<v_size>{_N}) GB", "GB", num_tokens=""),
     _p(rf"KV Cache is allocated\..*?#tokens: (?P<num_tokens>{_C}), KV size: "

@@ -30,6 +30,7 @@ _COUNTS = ("num_tokens", "num_blocks", "max_concurrency")
 _MEMORY_FIGURES = frozenset(LOGGED_TERMS) | {
     "peak_torch_memory", "requested_memory", "non_kv_cache_memory", "k_size", "kv_cache_needed",
     "cudagraph_estimate", "free_memory_after_pool", "suggested_kv_cache_memory_bytes",
+    "kv_cache_given", "free_memory_after_load",
 }  # fmt: skip
 
 
@@ -253,7 +254,7 @@ def read_log(text: str, name: str = "log") -> LogReading:
     found = _match(patterns + ERRORS, lines)
     if not any(item.name in _MEMORY_FIGURES for item in found):
         raise NoMemoryLinesError(_missing(name, setup, text))
-    figures = _choose(found)
+    figures = _derived(_choose(found))
     pools = 0
     if engine == "sglang":
         figures, pools = _sglang_pool(figures, found)
@@ -267,6 +268,20 @@ def read_log(text: str, name: str = "log") -> LogReading:
         found=tuple(found), ranks=tuple(sorted({i.rank for i in found if i.rank is not None})),
         kv_pools=pools, refusal=refusal,
     )  # fmt: skip
+
+
+def _derived(figures: dict[str, Figure]) -> dict[str, Figure]:
+    """Figures a log gives only through others: SGLang's weights before it printed "mem
+    usage=" (the free memory before the load less after it), and a KV budget given with
+    ``kv_cache_memory_bytes`` (vLLM then prints no other)."""
+    out = dict(figures)
+    around = ("free_memory_at_start", "free_memory_after_load")
+    if "weights_memory" not in out and all(name in out for name in around):
+        before, after = out[around[0]], out[around[1]]
+        out["weights_memory"] = Figure(_sum(before.printed, "-" + after.printed), before.unit)
+    if "kv_cache_given" in out:
+        out.setdefault("kv_cache_bytes", out["kv_cache_given"])
+    return out
 
 
 def _sglang_pool(figures: dict[str, Figure], found: list[Found]) -> tuple[dict[str, Figure], int]:

@@ -125,8 +125,9 @@ def plan_request(reading: LogReading, *, model: str | None = None, device: str |
     flags.update(_device(reading, device, device_memory, notes))
     fraction = s.get("mem_fraction_static") if reading.engine == "sglang" else None
     util = fraction or s.get("gpu_memory_utilization") or _figure(reading, "gpu_memory_utilization")
-    if s.get("kv_cache_memory_bytes"):
-        flags["kv_cache_memory_bytes"] = s["kv_cache_memory_bytes"]
+    given = reading.bytes("kv_cache_given")  # "... as specified by kv_cache_memory_bytes"
+    if s.get("kv_cache_memory_bytes") or given:
+        flags["kv_cache_memory_bytes"] = s.get("kv_cache_memory_bytes") or given
     elif util is not None:
         flags["gpu_memory_utilization"] = float(util)
     for name in _COPIED:
