@@ -148,6 +148,7 @@ SGLANG: tuple[Pattern, ...] = (
     _p(r"max_total_num_tokens=(?P<num_tokens>\d+)", ""),
     _p(r"max_running_requests=(?P<max_running_requests>\d+)", ""),
     _p(r"context_len=(?P<max_model_len>\d+)", ""),
+    _p(rf"available_gpu_mem=(?P<free_memory_after_start>{_N}) GB", "GB"),
 )
 
 ERRORS: tuple[Pattern, ...] = (

@@ -30,7 +30,7 @@ _COUNTS = ("num_tokens", "num_blocks", "max_concurrency")
 _MEMORY_FIGURES = frozenset(LOGGED_TERMS) | {
     "peak_torch_memory", "requested_memory", "non_kv_cache_memory", "k_size", "kv_cache_needed",
     "cudagraph_estimate", "free_memory_after_pool", "suggested_kv_cache_memory_bytes",
-    "kv_cache_given", "free_memory_after_load",
+    "kv_cache_given", "free_memory_after_load", "free_memory_after_start",
 }  # fmt: skip
 
 
