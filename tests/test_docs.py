@@ -59,6 +59,12 @@ def test_cli_md_samples_are_what_the_commands_print() -> None:
         "memacct plan --model llama-3.1-70b --device h100",
         "memacct plan --model llama-3.1-70b --device h100,a100-80gb,l4 --tensor-parallel-size "
         "2,4,8 --min-concurrency 4",
+        "memacct plan --model llama-3.1-70b --device h100 -tp 4 --max-model-len 32k "
+        "--enable-lora --max-lora-rank 64 --emit vllm",
+        "memacct plan --model qwen2.5-7b --device h100 --engine sglang --mem-fraction-static "
+        "0.85 --context-length 32Ki --emit sglang",
+        "memacct plan --model llama-3.1-70b --device h100 --tensor-parallel-size 4 "
+        "--cpu-offload-gb 8 --emit k8s",
     ]
     for command, block in found:
         assert tool.normalise(block) == tool.run(command), (
