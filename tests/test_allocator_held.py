@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import memacct
-from memacct.planner.plan import allocator_held
+from memacct.planner.allocator_fit import allocator_held
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct.units import GiB, MiB
 

@@ -21,7 +21,7 @@ from memacct.backend import BaseBackend, as_base_backend
 from memacct.errors import BackendError, InsufficientMemoryError
 from memacct.models import ProfileResult
 from memacct.planner import KVCacheSpec, load_model_preset, plan_kv_cache
-from memacct.planner.plan import allocator_held, kv_cache_reservation
+from memacct.planner.allocator_fit import allocator_held, kv_cache_reservation
 from memacct.profiling import read_allocator_limit
 from memacct.sim import SimDevice
 from memacct.sim._core import SimOutOfMemory

@@ -8,7 +8,7 @@ import memacct
 from memacct.backend import BackendQuirks
 from memacct.models import TruthSource
 from memacct.planner import KVCacheSpec, plan_kv_cache
-from memacct.planner.plan import kv_cache_reservation
+from memacct.planner.allocator_fit import kv_cache_reservation
 from memacct.sim import SimDevice
 from memacct.truth import (
     SHARED_SEGMENT_BYTES,

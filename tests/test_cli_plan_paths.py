@@ -162,7 +162,7 @@ def test_the_batch_defaults_are_defined_once() -> None:
         name = str(path.relative_to(root))
         owners += [name] * text.count("return 8192, 1024")
         others += [f"{name}: {m.group(0)}" for m in keyword.finditer(text)]
-    assert owners == ["engines/vllm/startup.py"]
+    assert owners == ["engines/vllm/defaults.py"]
     assert others == []
 
 

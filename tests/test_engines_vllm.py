@@ -13,7 +13,7 @@ from memacct.engines.base import Engine, KVLayout, KVManager, KVSettings
 from memacct.engines.vllm.kv import in_flight_tokens
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.planner import KVCacheSpec
-from memacct.planner.plan import kv_cache_reservation
+from memacct.planner.allocator_fit import kv_cache_reservation
 from memacct.units import GiB
 
 VLLM = get_engine("vllm").kv

@@ -562,7 +562,7 @@ def test_plan_on_the_simulated_device_matches_its_profile_exactly() -> None:
     assert p.non_kv_cache_memory == 15 * GiB + 3 * GiB == result.non_kv_cache_memory
     assert p.kv_cache_bytes == target - 18 * GiB
     # The allocator rounds each layer's KV tensor to its 2 MiB segments: the plan keeps room.
-    from memacct.planner.plan import kv_cache_reservation
+    from memacct.planner.allocator_fit import kv_cache_reservation
 
     budget = target - 18 * GiB
     assert kv_cache_reservation(LLAMA, p.num_blocks, 16, 2 * MiB, "multiple") <= budget
@@ -588,7 +588,7 @@ def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
     from memacct.engines.vllm.startup import STARTUP
     from memacct.planner import load_model_preset
     from memacct.planner.offline import plan_offline
-    from memacct.planner.result import MemoryBudget
+    from memacct.planner.budget import MemoryBudget
 
     config = load_model_preset("qwen2.5-7b")
     offline = plan_offline(config, device="h100-80gb")

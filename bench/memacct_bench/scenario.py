@@ -34,7 +34,8 @@ from memacct.checks import FROZEN
 from memacct.errors import InsufficientMemoryError
 from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, TruthSource
-from memacct.planner.plan import KVCachePlan, plan_kv_cache
+from memacct.planner.plan import plan_kv_cache
+from memacct.planner.result import KVCachePlan
 from memacct.sim import SimDevice, SimOutOfMemory
 from memacct_bench.scenario_spec import Scenario, ServingStep
 from memacct_bench.start import EngineStart, make_device, mxfp4_pad_for, simulate_engine_start

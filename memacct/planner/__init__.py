@@ -23,14 +23,8 @@ from memacct.model.config import ModelConfig
 from memacct.model.sources.presets import load_model_preset, model_presets
 from memacct.model.spec import KVCacheSpec, LayerGroup, kv_dtype_bytes, pipeline_partition
 from memacct.planner.agree import agree
-from memacct.planner.plan import (
-    Agreement,
-    KVCachePlan,
-    Provenance,
-    load_profile,
-    plan_kv_cache,
-    save_profile,
-)
+from memacct.planner.plan import load_profile, plan_kv_cache, save_profile
+from memacct.planner.result import Agreement, KVCachePlan, Provenance
 
 __all__ = [
     "Agreement",

@@ -15,8 +15,9 @@ from typing import Any
 
 from memacct.errors import InsufficientMemoryError, MemacctError
 from memacct.model.spec import KVCacheSpec
+from memacct.planner.budget import MemoryBudget
 from memacct.planner.options import PlanOptions
-from memacct.planner.result import KVCachePlan, MemoryBudget
+from memacct.planner.result import KVCachePlan
 from memacct.units import format_gib as gib
 
 __all__ = ["refused_plan"]

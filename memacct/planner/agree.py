@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from memacct.errors import AgreementError, InvalidInputError
-from memacct.planner.plan import Agreement, KVCachePlan
+from memacct.planner.result import Agreement, KVCachePlan
 
 __all__ = ["agree"]
 

@@ -3,7 +3,7 @@
 :func:`plan_offline` is what ``memacct plan --model X --device Y`` runs: the
 engine's start-up estimated without any device, term by term as the engine
 computes it (``engines/<engine>/startup.py``), turned into the plan's non-KV
-budget (:class:`~memacct.planner.result.MemoryBudget`) and handed to the one
+budget (:class:`~memacct.planner.budget.MemoryBudget`) and handed to the one
 planner, :func:`memacct.plan_kv_cache`, like a measured profile. The result is
 a :class:`~memacct.planner.result.KVCachePlan` whose verdict a person reads
 first ("fits: N concurrent requests of L tokens" or "does not fit: ..." with
@@ -30,8 +30,9 @@ from memacct.engines.base import StartupModel, StartupRequest
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.model.config import ModelConfig
 from memacct.model.spec import KVCacheSpec
+from memacct.planner.budget import MemoryBudget
 from memacct.planner.options import PlanOptions
-from memacct.planner.result import KVCachePlan, MemoryBudget
+from memacct.planner.result import KVCachePlan
 from memacct.units import format_gib
 
 if TYPE_CHECKING:

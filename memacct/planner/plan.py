@@ -18,49 +18,36 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
-from memacct.engines.base import KVBlock, KVSettings, check_block_size
+from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
-from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN
 from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, load_model_json
+from memacct.planner.allocator_fit import allocator_budget, allocator_room
+from memacct.planner.budget import MemoryBudget, batch_defaults_for, profile_budget
 from memacct.planner.guard import check_profile_matches, unrecorded_notes
-from memacct.planner.pipeline import (
-    batch_defaults_for,
+from memacct.planner.refusals import (
+    LIMIT_FIX,
+    allocator_limit_note,
     check_override_fits,
     free_at_start_message,
-    make_plan,
+    limit_binds,
+    limit_too_small_message,
     no_memory_message,
-    plan_from_budget,
+    override_over_limit_message,
 )
-from memacct.planner.pipeline import device_of as _device
-from memacct.planner.result import (
-    PLAN_FORMAT_VERSION,
-    Agreement,
-    KVCachePlan,
-    MemoryBudget,
-    Provenance,
-)
+from memacct.planner.result import KVCachePlan, Provenance, fits_verdict
 from memacct.units import format_gib
 
-__all__ = [
-    "PLAN_FORMAT_VERSION",
-    "Agreement",
-    "KVCachePlan",
-    "MemoryBudget",
-    "Provenance",
-    "kv_cache_reservation",
-    "load_profile",
-    "plan_kv_cache",
-    "save_profile",
-]
+__all__ = ["load_profile", "make_plan", "plan_from_budget", "plan_kv_cache", "save_profile"]
 
 logger = logging.getLogger("memacct")
 
@@ -257,20 +244,20 @@ def plan_kv_cache(
             overrides[0], utilization, format_gib(kv_bytes), kv_bytes // block_bytes,
         )
     limit_note = ""
-    room = _allocator_room(result)
+    room = allocator_room(result)
     if room is not None and kv_bytes > room:
         if overrides:
-            raise InsufficientMemoryError(_override_over_limit_message(result, overrides[0],
+            raise InsufficientMemoryError(override_over_limit_message(result, overrides[0],
                                                                        kv_bytes, room))
-        limit_note = _limit_note(result, utilization, kv_bytes, room)
+        limit_note = allocator_limit_note(result, utilization, kv_bytes, room)
         logger.warning("memacct: %s", limit_note)
         kv_bytes = room
         target = non_kv + kv_bytes
-    budget, reserve = (0, 0) if kv_bytes <= 0 else _allocator_budget(kv_bytes, spec, pool, result)
+    budget, reserve = (0, 0) if kv_bytes <= 0 else allocator_budget(kv_bytes, spec, pool, result)
     if budget < block_bytes:
         if limit_note:
             raise InsufficientMemoryError(
-                _limit_too_small_message(result, room or 0, pool.block_size, block_bytes))
+                limit_too_small_message(result, room or 0, pool.block_size, block_bytes))
         raise InsufficientMemoryError(
             no_memory_message(result, utilization, target, pool.block_size, block_bytes)
         )
@@ -280,8 +267,8 @@ def plan_kv_cache(
         if not limit_note:
             raise
         raise InsufficientMemoryError(
-            f"{_limit_binds(result)}, and what it leaves does not hold one request: {exc}. "
-            f"{_LIMIT_FIX}",
+            f"{limit_binds(result)}, and what it leaves does not hold one request: {exc}. "
+            f"{LIMIT_FIX}",
             estimated_max_model_len=exc.estimated_max_model_len,
         ) from None
     plan = make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
@@ -295,198 +282,130 @@ def plan_kv_cache(
     return plan
 
 
-_LIMIT_FIX = (
-    "Raise the allocator's limit (MindSpore: max_device_memory / mindspore.runtime.set_memory"
-    "(max_size=...); torch: torch.cuda.set_per_process_memory_fraction, torch_npu: "
-    "torch.npu.set_per_process_memory_fraction), or reduce the model's memory (quantize it, "
-    "shard it, lower max_num_batched_tokens)"
-)
-
-
-def allocator_held(result: ProfileResult) -> int:
-    """Bytes the allocator holds while serving, before its KV cache, as the profile charges them.
-
-    What it held after the profile (weights, graph pools, retained memory; at
-    least the baseline's reservation plus the charged terms), the activation
-    peak on top, and the fragmentation allowance. The allowance's idle space
-    inside the weights' segments (``weights_idle_memory``) is part of what the
-    allocator held after the profile, so it counts once, there. Memory outside
-    the allocator (``non_allocator_increase``) is not the allocator's.
-    """
-    idle = result.weights_idle_memory
-    charged = (
-        result.baseline.reserved + result.weights_memory + result.cudagraph_memory
-        + result.retained_memory + idle
-    )
-    return (
-        max(result.after.reserved, charged) + result.activation_peak
-        + result.fragmentation_allowance - idle
-    )
-
-
-def _allocator_room(result: ProfileResult) -> int | None:
-    """The largest KV budget the profile's allocator limit allows, ``None`` without a limit.
-
-    The budget still has the fragmentation allowance kept free inside it (by
-    :func:`_allocator_budget`), so the room is the limit less what the
-    allocator holds besides the KV cache and that allowance.
-    """
-    if result.allocator_limit is None:
-        return None
-    return result.allocator_limit - allocator_held(result) + result.fragmentation_allowance
-
-
-def _limit_binds(result: ProfileResult) -> str:
-    limit = result.allocator_limit or 0
-    return (
-        f"the allocator's pool budget of {format_gib(limit)} ({limit} bytes, the most "
-        f"the allocator on {_device(result)} may reserve) binds before "
-        f"gpu_memory_utilization"
-    )
-
-
-def _limit_note(result: ProfileResult, utilization: float, kv_bytes: int, room: int) -> str:
-    held = allocator_held(result)
-    return (
-        f"{_limit_binds(result)}: the allocator holds {format_gib(held)} besides the KV cache "
-        f"(weights, activation peak, graph and retained memory, fragmentation allowance), so the "
-        f"KV cache gets {format_gib(room)} ({room} bytes) instead of the {format_gib(kv_bytes)} "
-        f"that gpu_memory_utilization={utilization} leaves"
-    )
-
-
-def _limit_too_small_message(
-    result: ProfileResult, room: int, block_size: int, block_bytes: int
-) -> str:
-    held = allocator_held(result)
-    return (
-        f"No room for the KV cache within the allocator's limit on {_device(result)}: "
-        f"{_limit_binds(result)}; the allocator holds {format_gib(held)} ({held} bytes: weights "
-        f"{result.weights_memory} + activation peak {result.activation_peak} + fragmentation "
-        f"allowance {result.fragmentation_allowance}, graph and retained memory), leaving "
-        f"{max(0, room - result.fragmentation_allowance)} bytes, less than one block of "
-        f"{block_size} tokens ({block_bytes} bytes) as the allocator rounds it. {_LIMIT_FIX}; "
-        f"a lower gpu_memory_utilization does not help here"
-    )
-
-
-def _override_over_limit_message(
-    result: ProfileResult, override: str, kv_bytes: int, room: int
-) -> str:
-    return (
-        f"{override} asks for {format_gib(kv_bytes)} ({kv_bytes} bytes) of KV cache, but "
-        f"{_limit_binds(result)} and leaves at most {max(0, room)} bytes for it beside what the "
-        f"allocator already holds ({allocator_held(result)} bytes). Lower the override to at most "
-        f"{max(0, room)} bytes, or raise the allocator's limit"
-    )
-
-
-def _allocator_budget(
-    kv_bytes: int, spec: KVCacheSpec, block: KVBlock, result: ProfileResult
-) -> tuple[int, int]:
-    """The budget handed to the engine, and the bytes kept back for the allocator.
-
-    The profile's fragmentation allowance is kept free. Where the engine's
-    tensors on this rank are known (``block.tensor_pages``, or one block per
-    layer: one group, one stage), the allocator's rounding of each tensor is
-    kept free too.
-    """
-    if not (result.fragmentation_allowance or result.growth_granularity_bytes):
-        return kv_bytes, 0
-    pages = block.tensor_pages
-    single = bool(pages) or (
-        spec.pipeline_parallel_size <= 1
-        and block.block_bytes == spec.bytes_per_block(block.block_size)
-    )
-    if single:
-        blocks, _ = _fit_blocks(kv_bytes, spec, block.block_size, result, pages)
-        budget = blocks * block.block_bytes
-    else:
-        budget = max(0, kv_bytes - result.fragmentation_allowance)
-    return budget, kv_bytes - budget
-
-
-# Allocators pad a request (torch_npu and MindSpore by 32 bytes) and round it to 512 bytes
-# before rounding it to their growth granularity; one minimum block covers both.
-_REQUEST_PADDING = 512
-
-
-def kv_cache_reservation(
+def plan_from_budget(
+    budget: MemoryBudget,
     spec: KVCacheSpec,
-    num_blocks: int,
-    block_size: int,
-    granularity: int,
-    rounding: str,
-    tensor_pages: Sequence[int] = (),
-) -> int:
-    """Bytes an allocator reserves for a KV cache allocated one tensor per layer.
+    settings: KVSettings,
+    engine: str,
+    kv_override: int | None,
+    blocks_override: int | None,
+) -> KVCachePlan:
+    """The plan of an engine's start-up estimate: the target less the non-KV terms, or an
+    override's cache on top of them, handed to the engine's KV-cache manager.
 
-    Each layer's tensor holds ``num_blocks x block_size`` tokens. ``rounding``
-    says how the allocator rounds a large tensor to ``granularity`` (see
-    :class:`memacct.BackendQuirks`): ``multiple`` rounds each tensor up to a
-    multiple; ``packed`` packs the tensors one after another and rounds their
-    sum; ``doubling`` gives each a block of the granularity doubled until it
-    fits, and equal tensors that fit together share a block. ``granularity``
-    0 means unknown: no rounding. ``tensor_pages`` (the engine's tensors'
-    bytes per block, :attr:`memacct.engines.base.KVLayout.tensor_pages`)
-    replaces the one-tensor-per-layer layout where the engine's is known.
+    Raises:
+        InsufficientMemoryError: nothing is left for one block, the override's cache and
+            the rest exceed the device, or one request does not fit as the engine counts it.
     """
-    tokens = num_blocks * block_size
-    if tensor_pages:
-        counts = Counter(tensor_pages)
-        if granularity <= 0 or num_blocks == 0:
-            return num_blocks * sum(tensor_pages)
-        sizes = [(count, num_blocks * page + _REQUEST_PADDING) for page, count in counts.items()]
-    elif granularity <= 0 or tokens == 0:
-        return tokens * spec.bytes_per_token
+    kv_engine = get_engine(engine).kv
+    non_kv = budget.non_kv_cache_memory
+    block = kv_engine.block(spec, settings)
+    overrides: tuple[str, ...] = ()
+    if kv_override is not None or blocks_override is not None:
+        kv_bytes = kv_override if kv_override is not None else (
+            (blocks_override or 0) * block.block_bytes)
+        name = "kv_cache_memory_bytes" if kv_override is not None else "num_gpu_blocks_override"
+        overrides = (f"{name}={kv_override if kv_override is not None else blocks_override}",)
+        target = non_kv + kv_bytes
+        if target > budget.total_memory:
+            raise InsufficientMemoryError(
+                f"{overrides[0]} asks for {format_gib(kv_bytes)} of KV cache, but "
+                f"{budget.device_label or budget.device} has {format_gib(budget.total_memory)} "
+                f"in all and the model needs {format_gib(non_kv)} besides the cache: "
+                f"{format_gib(target - budget.total_memory)} too much"
+            )
     else:
-        sizes = [
-            (group.num_layers, tokens * group.bytes_per_token_per_layer + _REQUEST_PADDING)
-            for group in spec.layer_groups
-        ]
-    if rounding == "packed":
-        return -(-sum(count * size for count, size in sizes) // granularity) * granularity
-    if rounding == "doubling":
-        total = 0
-        for count, size in sizes:
-            block = granularity
-            while block < size:
-                block *= 2
-            total += -(-count // (block // size)) * block
-        return total
-    return sum(count * (-(-size // granularity) * granularity) for count, size in sizes)
+        kv_bytes, target = budget.kv_cache_bytes, budget.target_allocation
+    if kv_bytes < block.block_bytes:
+        raise InsufficientMemoryError(
+            f"nothing is left for the KV cache: {format_gib(target)} less "
+            f"{format_gib(non_kv)} besides the cache is {format_gib(kv_bytes)}, less than one "
+            f"block of {block.block_size} tokens ({block.block_bytes} bytes)"
+        )
+    layout = kv_engine.plan(spec, kv_bytes, settings)
+    plan = make_plan(None, spec, layout, settings, kv_bytes, target,
+                      budget.gpu_memory_utilization, overrides, 0, budget=budget)
+    logger.info("%s", plan.report())
+    return plan
 
 
-def _fit_blocks(
+_RECORDED_FIELDS = ("backend", "device", "truth_source", "requested_truth_source",
+                    "truth_source_reason", "fragmentation")  # fmt: skip
+"""The fields of a :class:`ProfileResult` its plan's :class:`Provenance` carries as they are."""
+
+
+def make_plan(
+    result: ProfileResult | None,
+    spec: KVCacheSpec,
+    layout: KVLayout,
+    settings: KVSettings,
     kv_bytes: int,
-    spec: KVCacheSpec,
-    block_size: int,
-    result: ProfileResult,
-    tensor_pages: Sequence[int] = (),
-) -> tuple[int, int]:
-    """The most blocks whose per-layer tensors, as the allocator rounds them, fit the budget.
-
-    The profile's fragmentation allowance is kept free first. Returns the
-    block count and the bytes of the budget left to the allocator.
-    """
-    block_bytes = sum(tensor_pages) if tensor_pages else spec.bytes_per_block(block_size)
-    budget = kv_bytes - result.fragmentation_allowance
-    granularity = result.growth_granularity_bytes
-    rounding = result.growth_rounding
-    low, high = 0, max(0, budget) // block_bytes
-    # The reservation only grows with the block count, so bisect.
-    while low < high:
-        mid = (low + high + 1) // 2
-        reserved = kv_cache_reservation(spec, mid, block_size, granularity, rounding, tensor_pages)
-        if reserved <= budget:
-            low = mid
-        else:
-            high = mid - 1
-    if low == 0:
-        return 0, 0
-    rounding_bytes = kv_cache_reservation(
-        spec, low, block_size, granularity, rounding, tensor_pages)
-    return low, result.fragmentation_allowance + rounding_bytes - low * block_bytes
+    target: int | None,
+    utilization: float | None,
+    overrides: tuple[str, ...],
+    reserve: int,
+    limit_note: str = "",
+    *,
+    budget: MemoryBudget | None = None,
+) -> KVCachePlan:
+    provenance = None
+    if result is not None:
+        assert target is not None and utilization is not None
+        budget = profile_budget(result, target, utilization)
+        baseline = result.baseline
+        provenance = Provenance(
+            **{name: getattr(result, name) for name in _RECORDED_FIELDS},
+            allocator_settings=dict(result.allocator_settings),
+            free_at_start=baseline.free,
+            other_processes_at_baseline=baseline.other_processes,
+            memacct_version=__version__,
+            created_at=time.time(),
+            overrides=overrides,
+            profile_warnings=result.warnings,
+        )
+    notes: tuple[str, ...] = (limit_note,) if limit_note else ()
+    if budget is not None and budget.source == "estimate":
+        notes = budget.notes
+    return KVCachePlan(
+        engine=layout.engine,
+        engine_version=layout.engine_version,
+        total_memory=None if budget is None else budget.total_memory,
+        gpu_memory_utilization=utilization,
+        target_allocation=target,
+        non_kv_cache_memory=0 if budget is None else budget.non_kv_cache_memory,
+        weights_memory=0 if budget is None else budget.weights_memory,
+        activation_peak=0 if budget is None else budget.activation_peak,
+        non_allocator_increase=0 if budget is None else budget.non_allocator_increase,
+        cudagraph_memory=0 if budget is None else budget.cudagraph_memory,
+        retained_memory=0 if budget is None else budget.retained_memory,
+        kv_cache_bytes=kv_bytes,
+        block_size=layout.block_size,
+        block_bytes=layout.block_bytes,
+        num_blocks=layout.num_blocks,
+        num_tokens=layout.num_blocks * layout.block_size,
+        kv_tokens=layout.kv_tokens,
+        kv_cache_used_bytes=layout.used_bytes,
+        max_model_len=layout.max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        async_scheduling=settings.async_scheduling,
+        blocks_per_request=layout.blocks_per_request,
+        request_bytes=layout.request_bytes,
+        max_concurrency=layout.max_concurrency,
+        max_running_requests=layout.max_running_requests,
+        groups=layout.groups,
+        stage_blocks=layout.stage_blocks,
+        engine_notes=layout.notes,
+        profile_duration_s=None if result is None else result.duration_s,
+        spec=spec,
+        provenance=provenance,
+        allocator_reserve_bytes=reserve,
+        allocator_limit=None if result is None else result.allocator_limit,
+        notes=notes,
+        model=spec.model_name,
+        budget=budget,
+        verdict=fits_verdict(layout.max_concurrency, layout.max_model_len, layout.used_bytes),
+    )
 
 
 _UTILIZATION_MEANS = (

@@ -9,7 +9,7 @@ memacct's own lines, then the lines the engine itself logs (vLLM 0.33:
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -19,10 +19,11 @@ from memacct.errors import InvalidInputError
 from memacct.jsonfile import JsonFile
 from memacct.model.spec import KVCacheSpec
 from memacct.models import TruthSource
+from memacct.planner.budget import MemoryBudget
 from memacct.units import format_gib
 
 __all__ = [
-    "PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "MemoryBudget", "Provenance", "fits_verdict",
+    "PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "Provenance", "fits_verdict",
 ]
 
 PLAN_FORMAT_VERSION = 3
@@ -120,97 +121,6 @@ def fits_verdict(max_concurrency: float, max_model_len: int, used_bytes: int) ->
         f"fits: {count} concurrent request{'' if count == 1 else 's'} of {max_model_len:,} "
         f"tokens (KV cache {format_gib(used_bytes)})"
     )
-
-
-class MemoryBudget(BaseModel):
-    """What one rank holds besides its KV cache, and what the engine lets it hold in all.
-
-    The one input of a plan's arithmetic (``kv_cache_bytes = target_allocation -
-    non_kv_cache_memory``), built either from a measured profile
-    (``source="profile"``) or from an engine's start-up estimated offline
-    (``source="estimate"``, :func:`memacct.planner.offline.plan_offline`). Sizes in bytes.
-
-    Attributes:
-        source: ``profile`` or ``estimate``.
-        total_memory: the device's total memory.
-        gpu_memory_utilization: the engine's fraction of it (SGLang: ``mem_fraction_static``).
-        target_allocation: what the engine may hold: ``int(total x utilization)``.
-        weights_memory: the weights on this rank.
-        activation_peak: the profile run's activation peak.
-        non_allocator_increase: memory outside the allocator gained since the engine's baseline.
-        cudagraph_memory: the CUDA-graph memory charged to the budget.
-        cudagraph_estimate: the graph memory estimated, charged or not (offline).
-        retained_memory: memory a profile region kept after it ended.
-        weights_source: where the weights' size came from.
-        quantization: the weights' quantization, ``None`` for unquantized weights.
-        sampler: the dummy sampler's top-k/top-p path charged (vLLM offline).
-        max_num_batched_tokens: the profile run's token budget.
-        max_num_seqs: the profile run's sequence budget.
-        enforce_eager: whether CUDA graphs are off (offline).
-        device: the device's preset name, ``custom``, or ``backend:index`` of a profile.
-        device_label: the device as people call it.
-        notes: how the budget's terms were chosen, one sentence each.
-    """
-
-    model_config = FROZEN
-
-    source: Literal["profile", "estimate"]
-    total_memory: int = Field(gt=0)
-    gpu_memory_utilization: float = Field(gt=0.0, le=1.0)
-    target_allocation: int = Field(ge=0)
-    weights_memory: int = Field(ge=0)
-    activation_peak: int = Field(ge=0)
-    non_allocator_increase: int = 0
-    cudagraph_memory: int = Field(default=0, ge=0)
-    cudagraph_estimate: int = Field(default=0, ge=0)
-    retained_memory: int = Field(default=0, ge=0)
-    weights_source: str = ""
-    quantization: str | None = None
-    sampler: str = ""
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    enforce_eager: bool = False
-    device: str = ""
-    device_label: str = ""
-    notes: tuple[str, ...] = ()
-
-    @property
-    def non_kv_cache_memory(self) -> int:
-        """Everything charged besides the KV cache."""
-        return (
-            self.weights_memory + self.activation_peak + self.non_allocator_increase
-            + self.cudagraph_memory + self.retained_memory
-        )
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        """What the target leaves the KV cache; negative when the rest alone exceeds it."""
-        return self.target_allocation - self.non_kv_cache_memory
-
-    @classmethod
-    def from_estimate(cls, est: Any, *, device: str, device_label: str,
-                      enforce_eager: bool = False, notes: tuple[str, ...] = ()) -> MemoryBudget:
-        """The budget of an engine's start-up estimate (``engines/<engine>/startup.py``)."""
-        return cls(
-            source="estimate",
-            total_memory=est.total_memory,
-            gpu_memory_utilization=est.gpu_memory_utilization,
-            target_allocation=est.requested_memory,
-            weights_memory=est.weights_memory,
-            activation_peak=est.activation_peak,
-            non_allocator_increase=est.non_allocator_increase,
-            cudagraph_memory=est.cudagraph_memory if est.cudagraph_charged else 0,
-            cudagraph_estimate=est.cudagraph_memory,
-            weights_source=est.weights.source,
-            quantization=est.weights.quantization,
-            sampler=est.sampler,
-            max_num_batched_tokens=est.max_num_batched_tokens,
-            max_num_seqs=est.max_num_seqs,
-            enforce_eager=enforce_eager,
-            device=device,
-            device_label=device_label,
-            notes=(*notes, *est.notes),
-        )
 
 
 class KVCachePlan(JsonFile):
