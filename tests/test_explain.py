@@ -64,6 +64,8 @@ def test_releases_are_read_from_each_wording() -> None:
         "vllm-12529-v074dev-llama31-8b-int8-config.log": "0.7.4.dev390+gdebd6bbf",  # V0 engine
         "vllm-24162-v0102dev-qwen25-05b-tp2-config.log": "0.10.2.dev378+g4d7fe40fc.d20250829",
         "vllm-ascend-14274-qwen3-0.6b-310p.log": "0.22.1rc1",  # the container image's tag
+        "vllm-8031-v083-mistral-small-awq-config.log": "0.8.3",  # the line's prefix cut
+        "vllm-club3090-612-v0240-qwen36-35b-nvfp4-rtx5090.log": "0.24.0",
     }
 
 

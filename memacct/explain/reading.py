@@ -170,8 +170,15 @@ def detect_engine(text: str) -> str:
     v1 = re.search(r"Available KV cache memory|GPU KV cache size|EngineCore", text)
     # vllm-ascend's V1 model runner prints "Loading model weights took %.4f GB" and nothing
     # after (vllm_ascend/worker/model_runner_v1.py); vLLM's V1 prints "Model loading took".
-    ascend_load = v1 and re.search(r"(?m)Loading model weights took [\d.]+ GB\s*$", text)
+    # vLLM 0.7's V1 printed the same words from gpu_model_runner.py (vllm-project/vllm#12569),
+    # but not "Available KV cache memory".
+    ascend_load = v1 and re.search(r"(?m)Loading model weights took [\d.]+ GB\s*$", text) and (
+        "model_runner_v1.py" in text
+        or ("Available KV cache memory" in text and "gpu_model_runner" not in text))
+    # model_runner_v1.py is vllm-ascend's model runner (vllm_ascend/worker/); vLLM's V1 one is
+    # gpu_model_runner.py.
     if ascend_load or re.search(r"vllm[_-]ascend|NPU graph memory|NPUWorker|npu blocks|"
+                                r"\bmodel_runner_v1\.py|"
                                 r"Ascend|torch_npu", text):  # fmt: skip
         return "vllm-ascend"
     return "vllm"
@@ -181,7 +188,7 @@ def _era(text: str, engine: str) -> str | None:
     if engine == "sglang":
         return None
     if re.search(r"V1 LLM engine|EngineCore|Available KV cache memory|GPU KV cache size|"
-                 r"gpu_model_runner|v1/worker|estimated maximum model length|"
+                 r"gpu_model_runner|model_runner_v1\.py|v1/worker|estimated maximum model length|"
                  r"Desired GPU memory utilization|CUDA graph memory profiling|"
                  r"Estimated CUDA graph memory|CUDA graph pool memory",
                  text):  # fmt: skip
