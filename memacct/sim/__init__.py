@@ -6,7 +6,7 @@ backend). The allocator rules it follows and their sources are in
 benchmark) is the separate ``memacct-bench`` distribution in ``bench/``.
 """
 
-from memacct.sim._core import PrivatePool
+from memacct.sim._blocks import PrivatePool
 from memacct.sim.allocator import ALLOCATOR_PRESETS, SimOutOfMemory
 from memacct.sim.device import DEVICE_PRESETS, SimDevice
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memacct.sim._core import (
-    _ADDR_MASK,
+from memacct.sim._blocks import (
+    ADDR_MASK,
     FREE,
     IN_USE,
     KEY_SHIFT,
@@ -13,14 +13,14 @@ from memacct.sim._core import (
     MIN_BLOCK_SIZE,
     SMALL_BUFFER,
     UNMAPPED,
-    CachingAllocator,
-    DeviceMemory,
-    _Block,
-    _Pool,
-    _Segment,
+    Block,
+    Pool,
+    Segment,
     link_after,
     merge_neighbours,
 )
+from memacct.sim._core import CachingAllocator
+from memacct.sim._memory import DeviceMemory
 
 __all__ = ["ExpandableSegmentsAllocator"]
 
@@ -69,7 +69,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         for pool, page in ((self._small, SMALL_BUFFER), (self._large, LARGE_BUFFER)):
             pool.page = page
             pool.split_min = MIN_BLOCK_SIZE
-        self._unmapped_blocks: dict[int, _Block] = {}
+        self._unmapped_blocks: dict[int, Block] = {}
 
     def _garbage_collect(self) -> None:
         """Nothing: torch's garbage collection skips expandable-segment blocks."""
@@ -81,14 +81,14 @@ class ExpandableSegmentsAllocator(CachingAllocator):
     # ------------------------------------------------------------ fitting
 
     @staticmethod
-    def _room(block: _Block) -> int:
+    def _room(block: Block) -> int:
         """The block's size plus the unmapped range right above it."""
         nxt = block.next
         if nxt is not None and nxt.state == UNMAPPED:
             return block.size + nxt.size
         return block.size
 
-    def _refit_block(self, pool: _Pool, block: _Block) -> _Block:
+    def _refit_block(self, pool: Pool, block: Block) -> Block:
         nxt = block.next
         if nxt is None or nxt.state != UNMAPPED:
             return block
@@ -99,7 +99,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
             key = pool.free.ceiling(key + 1)
             if key < 0:
                 break
-            candidate = self._free_blocks[key & _ADDR_MASK]
+            candidate = self._free_blocks[key & ADDR_MASK]
             room = self._room(candidate)
             if room >= best_room:
                 break
@@ -113,8 +113,8 @@ class ExpandableSegmentsAllocator(CachingAllocator):
 
     # ------------------------------------------------------------ growing
 
-    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
-        found: _Block | None = self._find_room(pool, rounded)
+    def _new_block(self, pool: Pool, rounded: int) -> Block | None:
+        found: Block | None = self._find_room(pool, rounded)
         if found is not None and found.state == UNMAPPED:
             found = self._map(pool, found, min(found.size, rounded))
         while found is not None and found.size < rounded:
@@ -128,7 +128,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         del self._free_blocks[found.addr]
         return found
 
-    def _find_room(self, pool: _Pool, rounded: int) -> _Block:
+    def _find_room(self, pool: Pool, rounded: int) -> Block:
         """The lowest block from which ``rounded`` bytes of unallocated space run on."""
         for addr in pool.unmapped:
             start = self._unmapped_blocks[addr]
@@ -136,7 +136,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
             if below is not None and below.state == FREE:
                 start = below
             room = 0
-            b: _Block | None = start
+            b: Block | None = start
             while room < rounded and b is not None and b.state != IN_USE:
                 room += b.size
                 b = b.next
@@ -144,19 +144,19 @@ class ExpandableSegmentsAllocator(CachingAllocator):
                 return start
         return self._new_segment(pool)
 
-    def _new_segment(self, pool: _Pool) -> _Block:
+    def _new_segment(self, pool: Pool) -> Block:
         """Reserve a virtual segment (no memory behind it yet); return its one unmapped block."""
         page = pool.page
         total = self._device.total
         size = -(-(total + total // 8) // page) * page
         addr = self._take_address(size, align=page)
-        block = _Block(addr, size, pool, UNMAPPED)
-        pool.segments[addr] = _Segment(addr, size, block)
+        block = Block(addr, size, pool, UNMAPPED)
+        pool.segments[addr] = Segment(addr, size, block)
         pool.unmapped.add(addr)
         self._unmapped_blocks[addr] = block
         return block
 
-    def _map(self, pool: _Pool, block: _Block, size: int) -> _Block | None:
+    def _map(self, pool: Pool, block: Block, size: int) -> Block | None:
         """Map the pages covering the first ``size`` bytes of unmapped ``block``.
 
         Returns the free block they become part of (merged with free
@@ -172,7 +172,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         pool.unmapped.remove(block.addr)
         del self._unmapped_blocks[block.addr]
         if nbytes < block.size:
-            rest = _Block(block.addr + nbytes, block.size - nbytes, pool, UNMAPPED)
+            rest = Block(block.addr + nbytes, block.size - nbytes, pool, UNMAPPED)
             link_after(block, rest)
             block.size = nbytes
             pool.unmapped.add(rest.addr)
@@ -191,7 +191,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         self.num_sync_all_streams += 1
         for pool in self._releasable_pools():
             for key in list(pool.free):
-                self._unmap_pages(pool, self._free_blocks[key & _ADDR_MASK])
+                self._unmap_pages(pool, self._free_blocks[key & ADDR_MASK])
             for seg in list(pool.segments.values()):
                 head = seg.head
                 if head.state == UNMAPPED and head.size == seg.size:
@@ -199,7 +199,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
                     del self._unmapped_blocks[head.addr]
                     del pool.segments[seg.addr]
 
-    def _unmap_pages(self, pool: _Pool, block: _Block) -> None:
+    def _unmap_pages(self, pool: Pool, block: Block) -> None:
         """Unmap the pages lying wholly inside free ``block``."""
         page = pool.page
         start = block.addr
@@ -213,7 +213,7 @@ class ExpandableSegmentsAllocator(CachingAllocator):
         # The lowest piece keeps the block object, so a segment's head never moves.
         if lo > start:
             block.size = lo - start
-            middle = _Block(lo, hi - lo, pool, UNMAPPED)
+            middle = Block(lo, hi - lo, pool, UNMAPPED)
             link_after(block, middle)
             pool.free.add((block.size << KEY_SHIFT) | start)
             self._free_blocks[start] = block
@@ -222,12 +222,12 @@ class ExpandableSegmentsAllocator(CachingAllocator):
             middle.size = hi - lo
             middle.state = UNMAPPED
         if hi < end:
-            tail = _Block(hi, end - hi, pool)
+            tail = Block(hi, end - hi, pool)
             link_after(middle, tail)
             pool.free.add((tail.size << KEY_SHIFT) | hi)
             self._free_blocks[hi] = tail
 
-        def drop(neighbour: _Block) -> None:
+        def drop(neighbour: Block) -> None:
             pool.unmapped.remove(neighbour.addr)
             del self._unmapped_blocks[neighbour.addr]
 
@@ -240,15 +240,15 @@ class ExpandableSegmentsAllocator(CachingAllocator):
 
     # ------------------------------------------------------------ helpers
 
-    def _merge_free(self, pool: _Pool, block: _Block) -> _Block:
+    def _merge_free(self, pool: Pool, block: Block) -> Block:
         """Merge free ``block`` (not in the free set) with free neighbours; return the result."""
 
-        def drop(neighbour: _Block) -> None:
+        def drop(neighbour: Block) -> None:
             pool.free.remove((neighbour.size << KEY_SHIFT) | neighbour.addr)
             del self._free_blocks[neighbour.addr]
 
         return merge_neighbours(block, drop)
 
-    def _segment_count(self, seg: _Segment) -> int:
+    def _segment_count(self, seg: Segment) -> int:
         return 0
 

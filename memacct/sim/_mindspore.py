@@ -23,34 +23,32 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from memacct.sim._core import (
-    _ADDR_MASK,
+from memacct.sim._blocks import (
+    ADDR_MASK,
     FREE,
     IN_USE,
     KEY_SHIFT,
     MIN_BLOCK_SIZE,
     UNMAPPED,
-    CachingAllocator,
-    DeviceMemory,
-    SimOutOfMemory,
-    _Block,
-    _check_size,
-    _Segment,
-    format_size,
+    Block,
+    Segment,
     link_after,
     list_segments,
     merge_neighbours,
-    walk_blocks,
 )
-from memacct.sim._freeset import FreeSet
+from memacct.sim._core import CachingAllocator
+from memacct.sim._errors import SimOutOfMemory, check_size
+from memacct.sim._memory import DeviceMemory
 from memacct.sim._mindspore_budget import (
     MINDSPORE_VERSIONS,
     VMM_PAGE,
-    _check_budget,
-    _check_version,
-    _no_streams,
+    check_budget,
+    check_version,
     default_budget,
+    no_streams,
 )
+from memacct.sim._mindspore_vmm import VmmPool, recount_vmm
+from memacct.units import format_size
 
 __all__ = [
     "MINDSPORE_VERSIONS",
@@ -58,37 +56,6 @@ __all__ = [
     "MindSporeMemoryPool",
     "default_budget",
 ]
-
-
-class _VmmPool:
-    """One MindSpore allocator (persistent or common) under VMM: virtual ranges of buffers."""
-
-    __slots__ = (
-        "allocated",
-        "allocation",
-        "eager",
-        "idle",
-        "pages",
-        "peak_allocated",
-        "peak_allocation",
-        "persistent",
-        "requested",
-        "segments",
-        "stat_name",
-    )
-
-    def __init__(self, stat_name: str, persistent: bool) -> None:
-        self.stat_name = stat_name
-        self.persistent = persistent
-        self.idle = FreeSet()
-        """Keys of idle (mapped) buffers."""
-        self.eager = FreeSet()
-        """Keys of eager-free buffers (virtual space whose whole pages are unmapped)."""
-        self.pages: set[int] = set()
-        """Indexes (address // page) of this pool's mapped pages."""
-        self.segments: dict[int, _Segment] = {}
-        self.allocation = self.allocated = self.requested = 0
-        self.peak_allocation = self.peak_allocated = 0
 
 
 class MindSporeMemoryPool(CachingAllocator):
@@ -139,15 +106,15 @@ class MindSporeMemoryPool(CachingAllocator):
         budget_bytes: int | None = None,
         version: str = "2.6",
     ) -> None:
-        self._budget_option = _check_budget(budget_bytes)
-        self._version = _check_version(version)
+        self._budget_option = check_budget(budget_bytes)
+        self._version = check_version(version)
         super().__init__(device_memory)
         self._budget = self._budget_option
-        self._persist = _VmmPool("small_pool", True)
-        self._common = _VmmPool("large_pool", False)
-        self._bufs: dict[int, tuple[_VmmPool, _Block]] = {}
+        self._persist = VmmPool("small_pool", True)
+        self._common = VmmPool("large_pool", False)
+        self._bufs: dict[int, tuple[VmmPool, Block]] = {}
         """Every idle or eager-free buffer by address, with its allocator."""
-        self._vlive: dict[int, tuple[_VmmPool, _Block]] = {}
+        self._vlive: dict[int, tuple[VmmPool, Block]] = {}
         self._handles = 0
         """Physical pages held (mapped + cached)."""
         self._cached = 0
@@ -188,11 +155,11 @@ class MindSporeMemoryPool(CachingAllocator):
         return len(self._vlive)
 
     @property
-    def _live(self) -> dict[int, _Block]:
+    def _live(self) -> dict[int, Block]:
         return {addr: block for addr, (_, block) in self._vlive.items()}
 
     @_live.setter
-    def _live(self, value: dict[int, _Block]) -> None:
+    def _live(self, value: dict[int, Block]) -> None:
         # The base class initialises an unused mapping; the VMM pool keeps its own.
         pass
 
@@ -206,9 +173,9 @@ class MindSporeMemoryPool(CachingAllocator):
             InvalidInputError: ``size`` is negative or not an int, or ``stream`` is not 0.
         """
         if stream:
-            raise _no_streams(stream)
+            raise no_streams(stream)
         if size.__class__ is not int or size <= 0:
-            size = _check_size(size)
+            size = check_size(size)
             if size == 0:
                 return 0
         if self._budget is None:
@@ -355,27 +322,27 @@ class MindSporeMemoryPool(CachingAllocator):
     def _virtual_bytes(self) -> int:
         return sum(s.size for p in (self._persist, self._common) for s in p.segments.values())
 
-    def _reserve_range(self, pool: _VmmPool, rounded: int) -> None:
+    def _reserve_range(self, pool: VmmPool, rounded: int) -> None:
         """Reserve a virtual range (no memory behind it) of the budget, or the request if larger."""
         budget = self._budget or VMM_PAGE
         size = max(budget, rounded)
         size = -(-size // VMM_PAGE) * VMM_PAGE
         addr = self._take_address(size, align=VMM_PAGE)
-        block = _Block(addr, size, self._small if pool.persistent else self._large, UNMAPPED)
-        pool.segments[addr] = _Segment(addr, size, block)
+        block = Block(addr, size, self._small if pool.persistent else self._large, UNMAPPED)
+        pool.segments[addr] = Segment(addr, size, block)
         pool.eager.add((size << KEY_SHIFT) | addr)
         self._bufs[addr] = (pool, block)
 
-    def _take(self, pool: _VmmPool, rounded: int) -> _Block | None:
+    def _take(self, pool: VmmPool, rounded: int) -> Block | None:
         """Best fit among idle buffers, else among eager-free ones; map and split it."""
         key = pool.idle.pop_ceiling(rounded << KEY_SHIFT)
         if key >= 0:
-            _, block = self._bufs.pop(key & _ADDR_MASK)
+            _, block = self._bufs.pop(key & ADDR_MASK)
         else:
             key = pool.eager.pop_ceiling(rounded << KEY_SHIFT)
             if key < 0:
                 return None
-            _, block = self._bufs.pop(key & _ADDR_MASK)
+            _, block = self._bufs.pop(key & ADDR_MASK)
             remaining = block.size - rounded
             span = rounded if remaining >= MIN_BLOCK_SIZE else block.size
             if not self._map(pool, block.addr, span):
@@ -384,7 +351,7 @@ class MindSporeMemoryPool(CachingAllocator):
                 return None
         remaining = block.size - rounded
         if remaining >= MIN_BLOCK_SIZE:
-            rest = _Block(block.addr + rounded, remaining, block.pool, block.state)
+            rest = Block(block.addr + rounded, remaining, block.pool, block.state)
             link_after(block, rest)
             block.size = rounded
             (pool.idle if rest.state == FREE else pool.eager).add(
@@ -393,7 +360,7 @@ class MindSporeMemoryPool(CachingAllocator):
             self._bufs[rest.addr] = (pool, rest)
         return block
 
-    def _map(self, pool: _VmmPool, addr: int, nbytes: int) -> bool:
+    def _map(self, pool: VmmPool, addr: int, nbytes: int) -> bool:
         """Map every unmapped page of ``[addr, addr + nbytes)``; all or nothing."""
         first = addr // VMM_PAGE
         last = (addr + nbytes - 1) // VMM_PAGE
@@ -414,12 +381,12 @@ class MindSporeMemoryPool(CachingAllocator):
         pages.update(new)
         return True
 
-    def _settle(self, pool: _VmmPool, block: _Block, state: int) -> _Block:
+    def _settle(self, pool: VmmPool, block: Block, state: int) -> Block:
         """Give ``block`` (in no set) ``state``, merge it with same-state neighbours, index it."""
         block.state = state
         target = pool.idle if state == FREE else pool.eager
 
-        def drop(neighbour: _Block) -> None:
+        def drop(neighbour: Block) -> None:
             target.remove((neighbour.size << KEY_SHIFT) | neighbour.addr)
             del self._bufs[neighbour.addr]
 
@@ -434,13 +401,13 @@ class MindSporeMemoryPool(CachingAllocator):
         self.num_alloc_retries += 1
         for pool in (self._persist, self._common):
             for key in list(pool.idle):
-                _, block = self._bufs.pop(key & _ADDR_MASK)
+                _, block = self._bufs.pop(key & ADDR_MASK)
                 pool.idle.remove(key)
                 self._settle(pool, block, UNMAPPED)
             pages = pool.pages
             for key in pool.eager:
                 size = key >> KEY_SHIFT
-                addr = key & _ADDR_MASK
+                addr = key & ADDR_MASK
                 lo = -(-addr // VMM_PAGE)
                 hi = (addr + size) // VMM_PAGE
                 # Walk whichever is shorter: the buffer's pages or the mapped ones (an
@@ -478,43 +445,9 @@ class MindSporeMemoryPool(CachingAllocator):
 
     def _recount_stats(self) -> dict[str, int]:
         """Current values recomputed from the buffers; checks the structure too."""
-        out: dict[str, int] = {}
-        totals = {"allocation": 0, "allocated_bytes": 0, "requested_bytes": 0}
-        seen_free = 0
-        for pool in (self._persist, self._common):
-            counts = dict.fromkeys(totals, 0)
-            mapped_needed: set[int] = set()
-            for seg in pool.segments.values():
-                for prev, b in walk_blocks(seg, "buffer", "range"):
-                    if b.state == IN_USE:
-                        if self._vlive.get(b.addr, (None, None))[1] is not b:
-                            raise AssertionError(f"buffer {b.addr:#x} in use but not live")
-                        counts["allocation"] += 1
-                        counts["allocated_bytes"] += b.size
-                        counts["requested_bytes"] += b.requested
-                    else:
-                        seen_free += 1
-                        target = pool.idle if b.state == FREE else pool.eager
-                        if ((b.size << KEY_SHIFT) | b.addr) not in target:
-                            raise AssertionError(f"buffer {b.addr:#x} not indexed")
-                        if prev is not None and prev.state == b.state:
-                            raise AssertionError(f"neighbours not merged at {b.addr:#x}")
-                    if b.state != UNMAPPED:
-                        mapped_needed.update(
-                            range(b.addr // VMM_PAGE, (b.addr + b.size - 1) // VMM_PAGE + 1)
-                        )
-            if not mapped_needed <= pool.pages:
-                raise AssertionError("a buffer in use or idle lies on an unmapped page")
-            for name, value in counts.items():
-                out[f"{name}.{pool.stat_name}.current"] = value
-                totals[name] += value
-            out[f"reserved_bytes.{pool.stat_name}.current"] = len(pool.pages) * VMM_PAGE
-        if seen_free != len(self._bufs):
-            raise AssertionError("buffer index out of step with the ranges")
-        mapped = len(self._persist.pages) + len(self._common.pages)
-        if mapped + self._cached != self._handles:
-            raise AssertionError("physical pages out of step")
-        for name, value in totals.items():
-            out[f"{name}.all.current"] = value
+        out = recount_vmm(
+            (self._persist, self._common), self._vlive, self._bufs,
+            cached_pages=self._cached, held_pages=self._handles,
+        )
         out["reserved_bytes.all.current"] = self.reserved
         return out

@@ -10,15 +10,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 from memacct.errors import InvalidInputError
-from memacct.sim._core import (
-    KEY_SHIFT,
-    MIN_BLOCK_SIZE,
-    CachingAllocator,
-    DeviceMemory,
-    _Block,
-    _Pool,
-)
-from memacct.sim._mindspore_budget import _check_budget, _check_version, _no_streams, default_budget
+from memacct.sim._blocks import KEY_SHIFT, MIN_BLOCK_SIZE, Block, Pool
+from memacct.sim._core import CachingAllocator
+from memacct.sim._memory import DeviceMemory
+from memacct.sim._mindspore_budget import check_budget, check_version, default_budget, no_streams
 from memacct.units import GiB
 
 __all__ = ["MindSporeBlockPool"]
@@ -77,8 +72,8 @@ class MindSporeBlockPool(CachingAllocator):
                 f"mindspore unit_bytes must be a positive multiple of {MIN_BLOCK_SIZE} bytes, "
                 f"got {unit_bytes!r}"
             )
-        self._budget = _check_budget(budget_bytes)
-        self._version = _check_version(version)
+        self._budget = check_budget(budget_bytes)
+        self._version = check_version(version)
         super().__init__(device_memory)
         self.growth_granularity_bytes = unit_bytes
         for pool in self._pools:
@@ -99,7 +94,7 @@ class MindSporeBlockPool(CachingAllocator):
     def malloc(self, size: int, *, persistent: bool = False, stream: int = 0) -> int:
         """Allocate as described in the class docstring."""
         if stream:
-            raise _no_streams(stream)
+            raise no_streams(stream)
         if self._budget is None:
             self._budget = default_budget(self._device.free)
         if persistent and self._small.segments and size.__class__ is int and size > 0:
@@ -112,13 +107,13 @@ class MindSporeBlockPool(CachingAllocator):
                 return super().malloc(size, persistent=False)
         return super().malloc(size, persistent=persistent)
 
-    def _segment_size(self, pool: _Pool, rounded: int) -> int:
+    def _segment_size(self, pool: Pool, rounded: int) -> int:
         size = self.growth_granularity_bytes
         while size < rounded:
             size *= 2
         return size
 
-    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
+    def _new_block(self, pool: Pool, rounded: int) -> Block | None:
         size = self._segment_size(pool, rounded)
         room = self._device.free
         if self._budget is not None:
@@ -130,14 +125,14 @@ class MindSporeBlockPool(CachingAllocator):
             return None
         return self._add_segment(pool, size)
 
-    def _grow(self, pool: _Pool, rounded: int, size: int) -> _Block:
+    def _grow(self, pool: Pool, rounded: int, size: int) -> Block:
         block = self._new_block(pool, rounded)
         if block is None:
             # MindSpore's block pool does not release idle blocks and retry.
             raise self._out_of_memory(pool, rounded, size)
         return block
 
-    def _attempt_size(self, pool: _Pool, rounded: int) -> int:
+    def _attempt_size(self, pool: Pool, rounded: int) -> int:
         # It failed because less than the request was free, so the block it
         # tried was capped down to the request itself.
         return rounded

@@ -12,7 +12,15 @@ from typing import Any
 from memacct.errors import InvalidInputError
 from memacct.units import MiB
 
-__all__ = ["MINDSPORE_VERSIONS", "VMM_PAGE", "default_budget", "mindspore_options"]
+__all__ = [
+    "MINDSPORE_VERSIONS",
+    "VMM_PAGE",
+    "check_budget",
+    "check_version",
+    "default_budget",
+    "mindspore_options",
+    "no_streams",
+]
 
 VMM_PAGE = 2 * MiB
 """Physical page of the VMM pool (``vmm_align_size``, default 2 MB)."""
@@ -26,7 +34,7 @@ def default_budget(free_bytes: int) -> int:
     return max(0, (free_bytes * 15 // 16) // VMM_PAGE * VMM_PAGE - _BUDGET_RESERVE)
 
 
-def _check_budget(budget_bytes: object) -> int | None:
+def check_budget(budget_bytes: object) -> int | None:
     if budget_bytes is None:
         return None
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
@@ -37,14 +45,14 @@ def _check_budget(budget_bytes: object) -> int | None:
     return budget_bytes
 
 
-def _no_streams(stream: object) -> InvalidInputError:
+def no_streams(stream: object) -> InvalidInputError:
     return InvalidInputError(
         f"stream={stream!r}: the simulated MindSpore pool models the default stream only "
         "(docs/simulator.md); allocate on stream 0"
     )
 
 
-def _check_version(version: object) -> str:
+def check_version(version: object) -> str:
     if version not in MINDSPORE_VERSIONS:
         raise InvalidInputError(
             f"mindspore version must be one of {', '.join(MINDSPORE_VERSIONS)}, got {version!r}"

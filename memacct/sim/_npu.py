@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from memacct.sim._core import (
-    CachingAllocator,
-    DeviceMemory,
-    _check_size,
-    format_size,
-)
+from memacct.sim._core import CachingAllocator
+from memacct.sim._errors import check_size
 from memacct.sim._expandable import ExpandableSegmentsAllocator
+from memacct.sim._memory import DeviceMemory
+from memacct.units import format_size
 
 __all__ = ["NpuCachingAllocator", "NpuExpandableAllocator"]
 
@@ -62,7 +60,7 @@ class NpuCachingAllocator(CachingAllocator):
         Raises:
             SimOutOfMemory: the workspace cannot grow even then.
         """
-        nbytes = _check_size(nbytes)
+        nbytes = check_size(nbytes)
         extra = nbytes - self._workspace
         if extra <= 0:
             return

@@ -27,20 +27,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from memacct.errors import InvalidInputError
-from memacct.sim._core import (
-    CachingAllocator,
-    DeviceMemory,
-    InvalidPointerError,
-    SimOutOfMemory,
-    SimpleDeviceMemory,
-    format_size,
-)
+from memacct.sim._core import CachingAllocator
+from memacct.sim._errors import InvalidPointerError, SimOutOfMemory
 from memacct.sim._expandable import ExpandableSegmentsAllocator
+from memacct.sim._memory import DeviceMemory, SimpleDeviceMemory
 from memacct.sim._mindspore import MindSporeMemoryPool
 from memacct.sim._mindspore_block import MindSporeBlockPool
 from memacct.sim._mindspore_budget import mindspore_options
 from memacct.sim._npu import NpuCachingAllocator, NpuExpandableAllocator
 from memacct.trace import run_trace
+from memacct.units import format_size
 
 __all__ = [
     "ALLOCATOR_PRESETS",

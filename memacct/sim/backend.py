@@ -9,7 +9,7 @@ from typing import Literal
 from memacct.backend import Availability, BackendQuirks
 from memacct.errors import InvalidInputError
 from memacct.models import TruthSource
-from memacct.sim._core import SimOutOfMemory
+from memacct.sim._errors import SimOutOfMemory
 from memacct.sim._mindspore import MindSporeMemoryPool
 from memacct.sim._mindspore_block import MindSporeBlockPool
 from memacct.sim.allocator import PresetModel
