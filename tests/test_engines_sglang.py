@@ -369,7 +369,8 @@ def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) 
             else:
                 monkeypatch.setenv("SGLANG_MAMBA_SSM_DTYPE", str(env))
             spec = KVCacheSpec.from_preset(
-                model, tensor_parallel_size=int(str(row["tensor_parallel_size"])))
+                model, tensor_parallel_size=int(str(row["tensor_parallel_size"])),
+                pipeline_parallel_size=int(str(row.get("pipeline_parallel_size", 1))))
             layout = SGLANG.plan(spec, budget, KVSettings(
                 max_model_len=int(str(row["max_model_len"])), block_size=1,
                 enable_prefix_caching=bool(row["radix"])))
@@ -378,5 +379,6 @@ def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) 
             want = {k: row[k] for k in got}
         if got != want:
             mismatches.append((row, got))
-    assert len(rows) == 234
+    assert len(rows) == 306
+    assert sum(1 for r in rows if r.get("pipeline_parallel_size", 1) > 1) == 72
     assert not mismatches, mismatches[:3]

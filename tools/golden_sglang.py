@@ -13,7 +13,9 @@ tool runs its functions' *source* from the wheel, not a copy of memacct's rules:
   are compiled from ``pool_configurator.py`` / ``kv_cache_configurator.py`` and run on
   objects holding exactly the attributes they read (``get_schedule()`` & co. answer the
   server's defaults: page 1, ratio 0.8, ``mamba_full_memory_ratio`` 0.9, overlap on, no
-  speculative decoding, no DP attention, no unified memory).
+  speculative decoding, no DP attention, no unified memory); the Qwen3-Next rows with
+  ``pipeline_parallel_size`` run ``_handle_max_mamba_cache`` at that PP with SGLang's
+  ``get_pp_indices`` and the overlap scheduler off, as SGLang runs pipeline parallelism.
 
 The configs' sizes are the presets' ``config.json`` (and ``tests/data/golden/models``).
 Usage::
@@ -231,24 +233,58 @@ def state_layers(layers: list[int], intermediate_size: int, n_groups: int, num_h
     return {"shape": shape, "layers": layers}
 
 
+@dataclass(frozen=True)
+class Stages:
+    """Pipeline parallelism for :func:`mamba_row`: the decoder's layer count, its
+    full-attention layers and one such layer's bytes per token (page 1)."""
+
+    pp: int
+    num_layers: int
+    attention: list[int]
+    layer_token: int
+
+    def cells(self, src: Path) -> list[int]:
+        """Each stage's full-attention bytes per token, with SGLang's own stage split
+        (``distributed/utils.py`` ``get_pp_indices``, compiled from the wheel)."""
+        indices = _methods_free(src / SRT / "distributed/utils.py", "get_pp_indices",
+                                {"os": os, "Tuple": tuple})
+        spans = [indices(self.num_layers, rank, self.pp) for rank in range(self.pp)]
+        return [self.layer_token * sum(1 for i in self.attention if a <= i < b)
+                for a, b in spans]
+
+
 def mamba_row(src: Path, mamba_utils: types.ModuleType, cfg: dict[str, Any], tp: int,
               attention_token: int, budget: int, context_len: int, radix: bool,
-              extra_buffer: bool, config_obj: Any) -> dict[str, Any]:
-    """A GDN/Mamba2 hybrid: the state pool, the KV tokens and max_running_requests."""
-    ctx = _Ctx(_Schedule(), radix=radix, extra_buffer=extra_buffer)
+              extra_buffer: bool, config_obj: Any, stages: Stages | None = None
+              ) -> dict[str, Any]:
+    """A GDN/Mamba2 hybrid: the state pool, the KV tokens and max_running_requests.
+
+    ``stages``: pipeline parallelism, where SGLang turns the overlap scheduler off
+    (``arg_groups/overrides.py`` ``_pipeline_parallel_overlap_disable``), prices one
+    request's state at the busiest stage's Mamba layers (``_handle_max_mamba_cache``) and
+    takes the minimum of the stages' token counts (``_apply_token_constraints``)."""
+    pp = 1 if stages is None else stages.pp
+    ctx = _Ctx(_Schedule(disable_overlap_schedule=pp > 1), radix=radix,
+               extra_buffer=extra_buffer)
     fns = _sglang(src, ctx)
+    if stages is not None:
+        fns["_handle_max_mamba_cache"].__globals__["get_pp_indices"] = _methods_free(
+            src / SRT / "distributed/utils.py", "get_pp_indices", {"os": os, "Tuple": tuple})
     shape = mamba_utils.Mamba2StateShape.create(tp_world_size=tp, **cfg["shape"])
     params = mamba_utils.Mamba2CacheParams(
         shape=shape, layers=cfg["layers"], dtype=mamba_utils.mamba2_state_dtype(config_obj))
     ns = types.SimpleNamespace
-    self = ns(mambaish_config=ns(mamba2_cache_params=params), pp_size=1,
+    layers = 0 if stages is None else stages.num_layers
+    self = ns(mambaish_config=ns(mamba2_cache_params=params), pp_size=pp,
               fused_entry_bytes=lambda _name: None, spec_algorithm=ns(is_none=lambda: True),
               hybrid_gdn_config=None, hybrid_kda_config=None, extra_mamba_cache_bytes_per_req=0,
-              attn_dp_size=1, model_config=ns(context_len=context_len))
+              attn_dp_size=1, model_config=ns(context_len=context_len,
+                                              num_hidden_layers=layers))
     self._calculate_mamba_ratio = types.MethodType(fns["_calculate_mamba_ratio"], self)
     rest_gib = fns["_handle_max_mamba_cache"](self, budget / GiB)
     rest = int(rest_gib * GiB)
-    tokens = rest // attention_token
+    cells = [attention_token] if stages is None else stages.cells(src)
+    tokens = min(rest // cell for cell in cells)
     running = fns["resolve_max_num_reqs"](self, tokens)
     return {"per_request": params.mamba_cache_per_req, "slots": ctx.schedule.max_mamba_cache_size,
             "kv_tokens": tokens, "max_running_requests": running}
@@ -297,6 +333,19 @@ def main() -> None:
                                      "tensor_parallel_size": tp, "budget_bytes": budget,
                                      "ssm_env": ssm, "radix": radix, "max_model_len": length,
                                      **row})
+        for pp in (2, 4):  # Qwen3-Next's 48 layers, 12 of them full attention
+            attention = [i for i in range(qwen["num_hidden_layers"]) if not (i + 1) % 4]
+            for tp in (1, 2):
+                layer_token = max(1, qwen["num_key_value_heads"] // tp) * qwen["head_dim"] * 4
+                stages = Stages(pp, qwen["num_hidden_layers"], attention, layer_token)
+                for budget in (20 * GiB, 60 * GiB, 7 * GiB + 999):
+                    for length in (8192, 262144):
+                        row = mamba_row(src, mamba_utils, gdn, tp, 12 * layer_token, budget,
+                                        length, True, True, None, stages)
+                        rows.append({"kind": "mamba", "model": "qwen3-next-80b-a3b",
+                                     "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+                                     "budget_bytes": budget, "ssm_env": ssm, "radix": True,
+                                     "max_model_len": length, **row})
         granite = load_model_preset("granite-4.0-h-small")
         mamba2 = state_layers(
             [i for i, t in enumerate(granite["layer_types"]) if t == "mamba"],
@@ -324,7 +373,9 @@ def main() -> None:
                   "resolve_max_num_reqs and allocation_sizing.get_mamba_tracking_slots "
                   "compiled from the wheel's source",
         "emulated": "page_size as given, overlap scheduler on, no speculative decoding, "
-                    "no DP attention, no unified memory, PP 1; gpt-oss window = "
+                    "no DP attention, no unified memory, PP 1 (rows with "
+                    "pipeline_parallel_size: PP, overlap off, SGLang's stage split); "
+                    "gpt-oss window = "
                     "sliding_window - 1; Qwen3-Next: extra buffer with the radix cache",
         "rows": len(rows),
     }

@@ -65,8 +65,11 @@ MAMBA_FULL_MEMORY_RATIO = 0.9
 # (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO in kv_cache_configurator.py) ...
 MAMBA_SLOTS_PER_REQUEST = 3
 # ... plus get_mamba_tracking_slots (mem_cache/allocation_sizing.py): 2 under the overlap
-# scheduler (on by default) when the radix cache keeps its extra buffer.
+# scheduler (on by default) when the radix cache keeps its extra buffer, 1 without it
+# (pipeline parallelism turns the overlap scheduler off: _pipeline_parallel_overlap_disable
+# in arg_groups/overrides.py, asserted by check_pipeline_parallel_compat).
 MAMBA_TRACKING_SLOTS = 2
+MAMBA_TRACKING_SLOTS_NO_OVERLAP = 1
 # model_type -> architecture of _MAMBA_EXTRA_BUFFER_ARCHS (arg_groups/overrides.py) that
 # _mamba_radix_cache_resolution gives the "extra_buffer" strategy by default.
 _EXTRA_BUFFER_TYPES = frozenset({
@@ -108,13 +111,17 @@ def max_running_requests(
 def mamba_slots_per_request(spec: KVCacheSpec, settings: KVSettings) -> int:
     """State slots a running request holds (``_calculate_mamba_ratio``).
 
-    1 without the radix cache (``enable_prefix_caching=False``); 3 with it, plus 2 tracking
+    1 without the radix cache (``enable_prefix_caching=False``); 3 with it, plus tracking
     slots where SGLang keeps the extra buffer (the architectures of
-    ``_MAMBA_EXTRA_BUFFER_ARCHS``, overlap scheduling on).
+    ``_MAMBA_EXTRA_BUFFER_ARCHS``): 2 with overlap scheduling (the default), 1 under
+    pipeline parallelism, which turns it off.
     """
     if not settings.enable_prefix_caching:
         return 1
-    extra = MAMBA_TRACKING_SLOTS if spec.model_type in _EXTRA_BUFFER_TYPES else 0
+    extra = 0
+    if spec.model_type in _EXTRA_BUFFER_TYPES:
+        overlap = spec.pipeline_parallel_size == 1
+        extra = MAMBA_TRACKING_SLOTS if overlap else MAMBA_TRACKING_SLOTS_NO_OVERLAP
     return MAMBA_SLOTS_PER_REQUEST + extra
 
 
