@@ -44,7 +44,14 @@ from typing import Literal
 
 from memacct.backend import BackendQuirks
 from memacct.errors import InvalidInputError
-from memacct.models import ExcludedRegion, MemorySnapshot, ProfiledSetup, ProfileResult, TruthSource
+from memacct.models import (
+    ExcludedRegion,
+    MemorySnapshot,
+    ProfiledSetup,
+    ProfileResult,
+    TruthSource,
+    non_kv_sum,
+)
 from memacct.truth import PeakMeasurement, cache_ends_over, replay_floor, resolve_truth_source
 from memacct.units import MiB, format_gib
 
@@ -473,7 +480,7 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         allocated_peak_increase=peaks.allocated,
         reserved_peak_increase=peaks.reserved,
         non_allocator_increase=non_allocator,
-        non_kv_cache_memory=weights + activation + non_allocator + cudagraph + retained,
+        non_kv_cache_memory=non_kv_sum(weights, activation, non_allocator, cudagraph, retained),
         truth_source=source,
         requested_truth_source=r.requested_truth_source,
         truth_source_reason=decision.reason,

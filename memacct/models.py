@@ -37,6 +37,7 @@ __all__ = [
     "ProfiledSetup",
     "TruthSource",
     "load_model_json",
+    "non_kv_sum",
     "validation_problems",
 ]
 
@@ -279,6 +280,20 @@ class ProfiledSetup(BaseModel):
                     f"{kind}_parallel_rank {rank} is not below {kind}_parallel_size {size}"
                 )
         return self
+
+
+def non_kv_sum(
+    weights_memory: int,
+    activation_peak: int,
+    non_allocator_increase: int,
+    cudagraph_memory: int = 0,
+    retained_memory: int = 0,
+) -> int:
+    """What one rank holds besides its KV cache: the one sum of the non-KV terms, for a
+    profile (:class:`ProfileResult`), a plan's budget, an engine's start-up estimate and the
+    plan's own check of them alike."""
+    return (weights_memory + activation_peak + non_allocator_increase + cudagraph_memory
+            + retained_memory)  # fmt: skip
 
 
 class ProfileResult(JsonFile):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from memacct.checks import FROZEN
 from memacct.errors import InvalidInputError
+from memacct.models import non_kv_sum
 
 if TYPE_CHECKING:
     from memacct.engines.deployment import Deployment
@@ -449,7 +450,8 @@ class StartupEstimate:
     def non_kv_cache_memory(self) -> int:
         """Weights + activation peak + non-torch growth (+ graphs where charged)."""
         graphs = self.cudagraph_memory if self.cudagraph_charged else 0
-        return self.weights_memory + self.activation_peak + self.non_allocator_increase + graphs
+        return non_kv_sum(self.weights_memory, self.activation_peak, self.non_allocator_increase,
+                          graphs)
 
 
 class StartupModel:

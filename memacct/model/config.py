@@ -20,23 +20,33 @@ from typing import Any
 
 from memacct.errors import ConfigError
 
-__all__ = ["NO_LENGTH_MAX_MODEL_LEN", "ModelConfig", "config_int"]
+__all__ = ["DTYPE_BYTES", "NO_LENGTH_MAX_MODEL_LEN", "ModelConfig", "config_int"]
 
 NO_LENGTH_MAX_MODEL_LEN = 2048
 """The ``max_model_len`` vLLM assumes for a config with none of its length keys
 (``vllm/config/model.py`` ``_get_and_verify_max_len``: ``default_max_len = 2048``, with the
 warning "Assuming the model's maximum length is 2048")."""
 
+DTYPE_BYTES: dict[str, int] = {
+    # torch's floating-point names and the aliases configs and flags use
+    "float64": 8, "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    # FP8: torch's names and vLLM's --kv-cache-dtype ones (vllm/config/cache.py, CacheDType)
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
+    # integers and booleans
+    "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "int32": 4, "int64": 8,
+    # a safetensors header's dtype, lower-cased (F64, F32, F16, BF16, F8_E4M3, I8, U8, ...)
+    "f64": 8, "f32": 4, "f16": 2, "f8_e4m3": 1, "f8_e5m2": 1,
+    "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8,
+}  # fmt: skip
+"""Bytes per element of every dtype name memacct reads (config.json, flags, checkpoint
+headers): the one table; the lists of names an engine or a reader accepts take their sizes
+from it."""
+
 # The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
 _KV_DTYPES: dict[str, int] = {
-    "bfloat16": 2,
-    "float16": 2,
-    "float32": 4,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "int8": 1,
+    name: DTYPE_BYTES[name]
+    for name in ("bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8")
 }
 _DTYPE_ALIASES = {
     "bf16": "bfloat16",

@@ -50,8 +50,10 @@ FLAG_SINCE: dict[str, tuple[int, int]] = {
 }
 """vLLM flags newer than the oldest release memacct models (0.8): the first release whose
 ``vllm/engine/arg_utils.py`` is known to take each (``--kv-cache-memory-bytes``:
-vllm-project/vllm#21489, after 0.10.0; 0.10.x not read, so refused there). Every other
-flag emitted is in 0.32 and 0.33's parser alike (docs/cli.md)."""
+vllm-project/vllm#21489, reviewed July 2025, after 0.10.0; ``--skip-mm-profiling``:
+vllm-project/vllm#22950, reviewed August 2025). The 0.10 releases were not read, so both
+are refused there rather than guessed. Every other flag emitted is in 0.32's and 0.33's
+parser alike (docs/cli.md)."""
 
 _SERVE = {"vllm": ("vllm", "serve"), "vllm-ascend": ("vllm", "serve"),
           "vllm-mindspore": ("vllm-mindspore", "serve")}  # fmt: skip

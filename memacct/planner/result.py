@@ -18,7 +18,7 @@ from memacct.engines.base import KVGroup, KVLayout
 from memacct.errors import InvalidInputError
 from memacct.jsonfile import JsonFile
 from memacct.model.spec import KVCacheSpec
-from memacct.models import TruthSource
+from memacct.models import TruthSource, non_kv_sum
 from memacct.planner.budget import MemoryBudget
 from memacct.units import format_gib
 
@@ -255,8 +255,8 @@ class KVCachePlan(JsonFile):
             raise ValueError("a plan that fits has no shortfall")
         checks = [
             ("non_kv_cache_memory", self.non_kv_cache_memory,
-             self.weights_memory + self.activation_peak + self.non_allocator_increase
-             + self.cudagraph_memory + self.retained_memory),
+             non_kv_sum(self.weights_memory, self.activation_peak, self.non_allocator_increase,
+                        self.cudagraph_memory, self.retained_memory)),
             ("kv_cache_used_bytes", self.kv_cache_used_bytes, self.num_blocks * self.block_bytes),
             ("num_tokens", self.num_tokens, self.num_blocks * self.block_size),
             ("request_bytes", self.request_bytes, self.blocks_per_request * self.block_bytes),

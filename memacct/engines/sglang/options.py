@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import InvalidInputError
+from memacct.model.config import DTYPE_BYTES
 
 __all__ = [
     "DEFAULT_SWA_FULL_TOKENS_RATIO",
@@ -50,7 +51,9 @@ KV_CACHE_DTYPES: tuple[str, ...] = (
 # What "auto" resolves to (the model dtype): accepted beside the named choices.
 _AUTO_RESOLVED = ("float16", "float32")
 
-STATE_DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+STATE_DTYPE_BYTES: dict[str, int] = {
+    name: DTYPE_BYTES[name] for name in ("float32", "bfloat16", "float16")
+}
 """``mamba2_state_dtype``'s ``dtype_map``: the state dtypes SGLang accepts."""
 
 OPTIONS: dict[str, str] = {

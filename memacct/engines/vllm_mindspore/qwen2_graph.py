@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import ConfigError
+from memacct.model.config import DTYPE_BYTES
 from memacct.trace import TraceBuilder
 
 __all__ = [
@@ -55,7 +56,8 @@ def config_positive_int(config: Mapping[str, Any], key: str, model: str) -> int:
     return value
 
 
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# The dtypes the graph runs in, sized by the one table.
+_DTYPE_BYTES = {name: DTYPE_BYTES[name] for name in ("bfloat16", "float16", "float32")}
 _FLOAT32 = 4
 _INT32 = 4
 # FlashAttentionScore's softmax max and sum outputs keep 8 float32 values per head and token.

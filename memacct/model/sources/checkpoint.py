@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.io import loads_json_object, read_json_object, read_prefix
+from memacct.model.config import DTYPE_BYTES
 from memacct.model.weights.quant import UnknownQuantizationError, parse_quantization
 from memacct.model.weights.rules import (
-    _DTYPE_BYTES,
     WeightEstimate,
     WeightTensor,
     _num_kv_heads,
@@ -222,7 +222,7 @@ def table_tensors(table: TensorTable, *, tensor_parallel_size: int = 1) -> list[
                 elems *= d
             nbytes = info.nbytes * shard // elems if elems else 0
         else:
-            size = _DTYPE_BYTES.get(info.dtype.lower(), 2)
+            size = DTYPE_BYTES.get(info.dtype.lower(), 2)
             # The engine casts unquantized float tensors to the serving dtype.
             if size == 4 and info.dtype.upper() == "F32" and not name.endswith("scale"):
                 size = dt

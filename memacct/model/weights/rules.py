@@ -16,42 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.model.config import _Config
+from memacct.model.config import DTYPE_BYTES, _Config
 
 __all__ = ["VOCAB_PADDING", "WeightEstimate", "WeightTensor", "dtype_bytes", "rotary_tensor"]
 
 VOCAB_PADDING = 64
 """vLLM pads the vocabulary of its embedding and LM head to a multiple of this."""
 
-_DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "float": 4,
-    "f32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "half": 2,
-    "f16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "f8_e4m3": 1,
-    "f8_e5m2": 1,
-    "int8": 1,
-    "i8": 1,
-    "uint8": 1,
-    "u8": 1,
-    "bool": 1,
-    "int16": 2,
-    "i16": 2,
-    "int32": 4,
-    "i32": 4,
-    "int64": 8,
-    "i64": 8,
-    "f64": 8,
-    "float64": 8,
-}
 
 
 @dataclass(frozen=True)
@@ -115,7 +86,7 @@ def dtype_bytes(config: Mapping[str, Any] | _Config) -> int:
     """
     cfg = _text(config)
     name = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    size = _DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
+    size = DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
     return 2 if size == 4 else size
 
 
