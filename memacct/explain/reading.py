@@ -159,14 +159,24 @@ def _choose(found: list[Found]) -> dict[str, Figure]:
     return {name: item.figure for name, item in chosen.items()}
 
 
+_SGLANG_LINES = re.compile(r"KV Cache is allocated|Load weight (?:begin|end)\.|"
+                           r"max_total_num_tokens=|Capture cuda graph end|"
+                           r"Init torch distributed ends")  # fmt: skip
+_VLLM_LINES = re.compile(r"Model loading took|Loading model weights took|Available KV cache memory|"
+                         r"GPU KV cache size|Maximum concurrency for|reserved for KV Cache|"
+                         r"Memory profiling results|blocks: \d+|Free memory on device")  # fmt: skip
+_SGLANG_WORDS = re.compile(r"ServerArgs\(|sglang\.launch_server|sglang serve|"
+                           r"mem[-_]fraction[-_]static")  # fmt: skip
+
+
 def detect_engine(text: str) -> str:
-    """The engine family whose log ``text`` is, from the words only it prints."""
-    if re.search(r"vllm[_-]mindspore|MindSpore", text):
-        return "vllm-mindspore"
-    if re.search(r"KV Cache is allocated|Load weight (?:begin|end)|ServerArgs\(|sglang\.|"
-                 r"mem[-_]fraction[-_]static|max_total_num_tokens|Capture cuda graph end|"
-                 r"sglang serve", text):  # fmt: skip
+    """The engine family whose log ``text`` is: by the memory lines only it prints (a vLLM
+    issue quoting an SGLang command stays vLLM's), else by its words."""
+    sglang, vllm = len(_SGLANG_LINES.findall(text)), len(_VLLM_LINES.findall(text))
+    if sglang > vllm or (not vllm and _SGLANG_WORDS.search(text)):
         return "sglang"
+    if re.search(r"vllm[_-]mindspore|\bmindspore\.", text):
+        return "vllm-mindspore"
     v1 = re.search(r"Available KV cache memory|GPU KV cache size|EngineCore", text)
     # vllm-ascend's V1 model runner prints "Loading model weights took %.4f GB" and nothing
     # after (vllm_ascend/worker/model_runner_v1.py); vLLM's V1 prints "Model loading took".
@@ -178,8 +188,8 @@ def detect_engine(text: str) -> str:
     # model_runner_v1.py is vllm-ascend's model runner (vllm_ascend/worker/); vLLM's V1 one is
     # gpu_model_runner.py.
     if ascend_load or re.search(r"vllm[_-]ascend|NPU graph memory|NPUWorker|npu blocks|"
-                                r"\bmodel_runner_v1\.py|"
-                                r"Ascend|torch_npu", text):  # fmt: skip
+                                r"\bmodel_runner_v1\.py|Ascend ?(?:9\d0|310)|torch_npu",
+                                text):  # fmt: skip
         return "vllm-ascend"
     return "vllm"
 
