@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from memacct.checks import FROZEN
 from memacct.engines import get_engine
 from memacct.engines.base import Engine
-from memacct.models import ProfileResult
+from memacct.models import ProfileResult, non_kv_sum
 from memacct.planner.refusals import device_of
 
 __all__ = ["MemoryBudget", "batch_defaults_for", "profile_budget"]
@@ -77,10 +77,8 @@ class MemoryBudget(BaseModel):
     @property
     def non_kv_cache_memory(self) -> int:
         """Everything charged besides the KV cache."""
-        return (
-            self.weights_memory + self.activation_peak + self.non_allocator_increase
-            + self.cudagraph_memory + self.retained_memory
-        )
+        return non_kv_sum(self.weights_memory, self.activation_peak, self.non_allocator_increase,
+                          self.cudagraph_memory, self.retained_memory)
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -29,6 +29,7 @@ from memacct.engines import get_engine
 from memacct.engines.base import KVLayout, KVSettings, check_block_size
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
+from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN
 from memacct.model.spec import KVCacheSpec
 from memacct.models import ProfileResult, load_model_json
 from memacct.planner.allocator_fit import allocator_budget, allocator_room
