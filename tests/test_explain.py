@@ -55,6 +55,7 @@ def test_the_engine_release_and_settings_are_read(case: dict[str, Any]) -> None:
     assert (setup.engine, setup.engine_version, setup.era) == (
         case["engine"], case["engine_version"], case["era"])  # fmt: skip
     assert setup.settings == case["settings"]
+    assert setup.device == case.get("device")
 
 
 def test_releases_are_read_from_each_wording() -> None:

@@ -248,9 +248,21 @@ def read_setup(text: str) -> Setup:
     settings, sources = read_settings([line.text for line in lines], text)
     if re.search(r"Using FlashInfer for top-p & top-k sampling", text):
         settings.setdefault("sampler", "flashinfer")
-    device = _DEVICE.search(text)
     return Setup(engine, _version(text, engine), _era(text, engine), settings, tuple(sources),
-                 None if device is None else device.group("name").strip())  # fmt: skip
+                 _device_name(text))  # fmt: skip
+
+
+# vLLM's fused-MoE config lookup names the device: "...,device_name=NVIDIA_L4.json".
+_MOE_DEVICE = re.compile(r"device_name=(?P<name>(?:NVIDIA|AMD)_[A-Za-z0-9_\-]+?)(?:\.json|[,\s]|$)")
+
+
+def _device_name(text: str) -> str | None:
+    """The device a log names (collect_env's "GPU 0: ...", a MoE config file name)."""
+    found = _DEVICE.search(text)
+    if found is not None:
+        return found.group("name").strip()
+    found = _MOE_DEVICE.search(text)
+    return None if found is None else found.group("name").replace("_", " ")
 
 
 def read_log(text: str, name: str = "log") -> LogReading:
