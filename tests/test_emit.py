@@ -63,6 +63,8 @@ ROUND_TRIPS = [
     ["--model", "llama-3.1-70b", "--device", "h100", "--tensor-parallel-size", "2",
      "--cpu-offload-gb", "8", "--pipeline-parallel-size", "2"],
     ["--model", "qwen2.5-7b", "--device", "910b", "--engine", "vllm-ascend"],
+    ["--model", "qwen2.5-7b", "--device", "910b", "--engine", "vllm-mindspore",
+     "--max-model-len", "8192"],
     ["--model", "qwen2.5-7b", "--device", "h100", "--engine", "sglang"],
     ["--model", "gpt-oss-20b", "--device", "h100", "--engine", "sglang",
      "--gpu-memory-utilization", "0.8", "--swa-full-tokens-ratio", "0.5"],
@@ -79,8 +81,9 @@ def test_the_emitted_command_plans_the_same_numbers(
     target = "sglang" if "sglang" in argv else "vllm"
     at = argv.index("--device")
     device = argv[at:at + 2]
-    if "vllm-ascend" in argv:
-        device += ["--engine", "vllm-ascend"]
+    for plugin in ("vllm-ascend", "vllm-mindspore"):
+        if plugin in argv:
+            device += ["--engine", plugin]
     command, _ = _run(capsys, ["plan", *argv, "--emit", target])
     assert command.count("\n") == 1, command  # one line, as pasted
     again = as_memacct_argv(command.strip(), device)
@@ -117,6 +120,21 @@ def test_the_sglang_line_is_spelt_as_sglang_spells_it(capsys: pytest.CaptureFixt
     assert pairs["--tp-size"] == "1" and pairs["--context-length"] == "8192"
     assert pairs["--mem-fraction-static"] == "0.85" and "--max-running-requests" in pairs
     assert "--gpu-memory-utilization" not in words and "--max-model-len" not in words
+
+
+def test_what_the_engine_reads_from_its_environment_comes_first() -> None:
+    opts = PlanOptions(device="h100", max_model_len=65536, allow_long_max_model_len=True,
+                       sampler="flashinfer")  # fmt: skip
+    out = emit("vllm", plan_offline("qwen2.5-7b", opts), opts, model="org/m")
+    assert out.text.startswith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_USE_FLASHINFER_SAMPLER=1 "
+                               "vllm serve org/m ")  # fmt: skip
+    assert out.argv[:3] == ("vllm", "serve", "org/m") and "--max-model-len" in out.argv
+
+
+def test_vllm_mindspore_has_its_own_launcher() -> None:
+    opts = PlanOptions(engine="vllm-mindspore", device="910b", max_model_len=8192)
+    out = emit("vllm", plan_offline("qwen2.5-7b", opts), opts, model="org/m", revision="v1")
+    assert out.argv[:5] == ("vllm-mindspore", "serve", "org/m", "--revision", "v1")
 
 
 def test_an_auto_fit_length_is_emitted_as_the_length_found(
