@@ -201,9 +201,7 @@ def test_model_list_prints_the_presets(capsys: pytest.CaptureFixture[str]) -> No
         (["--model", "qwen2.5-7b", "--kv-cache-dtype", "int3"], "unknown --kv-cache-dtype 'int3'"),
         (["--model", "qwen2.5-7b", "--plot", "x.gif"], "must end in .png or .svg"),
         (["--model", "qwen2.5-7b", "--device-memory", "lots"], "is not a size"),
-        (["--model", "qwen2.5-7b", "--truth-source", "peak"], "unknown truth source 'peak'"),
         (["--model", "qwen2.5-7b", "--max-num-batched-tokens", "0"], "must be positive"),
-        (["--model", "qwen2.5-7b", "--allocator", "torch-cuda"], "applies to the simulated"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(

@@ -85,19 +85,13 @@ CLI_ERROR_ROWS: dict[str, tuple[list[str], dict[str, str]]] = {
     "--backend cudaa": (["snapshot", "--backend", "cudaa"], {}),
     "--max-model-len 100000": (
         ["plan", "--model", "qwen2.5-7b", "--device", "h100", "--max-model-len", "100000"], {}),
-    "--profile p.json --allocator npu": (
-        ["plan", "--model", "qwen2.5-7b", "--profile", "p.json", "--allocator", "npu"], {}),
     "--engine sglang --engine-version 0.4.0": (
         ["plan", "--model", "qwen2.5-7b", "--engine", "sglang", "--engine-version", "0.4.0"], {}),
     "--engine vllm-ascend --device h100": (
         ["plan", "--model", "qwen2.5-7b", "--engine", "vllm-ascend", "--device", "h100"], {}),
-    "--truth-source reserved": (["plan", "--model", "qwen2.5-7b", "--truth-source", "reserved"],
-                                {}),
     "--plot /etc/passwd/x.png": (
         ["plan", "--model", "qwen2.5-7b", "--plot", "/etc/passwd/x.png"], {}),
     "--block-size x": (["plan", "--model", "qwen2.5-7b", "--block-size", "x"], {}),
-    "MEMACCT_TRUTH_SOURCE=peak": (
-        ["plan", "--model", "qwen2.5-7b"], {"MEMACCT_TRUTH_SOURCE": "peak"}),
     "snapshot --watch 0.01": (["snapshot", "--watch", "0.01"], {}),
     "--backend cuda": (["snapshot", "--backend", "cuda"], {}),
 }  # fmt: skip

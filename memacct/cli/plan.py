@@ -24,9 +24,8 @@ from memacct.planner.options import PlanOptions
 
 __all__ = ["plan_cmd"]
 
-_CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "as_json",
-             "allow_mismatch", "plot_path", "assume_full_attention", "min_concurrency",
-             "emit")  # fmt: skip
+_CLI_ONLY = ("profile_path", "model", "revision", "as_json", "allow_mismatch", "plot_path",
+             "assume_full_attention", "min_concurrency", "emit")  # fmt: skip
 
 
 @app.command("plan", cls=EngineSpelledCommand)
@@ -37,8 +36,6 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
               "...); a comma list (h100,a100-80gb,l4) plans each: a capacity plan.")
 @click.option("--device-memory", default=None,
               help="Plan offline for any other device of this total memory (e.g. 24GiB).")
-@click.option("--allocator", default=None,
-              help="Allocator preset of the simulated device (memacct bench only; refused here).")
 @click.option("--model", required=True,
               help="Preset, config.json, checkpoint directory, .gguf file, Hugging Face Hub id "
               "(org/name[@revision]), or 'list'.")
@@ -75,10 +72,6 @@ _CLI_ONLY = ("profile_path", "allocator", "model", "revision", "truth_source", "
               help="vLLM's top-k/top-p path in its start-up sampler run (offline plan): auto "
               "follows the release and VLLM_USE_FLASHINFER_SAMPLER; the engine's log names it "
               "('Using FlashInfer for top-p & top-k sampling').")
-@click.option("--truth-source", default=None,
-              help="allocated_peak, reserved or auto: applies when profiling (memacct bench, "
-              "memory_profiling); refused here, where the profile or the engine's arithmetic "
-              "already decided it.")
 @click.option("--swa-full-tokens-ratio", type=float, default=None,
               help="SGLang: sliding-window tokens per full-attention token of its split pool "
               "(gpt-oss, Llama 4), in (0, 1]; default 0.8.")
@@ -292,26 +285,6 @@ _ENGINE_ONLY = ("engine_version", "sampler", "enforce_eager")
 
 def _refuse(path: str, flags: dict[str, Any]) -> None:
     """Refuse, in one line, an option that does not apply on ``path``."""
-    from memacct.models import TruthSource
-    from memacct.truth import requested_truth_source
-
-    if flags["allocator"] is not None:
-        raise InvalidInputError(
-            f"--allocator {flags['allocator']!r} applies to the simulated device (memacct bench); "
-            + ("a saved profile already measured its allocator" if path == "profile" else
-               "the plan follows the engine's own arithmetic and needs no allocator")
-        )
-    # The argument, else MEMACCT_TRUTH_SOURCE, else auto: a bad value's error names the variable.
-    requested_truth_source(flags["truth_source"], TruthSource.AUTO)
-    if flags["truth_source"] is not None:
-        why = {
-            "profile": "a saved profile already resolved its truth source (profile again to "
-                       "change it)",
-            "offline": "the offline plan follows the engine's own arithmetic, which measures "
-                       "no allocator (profile with memory_profiling to choose one)",
-            "budget": "--kv-cache-memory-bytes gives the budget itself",
-        }[path]
-        raise InvalidInputError(f"--truth-source applies when profiling; {why}")
     given = [name for name in _ENGINE_ONLY if flags[name] not in (None, False, "auto")]
     given += [name for name, default in _serve_flags().items()
               if name in flags and flags[name] != default]  # fmt: skip
