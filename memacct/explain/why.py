@@ -103,8 +103,10 @@ def _kv(term: Term, terms: list[Term], reading: LogReading, plan: Any) -> str:
         head = (f"the budget is the device total x --gpu-memory-utilization ({util}) less the "
                 "terms above")
     # A term the log does not print moves the budget by all of its planned value.
+    # (The device total only where the log prints it: else the budget has no logged base.)
     parts = [(t, t.difference if t.logged is not None else t.planned) for t in terms
-             if t.term in _LABEL and (t.difference or (t.logged is None and t.planned))]
+             if t.term in _LABEL and (t.difference or (t.logged is None and t.planned))
+             and not (t.term == "total_memory" and t.logged is None)]
     if diff is None or not parts:
         return head + "; the log prints none of those terms, so the difference lies in them"
     shares = []
