@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memacct.errors import ConfigError
+from memacct.model.key_names import DERIVED_SIZES, KEY_NAMES
 
 __all__ = ["DTYPE_BYTES", "NO_LENGTH_MAX_MODEL_LEN", "ModelConfig", "config_int"]
 
@@ -167,6 +168,9 @@ class ModelConfig:
         model_type = self.text.get("model_type", root.get("model_type"))
         self.model_type = model_type if isinstance(model_type, str) else None
         self.defaults = _MODEL_TYPE_DEFAULTS.get(self.model_type or "", {})
+        # The config class's own names of the standard keys, and the sizes it derives.
+        self.key_names = KEY_NAMES.get(self.model_type or "", {})
+        self.derived = DERIVED_SIZES.get(self.model_type or "", {})
         self.notes: list[str] = []
 
     @classmethod
@@ -186,6 +190,17 @@ class ModelConfig:
             if self.root.get(key) is not None:
                 return key, self.root[key]
         for key in keys:
+            for name in self.key_names.get(key, ()):
+                if self.text.get(name) is not None:
+                    return f"text_config.{name}", self.text[name]
+                if self.root.get(name) is not None:
+                    return name, self.root[name]
+        for key in keys:
+            if key in self.derived:
+                value = self._derived(key)
+                if value is not None:
+                    return key, value
+        for key in keys:
             if key in self.defaults:
                 value = self.defaults[key]
                 self.notes.append(
@@ -194,6 +209,19 @@ class ModelConfig:
                 )
                 return key, value
         return None
+
+    def _derived(self, key: str) -> int | None:
+        """``key`` as the config class derives it from another size (``4 * n_embd``)."""
+        factor_key, factor, base_key = self.derived[key]
+        base = self.find((base_key,))
+        if factor_key is not None:
+            factor = self.first_int((factor_key,), factor) or factor
+        if base is None or isinstance(base[1], bool) or not isinstance(base[1], int):
+            return None
+        value = factor * base[1]
+        self.notes.append(f"{key}={value} is not in the config: {self.model_type}'s config "
+                          f"class derives it as {factor} x {base[0]}")
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key`` (``text_config`` first, then the top level, then the model

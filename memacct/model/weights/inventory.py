@@ -31,6 +31,7 @@ from typing import Any
 from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.model.config import _Config
+from memacct.model.geometry import _kv_heads
 from memacct.model.weights.quant import QuantScheme, parse_quantization
 from memacct.model.weights.rules import (
     WeightTensor,
@@ -44,6 +45,22 @@ from memacct.model.weights.rules import (
 )
 
 __all__ = ["WeightTensor", "formula_tensors", "rotary_tensor"]
+
+_PLAIN_MLP = frozenset({
+    "gpt2", "gpt_bigcode", "gptj", "codegen", "bloom", "gpt_neo", "gpt_neox", "falcon",
+    "RefinedWeb", "RefinedWebModel", "opt", "mpt", "phi", "starcoder2", "persimmon", "xglm",
+    "biogpt",
+})  # fmt: skip
+"""Model types whose dense MLP is two matrices, up and down, with no gate: vLLM's
+``GPT2MLP`` (``c_fc``/``c_proj``), ``GPTBigMLP``, ``GPTJMLP`` (``fc_in``/``fc_out``),
+``BloomMLP``, ``GPTNeoXMLP``, ``FalconMLP``, OPT's ``fc1``/``fc2``, ``MPTMLP``, ``PhiMLP``,
+``Starcoder2MLP``, ``PersimmonMLP`` (``vllm/model_executor/models/<type>.py``). Every other
+dense MLP is gated (``gate_up_proj`` of twice the width)."""
+
+_LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "opt": 2}
+"""Model types with a learned position embedding (``wpe``, OPT's ``embed_positions``), and
+the rows it holds beyond the positions (OPT's offset of 2: ``OPTLearnedPositionalEmbedding``
+in vLLM's ``opt.py``); it is replicated on every rank."""
 
 
 def _moe_layers(cfg: _Config, layers: int, experts: int) -> set[int]:
@@ -101,7 +118,7 @@ def _attention(inv: _Inventory, cfg: _Config, p: str, h: int, tp: int) -> None:
     """One layer's attention: MLA (DeepSeek) or MHA/GQA, with its biases, norms and sinks."""
     model_type = str(cfg.get("model_type", ""))
     heads = _need(cfg, "num_attention_heads", "num_attention_heads", "n_head")
-    kv_heads = _int(cfg, "num_key_value_heads", default=heads) or heads
+    kv_heads = _kv_heads(cfg, heads)  # the spec's reading (Falcon's multi_query, ChatGLM's groups)
     head_dim = _int(cfg, "head_dim", default=h // heads) or h // heads
     h_rank = max(1, heads // tp)
     if cfg.get("kv_lora_rank") is not None:
@@ -277,6 +294,10 @@ def formula_tensors(
         )
     pv = _padded_vocab(vocab, tp)
     inv.add("model.embed_tokens.weight", "embedding", (pv, h))
+    if model_type in _LEARNED_POSITIONS:
+        rows = _need(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions")
+        inv.add("model.embed_positions.weight", "embedding",
+                (rows + _LEARNED_POSITIONS[model_type], h))
     # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied.
     if not cfg.get("tie_word_embeddings", True):
         inv.add("lm_head.weight", "lm_head", (pv, h))
@@ -304,7 +325,10 @@ def formula_tensors(
                     inv.add(f"{p}.mlp.shared_expert_gate.weight", "router", (1, h))
         else:
             di = _ceil_div(dense_i, tp)
-            inv.linear(f"{p}.mlp.gate_up_proj", 2 * di, h, "mlp")
+            if model_type in _PLAIN_MLP:
+                inv.linear(f"{p}.mlp.up_proj", di, h, "mlp")
+            else:
+                inv.linear(f"{p}.mlp.gate_up_proj", 2 * di, h, "mlp")
             inv.linear(f"{p}.mlp.down_proj", h, di, "mlp")
     inv.add("model.norm.weight", "norms", (h,))
     inv.tensors.append(rotary_tensor(cfg))
