@@ -376,3 +376,66 @@ def test_nemotron_h_reads_transformers_5_layers_block_type() -> None:
     assert [x.kind for x in spec.layers if x.has_cache] == ["mamba", "full"]
     with pytest.raises(ConfigError, match="layers_block_type"):
         KVCacheSpec.from_hf_config({**nemotron, "layers_block_type": ["conv"] * 4})
+
+
+NEW = ROOT / "tests" / "data" / "golden" / "models" / "new"
+
+
+def new_config(name: str, **changes: Any) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads((NEW / f"{name}.json").read_text())
+    return {**config, **changes}
+
+
+def test_gemma4_full_layers_take_the_global_head_and_kv_heads() -> None:
+    """Gemma4TextConfig: every 6th layer full, the last forced full; full layers take
+    global_head_dim and, with attention_k_eq_v, num_global_key_value_heads."""
+    config = new_config("gemma-4-default", num_hidden_layers=8, layer_types=None,
+                        global_head_dim=512, attention_k_eq_v=True,
+                        num_global_key_value_heads=1)
+    layers = KVCacheSpec.from_hf_config(config).layers
+    full = [x for x in layers if not isinstance(x, SlidingWindow)]
+    assert [x.layer for x in full] == [5, 7]
+    assert {(x.kv_heads, x.head_size) for x in full} == {(1, 512)}
+    assert {(x.kv_heads, x.head_size, x.window) for x in layers
+            if isinstance(x, SlidingWindow)} == {(4, 256, 512)}
+
+
+def test_qwen3_5_states_follow_the_default_interval() -> None:
+    config = new_config("qwen3.5-default", num_hidden_layers=8, layer_types=None)
+    kinds = [type(x).__name__ for x in KVCacheSpec.from_hf_config(config).layers]
+    assert kinds == ["GatedDeltaNetState"] * 3 + ["FullAttention"] + \
+        ["GatedDeltaNetState"] * 3 + ["FullAttention"]
+
+
+def test_step3_keeps_one_kv_head_and_plamo3_reads_per_layer_windows() -> None:
+    step3 = KVCacheSpec.from_hf_config(new_config("step-3-text-default"),
+                                       tensor_parallel_size=4)
+    assert {(x.kv_heads, x.head_size) for x in step3.layers if isinstance(x, FullAttention)} \
+        == {(1, 256)}
+    plamo = {**load("llama-3.1-8b"), "architectures": ["Plamo3ForCausalLM"],
+             "model_type": "plamo3", "num_hidden_layers": 4,
+             "sliding_window": [2048, None, 2048, None]}
+    layers = KVCacheSpec.from_hf_config(plamo).layers
+    assert [x.window for x in layers] == [2048, None, 2048, None]
+
+
+def test_exaone_moe_reads_per_layer_sliding_windows() -> None:
+    config = new_config("exaone-moe-default", num_hidden_layers=4,
+                        layer_types=["sliding_attention", "sliding_attention",
+                                     "sliding_attention", "full_attention"],
+                        sliding_windows=[128, 4096, None, None])
+    layers = KVCacheSpec.from_hf_config(config).layers
+    assert [x.window for x in layers] == [128, 4096, None, None]
+
+
+def test_attention_free_models_are_planned_as_state_groups() -> None:
+    """Mamba: one state per layer and no attention; vLLM runs it without prefix caching
+    (attention-free, ModelConfig.is_prefix_caching_supported), one block a request."""
+    spec = KVCacheSpec.from_hf_config(new_config("mamba-default"))
+    assert spec.bytes_per_token == 0
+    assert all(isinstance(x, Mamba1State) for x in spec.layers)
+    assert spec.layers[0].blocks_per_request(8192, 16384, 16) == 1
+    layout = get_engine("vllm").kv.plan(spec, 2 << 30, KVSettings(max_model_len=8192))
+    assert layout.num_blocks == 1149 and layout.max_concurrency == 1149
+    with pytest.raises(InvalidInputError, match="pipeline parallelism"):
+        KVCacheSpec.from_hf_config(new_config("mamba2-default"), pipeline_parallel_size=2)

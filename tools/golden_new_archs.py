@@ -75,6 +75,13 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "mamba2-default": ("mamba2", "Mamba2ForCausalLM"),
 }
 
+# vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
+# has no class for: name -> (module, class, vLLM architecture).
+VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
+    "step-3-text-default": ("vllm.transformers_utils.configs.step3_vl", "Step3TextConfig",
+                            "Step3TextForCausalLM"),
+}
+
 # Keys a config states through another (a period instead of the list): left out of the
 # class's to_dict so the config carries only the key its checkpoint writes.
 DROPS: dict[str, tuple[str, ...]] = {
@@ -90,6 +97,14 @@ FIXES: dict[str, dict[str, Any]] = {
     "minimax-m2": {"rotary_dim": 64, "scoring_func": "sigmoid"},
     "hunyuan-7b": {"head_dim": 128},
     "hunyuan-a13b": {"head_dim": 128},
+    # Keys vLLM's model file reads that the class leaves out; none shapes the KV cache.
+    "afmoe-default": {"score_func": "sigmoid", "route_norm": True, "route_scale": 1.0,
+                      "n_group": 1, "topk_group": 1},
+    "glm-4.7-flash-default": {"first_k_dense_replace": 1},
+    "hy-v3-default": {"first_k_dense_replace": 1, "expert_hidden_dim": 1536,
+                      "route_norm": True},
+    # step3_text.py splits a string; Step3TextConfig's default is a tuple of the same layers.
+    "step-3-text-default": {"moe_layers_enum": ",".join(str(i) for i in range(4, 60))},
     "lfm2-1.2b": {"block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256,
                   "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True},
 }
@@ -102,6 +117,16 @@ FIX_SOURCES = {
                   "default is None)",
     "hunyuan-a13b": "head_dim 128 from tencent/Hunyuan-A13B-Instruct's config.json (the class "
                     "default is None)",
+    "afmoe-default": "score_func, route_norm, route_scale, n_group, topk_group set "
+                     "(vLLM's afmoe.py reads them, AfmoeConfig has none; the router's, "
+                     "not the KV cache's)",
+    "glm-4.7-flash-default": "first_k_dense_replace 1 (vLLM's glm4_moe_lite.py reads it, "
+                             "Glm4MoeLiteConfig has none; MLP, not KV cache)",
+    "hy-v3-default": "first_k_dense_replace 1, expert_hidden_dim 1536 (the class's "
+                     "moe_intermediate_size), route_norm true: vLLM's hy_v3.py reads them, "
+                     "HYV3Config has none; MLP and router, not KV cache",
+    "step-3-text-default": "moe_layers_enum written as the comma-separated string "
+                           "step3_text.py parses (the class default is the tuple 4..59)",
     "lfm2-1.2b": "block_* sizes from LiquidAI/LFM2-1.2B's config.json (vLLM's lfm2.py reads "
                  "them; Lfm2Config has none)",
 }
@@ -155,6 +180,20 @@ def class_defaults(model_type: str) -> tuple[dict[str, Any], str]:
     return data, f"transformers {__version__} {type(config).__name__} defaults{follows}"
 
 
+def vllm_class_defaults(module: str, cls: str) -> tuple[dict[str, Any], str]:
+    """The defaults of one of vLLM's config classes (vLLM's source on ``sys.path``)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, "/tmp/vllm033/src")
+    config = getattr(importlib.import_module(module), cls)()
+    data = config.to_dict()
+    for key in ("transformers_version", "_name_or_path", "id2label", "label2id"):
+        data.pop(key, None)
+    path = module.replace(".", "/") + ".py"
+    return data, f"vLLM 0.33 {cls} defaults ({path})"
+
+
 def _finite(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
@@ -180,6 +219,10 @@ def main() -> int:
         sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
         if name in DROPS:
             sources[name] += f"; {', '.join(DROPS[name])} left to the class to derive"
+    for name, (module, cls, arch) in VLLM_CLASSES.items():
+        data, source = vllm_class_defaults(module, cls)
+        configs[name] = {**data, **FIXES.get(name, {}), "architectures": [arch]}
+        sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
     for name, (base, source, overrides) in SIZED.items():
         data, defaults = class_defaults(base)
         arch = next(a for m, a in DEFAULTS.values() if m == base)

@@ -23,8 +23,11 @@ def merge_tables(parts: list[Path], out: Path) -> int:
     order = list(table["models"])
     rows: dict[str, list[dict[str, Any]]] = {}
     for t in tables:
+        # A model's rows come from the last part that has them (a rerun replaces them).
+        mine: dict[str, list[dict[str, Any]]] = {}
         for row in t["rows"]:
-            rows.setdefault(row["model"], []).append(row)
+            mine.setdefault(row["model"], []).append(row)
+        rows.update(mine)
     table["rows"] = [row for model in sorted(order) for row in rows.get(model, [])]
     write_table(table, out)
     return 0

@@ -65,7 +65,7 @@ from typing import Any
 
 from golden_tables import merge_tables, rejection, write_table
 from golden_vllm_specs import CLASSES, PP_SUPPORTED, build_specs, kv_dtype, model_specs, text_config
-from golden_vllm_standins import emulate_h100, stub_extension, stub_ops
+from golden_vllm_standins import emulate_h100, stub_extension, stub_ops, stub_vision_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "memacct" / "model" / "configs"
@@ -109,8 +109,11 @@ NEW_GRID: dict[str, Any] = {
 }
 
 
-def import_vllm(src: str) -> dict[str, Any]:
+def import_vllm(src: str, stub_vision: bool = False) -> dict[str, Any]:
     sys.path.insert(0, src)
+    if stub_vision:
+        # qwen3_5.py imports qwen3_vl.py, which imports torchvision at module level.
+        stub_vision_packages("torchvision")
     # No CUDA device is visible: vLLM then keeps Triton on with no active driver
     # (vllm/triton_utils/importing.py), and its Triton-decorated Mamba ops import.
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -305,10 +308,12 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--merge", nargs="*", default=None,
                         help="join tables written by runs over parts of a grid's models")
+    parser.add_argument("--stub-vision", action="store_true",
+                        help="stand in for torchvision (text classes of multimodal files)")
     args = parser.parse_args()
     if args.merge:
         return merge_tables([Path(p) for p in args.merge], Path(args.out))
-    v = import_vllm(args.vllm_src)
+    v = import_vllm(args.vllm_src, stub_vision=args.stub_vision)
     if not str(v["version"]).startswith("0.33"):
         print(f"warning: vLLM {v['version']} imported, expected 0.33", file=sys.stderr)
     grid = {"main": MAIN_GRID, "aside": ASIDE_GRID, "new": NEW_GRID}[args.grid]

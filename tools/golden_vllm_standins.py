@@ -209,3 +209,56 @@ def meta_values() -> Iterator[None]:
     finally:
         torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist = (  # type: ignore[method-assign]
             cpu, item, tolist)
+
+
+class _StandInType(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StandIn
+
+
+class _StandIn(metaclass=_StandInType):
+    """Any name a stubbed vision package is asked for: a class one may subclass, call or
+    read attributes of (text-only models import these at module level, never run them)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return cls
+
+    def __getattr__(self, name: str) -> Any:
+        return _StandIn
+
+
+def stub_vision_packages(*names: str) -> None:
+    """Packages this env lacks (torchvision) that multimodal model files import at module
+    level, also for their text-only classes (qwen3_5.py imports qwen3_vl.py): every module
+    under them is an empty module whose names are :class:`_StandIn`."""
+    import importlib.abc
+    import importlib.machinery
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+            if fullname.split(".", maxsplit=1)[0] not in names:
+                return None
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+        def create_module(self, spec: Any) -> Any:
+            module = types.ModuleType(spec.name)
+
+            def attribute(attr: str) -> Any:
+                if attr.startswith("__"):
+                    raise AttributeError(attr)
+                return _StandIn
+
+            module.__getattr__ = attribute  # type: ignore[method-assign]
+            module.__path__ = []
+            module.__version__ = "0.0"  # type: ignore[attr-defined]
+            return module
+
+        def exec_module(self, module: Any) -> None:
+            pass
+
+    sys.meta_path.insert(0, Finder())

@@ -23,16 +23,25 @@ from typing import Literal
 
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
+from memacct.model.config_keys import (
+    GDN_KEYS,
+    MAMBA2_KEYS,
+    MODULE_NOT_CACHE_SHAPING,
+    is_layer_shaping,
+    rule_reads,
+)
 
 __all__ = [
     "ASSUME_FULL_ATTENTION",
     "REFUSED",
     "RULES",
     "Rule",
+    "engine_keys",
     "nearest_family",
     "refusal",
     "registry",
     "resolve_rule",
+    "rule_keys",
     "status_of",
     "unread_geometry_fields",
 ]
@@ -104,6 +113,9 @@ _DECODER_MODULES = (
     # 2026 decoders whose attention is vLLM's standard Attention per layer (read in each
     # model file): sliding from layer_types / sliding_window, the rest full.
     "cohere2_moe", "exaone_moe", "laguna", "hy_v3", "hyperclovax", "param2moe", "rnj1",
+    # MLA through kv_lora_rank (SarvamMLA, AXK1: DeepSeek-V2's MLA); SarvamMoE is
+    # bailing_moe's standard attention.
+    "sarvam", "AXK1",
 )  # fmt: skip
 
 def _state(layout: str, module: str, config_class: str, *reads: str, note: str = "") -> Rule:
@@ -113,16 +125,14 @@ def _state(layout: str, module: str, config_class: str, *reads: str, note: str =
                 frozenset(reads), note)
 
 
-_ATTENTION_FREE = ("attention-free (only recurrent states, no attention layer): memacct's "
-                   "plan needs an attention layer; no rule yet")
 
 RULES: dict[str, Rule] = {
     **{m: _decoder(m) for m in _DECODER_MODULES},
     "qwen3_5": _state("decoder", "qwen3_5", "Qwen3_5TextConfig, Qwen3_5MoeTextConfig",
-                      "full_attention_interval", "linear_num_key_heads"),
+                      "full_attention_interval", *GDN_KEYS),
     # olmo_hybrid.py: gated delta net where layer_types says linear_attention (the state
     # shape of mamba_utils.gated_delta_net_state_shape), standard attention elsewhere.
-    "olmo_hybrid": _state("decoder", "olmo_hybrid", "OlmoHybridConfig", "linear_num_key_heads"),
+    "olmo_hybrid": _state("decoder", "olmo_hybrid", "OlmoHybridConfig", *GDN_KEYS),
     # gemma4.py: per-layer geometry (Gemma4TextConfig.per_layer_config: full layers take
     # global_head_dim and, with attention_k_eq_v, num_global_key_value_heads), windows
     # from layer_types, KV sharing in the last num_kv_shared_layers.
@@ -130,13 +140,33 @@ RULES: dict[str, Rule] = {
                    frozenset({"global_head_dim", "num_global_key_value_heads",
                               "attention_k_eq_v", "per_layer_config"}),
                    defaults=(("sliding_window", 512),)),
+    # Attention-free: a state in every layer (mamba.py, mamba2.py; FalconMamba is mamba.py).
+    # vLLM 0.33 builds their states with mamba_cache_mode "none" (one block a request).
+    "mamba": replace(_state("mamba", "mamba", "MambaConfig, FalconMambaConfig"),
+                     prefix_caching=False),
+    # Mamba2ForCausalLM is not SupportsPP (mamba2.py).
+    "mamba2": replace(_state("mamba2", "mamba2", "Mamba2Config"), prefix_caching=False,
+                      pipeline_parallel=False),
+    # step1.py / step3p5.py: num_attention_groups KV heads; Step-3.5 slides per layer_types.
+    "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no "
+                  f"transformers class)", frozenset({"num_attention_groups"})),
+    # Its per_layer_config gives query heads per layer (_get_num_attention_heads): not cached.
+    "step3p5": Rule("step", "exact", f"{_MODELS}/step3p5.py; transformers Step3p7TextConfig "
+                    f"(model type step3p5)", frozenset({"num_attention_groups",
+                                                        "per_layer_config"})),
+    # step3_text.py: Attention(num_kv_heads=1) of head_dim in every layer.
+    "step3_text": Rule("step3", "exact", f"{_MODELS}/step3_text.py; vLLM's Step3TextConfig",
+                       frozenset({"share_q_dim"})),
+    # plamo3.py: per-layer windows (interleaved_sliding_window), full where null.
+    "plamo3": Rule("plamo3", "exact", f"{_MODELS}/plamo3.py (read, not run: no "
+                   f"transformers class)", frozenset({"interleaved_sliding_window"})),
     "llama4": Rule("llama4", "exact", f"{_MODELS}/llama4.py; transformers Llama4TextConfig",
                    frozenset({"no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size"})),
     "qwen3_next": _state("decoder", "qwen3_next", "Qwen3NextConfig",
-                         "full_attention_interval", "linear_num_key_heads"),
+                         "full_attention_interval", *GDN_KEYS),
     "granitemoehybrid": _state("decoder", "granitemoehybrid", "GraniteMoeHybridConfig",
-                               "mamba_n_heads"),
+                               *MAMBA2_KEYS),
     "nemotron_h": _state("nemotron_h", "nemotron_h", "NemotronHConfig",
                          "hybrid_override_pattern", "layers_block_type", "mamba_num_heads"),
     # transformers' JambaConfig.layers_block_type: attention where i % period == offset.
@@ -180,6 +210,14 @@ RULES: dict[str, Rule] = {
         "transformers' config class"),
 }
 
+# Under MLA the cache keeps the latent; v_head_dim sizes the attention's output only.
+for _mla in ("deepseek_v2", "minicpm3", "kimi_linear", "sarvam", "AXK1"):
+    RULES[_mla] = replace(RULES[_mla], reads=RULES[_mla].reads | {"v_head_dim"})
+# deepseek_v2.py builds DeepSeek-V3.2's sparse attention and its indexer cache when the
+# config has index_topk (is_v32): not sized by this rule.
+RULES["deepseek_v2"] = replace(RULES["deepseek_v2"], refuse_if="index_topk")
+# exaone_moe.py: a sliding layer's window is sliding_windows[i] when the list is written.
+RULES["exaone_moe"] = replace(RULES["exaone_moe"], reads=frozenset({"sliding_windows"}))
 # glm4_moe_lite.py: DeepSeek-V2's MLA (kv_lora_rank); with index_topk it is the sparse
 # V3.2 attention and its indexer cache, which this rule does not size.
 RULES["glm4_moe_lite"] = replace(RULES["deepseek_v2"], source=f"{_MODELS}/glm4_moe_lite.py "
@@ -207,14 +245,10 @@ REFUSED: dict[str, str] = {
                      "llama_eagle3", "mistral_large_3_eagle", "deepseek_eagle", "deepseek_mtp",
                      "ernie_mtp", "longcat_flash_mtp", "glm4_moe_mtp", "medusa",
                      "openpangu_mtp", "qwen3_next_mtp"), _DRAFT),
-    **dict.fromkeys(("mamba", "mamba2"), _ATTENTION_FREE),
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
-    "plamo3": "no rule yet",
     "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
     "longcat_flash": "two attention blocks per layer: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
-    "step3_text": "Step-3's attention: no rule yet",
-    "step3_vl": "Step-3's attention: no rule yet",
     "openpangu": "three different architectures share this file: no rule yet",
     "hunyuan_vision": "HunYuan's text part: no rule yet",
     "whisper": "encoder-decoder with cross attention: no rule yet",
@@ -234,7 +268,7 @@ _MULTIMODAL: dict[str, str] = {
     ), "llama"),
     "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "minicpmv": "qwen2", "minicpmo": "qwen2",
     "phi3v": "phi3", "phi4mm": "phi3", "qwen_vl": "qwen", "molmo": "llama",
-    "minimax_vl_01": "minimax_text_01",
+    "minimax_vl_01": "minimax_text_01", "step3_vl": "step3_text",
     # The text part in llm_config / language_config / thinker_config.text_config: read
     # by its model type only (no flat fallback, "").
     **dict.fromkeys((
@@ -407,15 +441,34 @@ _GEOMETRY_FIELDS = frozenset({
     "no_rope_layers", "attention_chunk_size", "block_configs",
     "sliding_window_layers", "swa_layers", "global_attn_layers", "cross_attention_layers",
     "num_kv_layers", "total_ut_steps", "kv_lora_rank_per_layer", "full_attention_interval",
+    "global_attn_every_n_layers", "sliding_windows", "index_topk",
 })  # fmt: skip
 _MLA_FIELDS = frozenset({"v_head_dim"})
 
 
+def rule_keys(rule: Rule) -> frozenset[str]:
+    """Every layer-shaping config key ``rule`` reads (or refuses on), common ones included."""
+    return rule_reads(rule.layout, rule.reads, [k for k, _ in rule.defaults], rule.refuse_if)
+
+
+@cache
+def engine_keys(module: str) -> frozenset[str]:
+    """The layer-shaping config keys vLLM 0.33's ``module`` reads (``vllm_config_keys.json``,
+    grepped from the model file by ``tools/vllm_config_keys.py``), less the ones that file
+    reads for no cache (``config_keys.MODULE_NOT_CACHE_SHAPING``)."""
+    text = resources.files("memacct.model").joinpath("vllm_config_keys.json").read_text("utf-8")
+    keys: list[str] = json.loads(text)["modules"].get(module, [])
+    ignored = MODULE_NOT_CACHE_SHAPING.get(module, {})
+    return frozenset(k for k in keys if is_layer_shaping(k) and k not in ignored)
+
+
 def unread_geometry_fields(cfg: ModelConfig, rule: Rule, mla: bool) -> list[str]:
-    """Geometry-changing fields written in ``cfg`` that ``rule`` does not read."""
-    read = rule.reads | (_MLA_FIELDS if mla else frozenset())
+    """Layer-shaping fields written in ``cfg`` that ``rule`` does not read: the named ones
+    and those the architecture's vLLM model file reads (:func:`engine_keys`)."""
+    read = rule_keys(rule) | (_MLA_FIELDS if mla else frozenset())
+    module = _module_of(cfg.architecture) if cfg.architecture else None
+    shaping = _GEOMETRY_FIELDS | engine_keys(module or "")
     return sorted(
         key for key in cfg.written_keys()
-        if key in _GEOMETRY_FIELDS and key not in read
-        and cfg.get(key) not in (None, False, [], 0)
+        if key in shaping and key not in read and cfg.get(key) not in (None, False, [], 0)
     )

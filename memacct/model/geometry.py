@@ -33,7 +33,13 @@ from memacct.model.config import (
     _model_dtype,
 )
 from memacct.model.layers import LayerSpec
-from memacct.model.layouts import ATTENTION_GEOMETRY, Geometry, build_layers, ssm_dtype_bytes
+from memacct.model.layouts import (
+    ATTENTION_FREE,
+    ATTENTION_GEOMETRY,
+    Geometry,
+    build_layers,
+    ssm_dtype_bytes,
+)
 
 __all__ = [
     "FP8_DS_MLA",
@@ -250,7 +256,9 @@ def spec_fields(
             f"{rule.source.split(',')[0]}): use pipeline_parallel_size 1"
         )
     num_layers = cfg.required(_LAYER_KEYS, _MAX_LAYERS)
-    num_heads = cfg.required(_HEAD_KEYS, _MAX_HEADS)
+    attention_free = rule.layout in ATTENTION_FREE
+    num_heads = ((cfg.integer(_HEAD_KEYS, _MAX_HEADS) or 1) if attention_free
+                 else cfg.required(_HEAD_KEYS, _MAX_HEADS))
     hidden = cfg.required(_HIDDEN_KEYS, _MAX_DIM)
     dtype, dtype_bytes = _model_dtype(cfg)
     kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
@@ -289,7 +297,9 @@ def spec_fields(
                 f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
                 f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
             )
-        geometry = _attention_geometry(cfg, rule, tp, num_heads, hidden)
+        # Attention-free: no attention geometry (the spec's head fields are placeholders).
+        geometry = ({"full": (1, 1, 1)} if attention_free
+                    else _attention_geometry(cfg, rule, tp, num_heads, hidden))
     for field in unread_geometry_fields(cfg, rule, attention == "mla"):
         cfg.notes.append(
             f"warning: {cfg.source} sets {field}, which changes a layer's geometry and which "
@@ -311,13 +321,14 @@ def spec_fields(
     stages = pipeline_partition(num_layers, pp)
     stage = _stage_of(layers, stages)
     start = sum(stages[:stage])
-    if not any(x.bytes_per_token for x in layers):
+    # Attention-free models (Mamba, Mamba-2) keep only states: vLLM plans them as state groups.
+    if not any(x.has_cache for x in layers):
         raise ConfigError(
             f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} has no "
-            f"attention layer (attention-free: only recurrent states), which memacct does "
-            f"not plan yet: refused"
+            f"layer that keeps a cache: refused"
         )
-    mine = [x for x in layers if start <= x.layer < start + stages[stage] and x.bytes_per_token]
+    mine = [x for x in layers if start <= x.layer < start + stages[stage]
+            and (x.has_cache if attention_free else x.bytes_per_token)]
     if not mine:
         raise ConfigError(
             f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "

@@ -24,6 +24,7 @@ from memacct.model.layers import (
 from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
 __all__ = [
+    "ATTENTION_FREE",
     "ATTENTION_GEOMETRY",
     "LAYOUTS",
     "PERIODIC_LAYER_TYPES",
@@ -54,7 +55,15 @@ def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     if layer_types is None:
         layer_types = periodic_layer_types(cfg, n)
     if layer_types is not None:
-        return _each(_typed(cfg, n, layer_types, span))
+        kinds = _typed(cfg, n, layer_types, span)
+        windows = cfg.get("sliding_windows") if cfg.model_type == "exaone_moe" else None
+        if isinstance(windows, list) and len(windows) == n:
+            # exaone_moe.py: a sliding layer's window is sliding_windows[i] (none: full).
+            kinds = [(k, size) if k != "sliding" else
+                     (("sliding", cfg.check_int(f"sliding_windows[{i}]", windows[i],
+                                                high=_MAX_POSITIONS)) if windows[i] else _FULL)
+                     for i, (k, size) in enumerate(kinds)]
+        return _each(kinds)
     if span is None:
         return _each([_FULL] * n)
     if cfg.get("use_sliding_window") is False:
@@ -240,6 +249,10 @@ def _nemotron_h(cfg: ModelConfig, n: int) -> list[list[Kind]]:
 
 def _jamba(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Jamba: transformers' ``layers_block_type``: attention where ``i % period == offset``."""
+    written = cfg.get("layers_block_type")
+    if isinstance(written, list) and len(written) == n:
+        # jamba.py reads config.layers_block_type ("attention" or "mamba" per layer).
+        return _each([_FULL if t == "attention" else ("mamba1", None) for t in written])
     period = cfg.integer(("attn_layer_period",), _MAX_LAYERS) or 8
     offset = cfg.integer(("attn_layer_offset",), _MAX_LAYERS, low=0) or 0
     return _each([_FULL if i % period == offset else ("mamba1", None) for i in range(n)])
@@ -285,11 +298,27 @@ def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _pattern(cfg, "hybrid_layer_pattern", n, {"1": ("sliding", window), "0": _FULL})
 
 
+def _plamo3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """PLaMo-3 (plamo3.py): layer ``i`` slides over ``sliding_window[i]`` when the config
+    lists one window per layer (vLLM renames the list ``interleaved_sliding_window``), full
+    where the entry is null; a single window is the decoder's rule."""
+    windows = cfg.get("interleaved_sliding_window") or cfg.get("sliding_window")
+    if not isinstance(windows, list):
+        return _decoder(cfg, n)
+    if len(windows) != n:
+        raise ConfigError(f"{cfg.source}: sliding_window must list one window per layer ({n})")
+    return _each([("sliding", cfg.check_int(f"sliding_window[{i}]", w, high=_MAX_POSITIONS))
+                  if w else _FULL for i, w in enumerate(windows)])
+
+
 LAYOUTS: dict[str, Layout] = {
     "decoder": _decoder,
     "full": lambda cfg, n: _each([_FULL] * n),
     "llama4": _llama4,
     "gemma4": _gemma4,
+    "step": _decoder,
+    "step3": _decoder,
+    "plamo3": _plamo3,
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,
     "bamba": _bamba,
@@ -306,6 +335,8 @@ LAYOUTS: dict[str, Layout] = {
 
 
 KVHeadsPerRank = Callable[[int], int]
+# Layouts without attention: every layer keeps a recurrent state only.
+ATTENTION_FREE = frozenset({"mamba", "mamba2"})
 
 
 def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
@@ -343,11 +374,28 @@ def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHe
             "sliding": (per_rank(kv_heads), head, head)}
 
 
+def _step_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                    ) -> dict[str, tuple[int, int, int]]:
+    """Step-1 and Step-3.5 (step1.py, step3p5.py): ``num_attention_groups`` KV heads (Step-1:
+    else ``num_key_value_heads``, else 1), on full and sliding layers alike."""
+    groups = cfg.integer(("num_attention_groups", "num_key_value_heads"), _MAX_HEADS) or 1
+    return {"full": (per_rank(groups), head, head), "sliding": (per_rank(groups), head, head)}
+
+
+def _step3_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                     ) -> dict[str, tuple[int, int, int]]:
+    """Step-3 (step3_text.py): one KV head of ``head_dim`` per layer (``num_kv_heads=1``),
+    replicated on every rank."""
+    return {"full": (per_rank(1), head, head)}
+
+
 # Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
 # KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
 ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
                                        dict[str, tuple[int, int, int]]]] = {
     "gemma4": _gemma4_attention,
+    "step": _step_attention,
+    "step3": _step3_attention,
 }
 
 

@@ -156,7 +156,7 @@ class KVCacheSpec(BaseModel):
     experts_per_token: int | None = Field(default=None, gt=0)
     moe_intermediate_size: int | None = Field(default=None, gt=0)
     num_shared_experts: int | None = Field(default=None, ge=0)
-    bytes_per_token: int = Field(gt=0)
+    bytes_per_token: int = Field(ge=0)
     layers: tuple[_Layer, ...] = Field(min_length=1)
     position_limit: int | None = Field(default=None, gt=0)
     state_dtype_bytes: int | None = Field(default=None, gt=0)

@@ -124,9 +124,11 @@ def _mamba1(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
 
 
 def _short_conv(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # lfm2.py: short_conv_state_shape(intermediate_size=conv_dim) when the config writes it.
     kernel = cfg.required(("conv_L_cache",), _MAX_DIM)
-    _check_divides(cfg, geo.tp, {"hidden size": geo.hidden})
-    return ((geo.hidden // geo.tp * (kernel - 1), geo.model_bytes),)
+    width = cfg.integer(("conv_dim",), _MAX_DIM) or geo.hidden
+    _check_divides(cfg, geo.tp, {"conv width": width})
+    return ((width // geo.tp * (kernel - 1), geo.model_bytes),)
 
 
 def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
