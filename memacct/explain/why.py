@@ -116,7 +116,12 @@ def _kv(term: Term, terms: list[Term], reading: LogReading, plan: Any) -> str:
         moved = (d or 0) * share if t.term == "total_memory" else -(d or 0)
         unlogged = " (not in the log)" if t.logged is None else ""
         shares.append(f"{_LABEL[t.term]}{unlogged} {'+' if moved >= 0 else '-'}{gib(abs(moved))}")
-    return f"{head}: of the {gib(diff)} difference, " + ", ".join(shares[:4])
+    total = next((t for t in terms if t.term == "total_memory"), None)
+    unknown = ""
+    if total is not None and total.logged is None and total.planned:
+        unknown = (f"; the log prints no device total, planned for {gib(total.planned)}: pass "
+                   "the run's --device or --device-memory")  # fmt: skip
+    return f"{head}: of the {gib(diff)} difference, " + ", ".join(shares[:4]) + unknown
 
 
 def _counts(term: Term, terms: list[Term], reading: LogReading, plan: Any) -> str:
