@@ -92,3 +92,24 @@ def test_a_block_is_the_block_of_every_budget(engine: str, name: str) -> None:
             # And for a budget a device holds: the block does not move with the budget.
             small = kv.plan(spec, 30 * GiB, settings)
             assert small.block_bytes == block.block_bytes
+
+
+@pytest.mark.parametrize("deployment", [{"quantization": "fp8"}, {"dtype": "float16"},
+                                        {"pipeline_parallel_size": 2}])  # fmt: skip
+def test_a_deployment_that_changes_the_config_does_not_take_the_plans_reading(
+    deployment: dict[str, Any],
+) -> None:
+    """``--quantization``/``--dtype`` serve another config than the one the plan read: its
+    start-up reads that config itself, and comes out as if nothing had been handed down."""
+    from memacct.engines.deployment import Deployment
+
+    config = load_model_preset("llama-3.1-8b")
+    startup = get_engine("vllm").startup
+    settings = startup.settings(max_model_len=8192, deployment=Deployment(**deployment))
+    model = ModelConfig(config, "the model config")
+    spec = KVCacheSpec.from_hf_config(model)
+    alone = startup.estimate(config, total_memory=80 * GiB, device_name="h100-80gb",
+                             settings=settings)  # fmt: skip
+    handed = startup.estimate(config, total_memory=80 * GiB, device_name="h100-80gb",
+                              settings=settings, model=model, spec=spec)  # fmt: skip
+    assert handed == alone

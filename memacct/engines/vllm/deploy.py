@@ -180,7 +180,12 @@ def estimate_deployment(startup: StageStartup, request: StartupRequest) -> Start
     best: StartupEstimate | None = None
     for stage, layers in enumerate(parts):
         w = _stage_weights(cfg, d, plain, stage, layers, pad, given, notes)
-        est = startup.start(replace(request, config=cfg, settings=plain, weights=w))
+        # The plan's reading of the model and its spec hold for the served config only when
+        # the deployment leaves it as it is (hf_overrides, a drafter's layers change it).
+        same = cfg is config
+        est = startup.start(replace(request, config=cfg, settings=plain, weights=w,
+                                    model=request.model if same else None,
+                                    spec=request.spec if same else None))  # fmt: skip
         est = _adjust(startup, cfg, est, spec, plain, d, first=stage == 0,
                       last=stage == pp - 1, layer_share=layers / total_layers)  # fmt: skip
         # Every stage gets the blocks of the one with the least room; memacct sizes blocks
