@@ -272,6 +272,18 @@ def test_a_log_naming_no_model_still_explains_its_figures(
     assert data["logged"]["kv_cache_bytes"] == round(Decimal("1.57") * 2**30)
 
 
+def test_a_local_model_path_gets_a_hint_and_stdin_is_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    text = (DATA / "vllm-21348-qwen3-235b-fp8-tp4-h100.log").read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    data = _explained(capsys, ["-"])
+    assert data["log"] == "-" and data["logged"]["num_tokens"] == 178880
+    assert any("org/Qwen3-235B-A22B-FP8" in note for note in data["notes"])
+
+
 def test_two_logs_name_what_moved(capsys: pytest.CaptureFixture[str]) -> None:
     a, b = (str(DATA / f"vllm-10517-llama31-8b-rtx3090-{n}.log") for n in ("20k", "29k"))
     data = _explained(capsys, [a, b])

@@ -140,8 +140,27 @@ def explain(reading: LogReading, *, model: str | None = None, device: str | None
     notes = list(request.notes)
     if run.error:
         notes.append(f"no plan: {run.error}")
+        hint = _local_model_hint(request.model, model)
+        if hint:
+            notes.append(hint)
     return Explanation(reading, request, run, terms, suggestions(reading, request, run.plan),
                        tuple(notes))  # fmt: skip
+
+
+def _local_model_hint(named: str | None, given: str | None) -> str:
+    """Where the log names its model by a path of the machine it ran on, the Hub id to try
+    (a Hub cache directory ``models--org--name`` gives it whole; else its last part)."""
+    import re
+
+    if given is not None or not named or not re.match(r"[/~.]", named):
+        return ""
+    cached = re.search(r"models--([^/-][^/]*?)--([^/]+)", named)
+    if cached:
+        return f"the log's model is a local copy of {cached.group(1)}/{cached.group(2)}: pass " \
+               f"--model {cached.group(1)}/{cached.group(2)}"
+    base = named.rstrip("/").rsplit("/", 1)[-1]
+    return (f"the log names its model by a path on the machine it ran on ({named}): pass "
+            f"--model with its Hub id (org/{base}), a config.json or a preset")
 
 
 def gib(value: int | float | None) -> str:
