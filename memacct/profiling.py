@@ -8,7 +8,6 @@ weights are what the process took between the baseline and the session's start, 
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 import time
 from collections.abc import Hashable, Iterator, Mapping
@@ -16,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, Literal
 
+from memacct._log import logger
 from memacct.accounting import (
     INTERFERENCE_TOLERANCE_BYTES,
     PhasePeak,
@@ -61,7 +61,6 @@ __all__ = [
     "read_allocator_limit",
 ]
 
-logger = logging.getLogger("memacct")
 
 def read_allocator_limit(backend: DeviceBackend, device: int) -> int | None:
     """The backend's declared allocator limit on ``device``, checked (``None``: no cap).

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import logging
 import os
 import re
 import threading
@@ -47,6 +46,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from memacct._log import logger
 from memacct.backend import (
     REQUIRED_METHODS,
     Availability,
@@ -78,7 +78,6 @@ __all__ = [
     "unregister_backend",
 ]
 
-logger = logging.getLogger("memacct")
 
 ENTRY_POINT_GROUP = "memacct.backends"
 ENV_BACKEND = "MEMACCT_BACKEND"

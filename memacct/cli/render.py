@@ -38,8 +38,9 @@ def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) 
         console.print(plan.verdict, markup=False)
         for suggestion in plan.suggestions:
             console.print(f"  - {suggestion}", markup=False)
-        for note in plan.notes:
-            console.print(f"note: {note}", markup=False)
+    # What the plan assumed (the library logs it too, but only the command line prints).
+    for note in plan.notes:
+        console.print(f"note: {note}", markup=False)
     if budget is not None:
         console.print(_breakdown_table(plan, result))
     if plan.fits and budget is not None:

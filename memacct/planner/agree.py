@@ -7,15 +7,14 @@ torch is imported only when :func:`agree` runs.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from memacct._log import logger
 from memacct.errors import AgreementError, InvalidInputError
 from memacct.planner.result import Agreement, KVCachePlan
 
 __all__ = ["agree"]
 
-logger = logging.getLogger("memacct")
 
 # Backends whose collectives take CPU tensors; every other one wants the rank's accelerator.
 _CPU_BACKENDS = ("gloo", "mpi")

@@ -16,13 +16,13 @@ can save its profile and a planner can work from it later, off the device.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memacct._log import logger
 from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
@@ -49,8 +49,6 @@ from memacct.planner.result import KVCachePlan, Provenance, fits_verdict
 from memacct.units import format_gib
 
 __all__ = ["load_profile", "make_plan", "plan_from_budget", "plan_kv_cache", "save_profile"]
-
-logger = logging.getLogger("memacct")
 
 
 def save_profile(result: ProfileResult, path: str | os.PathLike[str]) -> Path:
