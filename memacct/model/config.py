@@ -412,10 +412,10 @@ def config_int(
     Raises:
         ConfigError: the value is not a plausible non-negative integer.
     """
-    value = config.get(key)
+    value = ModelConfig.of(config, source).get(key)
     if value is None:
         return default
-    return ModelConfig({}, source).check_int(key, value, high=high, low=0) or default
+    return check_config_int(source, key, value, high=high, low=0) or default
 
 
 # The name eight modules imported before ModelConfig was public.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.model.config import DTYPE_BYTES
+from memacct.model.config import DTYPE_BYTES, ModelConfig
 from memacct.trace import TraceBuilder
 
 __all__ = [
@@ -46,8 +46,10 @@ __all__ = [
 ]
 
 def config_positive_int(config: Mapping[str, Any], key: str, model: str) -> int:
-    """``config[key]`` where it is a positive int, else a ConfigError naming key and value."""
-    value = config.get(key)
+    """``config[key]`` where it is a positive int, else a ConfigError naming key and value;
+    read as every key is (:meth:`memacct.model.config.ModelConfig.find`)."""
+    found = ModelConfig.of(config).find((key,))
+    value = None if found is None else found[1]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(
             f"the {model} config needs a positive int {key!r}, got {value!r}; "

@@ -51,6 +51,7 @@ from memacct.engines.vllm_mindspore.deepseek_graph import (
 )
 from memacct.engines.vllm_mindspore.qwen2_graph import Qwen2Graph, qwen2_load, qwen2_prefill_trace
 from memacct.errors import InvalidInputError
+from memacct.model.config import ModelConfig
 from memacct.model.weights.rules import WeightEstimate
 from memacct.trace import trace_peak
 from memacct.units import MiB
@@ -165,7 +166,8 @@ class VllmMindsporeStartup(StartupModel):
                 f"truth source {truth!r} is not one vllm-mindspore {VERSION} uses: give "
                 f"{' or '.join(TRUTH_SOURCES)}"
             )
-        max_len = s.max_model_len or int(config.get("max_position_embeddings") or 32768)
+        # vLLM's default length (its V0 _get_and_verify_max_len reads the same keys and 2048).
+        max_len = s.max_model_len or ModelConfig.of(request.model or config).default_max_model_len
         seqs = s.max_num_seqs or _V0_MAX_NUM_SEQS
         tokens = s.max_num_batched_tokens or max(max_len, _V0_MIN_BATCHED_TOKENS)
         graph = self.graph(config, s, max_len)
