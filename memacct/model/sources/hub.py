@@ -26,8 +26,6 @@ inside the functions that need it.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import sys
@@ -39,32 +37,35 @@ from typing import Any
 from memacct.errors import ConfigError, ModelSourceError
 from memacct.io import (
     MAX_FILE_BYTES,
-    atomic_write_text,
     loads_json_object,
     read_json_object,
-    read_text,
-    user_cache_dir,
 )
 from memacct.model.sources.checkpoint import (
     TensorInfo,
     TensorTable,
-    checkpoint_table,
     header_length,
     header_tensors,
     merge_tensors,
     shard_names,
 )
+from memacct.model.sources.hub_cache import (
+    COMMIT,
+    INDEX,
+    SINGLE,
+    cached_commit,
+    cached_table,
+    hub_cache_dir,
+    snapshot_table,
+    storage,
+    store_ref,
+    store_table,
+)
 from memacct.model.sources.local import read_config_file
-from memacct.units import MiB
 
 __all__ = ["HubModel", "HubUnavailableError", "load_hub_model", "parse_hub_id"]
 
 _FIRST_RANGE = 100_000  # what get_safetensors_metadata asks first: 97% of headers fit
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 _REVISION = re.compile(r"[\w.\-/]{1,200}")
-_INDEX = "model.safetensors.index.json"
-_SINGLE = "model.safetensors"
-_TABLE_CACHE_LIMIT = 256 * MiB
 _TIMEOUT_S = 10.0
 
 StatusFn = Callable[[str], None]
@@ -98,7 +99,7 @@ class HubUnavailableError(ModelSourceError):
     local cache does not have the model: nothing said the model is wrong."""
 
 
-def _stderr_status(line: str) -> None:
+def stderr_status(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
@@ -156,22 +157,6 @@ def _endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
-def hub_cache_dir() -> Path:
-    """The Hugging Face cache (``HF_HUB_CACHE``, else ``$HF_HOME/hub``), read now."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("HF_HOME")
-    if home:
-        return Path(home).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
-
-
-def _storage(repo_id: str) -> Path:
-    return hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-
-
 def _import_hub() -> Any:
     try:
         import huggingface_hub
@@ -184,7 +169,7 @@ def _import_hub() -> Any:
 
 
 def load_hub_model(
-    repo_id: str, revision: str | None = None, *, status: StatusFn | None = _stderr_status
+    repo_id: str, revision: str | None = None, *, status: StatusFn | None = stderr_status
 ) -> HubModel:
     """Read ``repo_id`` at ``revision`` (default ``main``) from the Hub, or offline from the cache.
 
@@ -350,7 +335,7 @@ class _Client:
         info = loads_json_object(body.decode("utf-8", errors="replace"), f"{url} (model info)")
         commit = info.get("sha")
         siblings = info.get("siblings")
-        if not (isinstance(commit, str) and _COMMIT.fullmatch(commit)) or not isinstance(
+        if not (isinstance(commit, str) and COMMIT.fullmatch(commit)) or not isinstance(
             siblings, list
         ):
             raise ModelSourceError(
@@ -423,27 +408,27 @@ def _from_hub(repo_id: str, revision: str | None, endpoint: str) -> HubModel:
     config_path = client.download("config.json", commit, files["config.json"])
     config = read_config_file(config_path)
     snapshot = config_path.parent
-    _store_ref(repo_id, revision or "main", commit)
+    store_ref(repo_id, revision or "main", commit)
     notes: list[str] = []
-    table = _cached_table(repo_id, commit, config) or _snapshot_table(snapshot, config)
+    table = cached_table(repo_id, commit, config) or snapshot_table(snapshot, config)
     if table is None:
         names: list[str] = []
-        if _INDEX in files:
-            index_path = client.download(_INDEX, commit, files[_INDEX])
-            index = read_json_object(index_path, _INDEX)
-            names = shard_names(index, f"{repo_id}/{_INDEX}")
+        if INDEX in files:
+            index_path = client.download(INDEX, commit, files[INDEX])
+            index = read_json_object(index_path, INDEX)
+            names = shard_names(index, f"{repo_id}/{INDEX}")
             missing = [n for n in names if n not in files]
             if missing:
                 raise ModelSourceError(
-                    f"{repo_id}/{_INDEX} names {missing[0]!r}, which the repository does not "
+                    f"{repo_id}/{INDEX} names {missing[0]!r}, which the repository does not "
                     "have: the index is damaged; refusing it"
                 )
-        elif _SINGLE in files:
-            names = [_SINGLE]
+        elif SINGLE in files:
+            names = [SINGLE]
         if names:
             tensors = merge_tensors(client.header(n, commit, files[n]) for n in names)
             table = TensorTable(config, tensors)
-            _store_table(repo_id, commit, table)
+            store_table(repo_id, commit, table)
         else:
             notes.append(
                 f"{repo_id} has no safetensors files: weights sized from its architecture"
@@ -451,27 +436,16 @@ def _from_hub(repo_id: str, revision: str | None, endpoint: str) -> HubModel:
     return HubModel(repo_id, commit, config, table, snapshot, tuple(notes))
 
 
-# ---------------------------------------------------------------- the caches
-
-
 def _from_cache(repo_id: str, revision: str | None) -> HubModel | None:
     """The model from the Hugging Face cache, found offline; ``None`` when it is not there."""
-    storage = _storage(repo_id)
-    if revision is not None and _COMMIT.fullmatch(revision):
-        commit: str | None = revision
-    else:
-        ref = storage / "refs" / (revision or "main")
-        try:
-            commit = read_text(ref, "Hugging Face cache ref", limit=4096).strip()
-        except ConfigError:
-            return None
-    if commit is None or not _COMMIT.fullmatch(commit):
+    commit = cached_commit(repo_id, revision)
+    if commit is None:
         return None
-    snapshot = storage / "snapshots" / commit
+    snapshot = storage(repo_id) / "snapshots" / commit
     if not (snapshot / "config.json").is_file():
         return None
     config = read_config_file(snapshot / "config.json")
-    table = _cached_table(repo_id, commit, config) or _snapshot_table(snapshot, config)
+    table = cached_table(repo_id, commit, config) or snapshot_table(snapshot, config)
     notes = [f"{repo_id} read offline from the Hugging Face cache (commit {commit[:12]})"]
     if table is None:
         notes.append(
@@ -481,63 +455,3 @@ def _from_cache(repo_id: str, revision: str | None) -> HubModel | None:
     return HubModel(repo_id, commit, config, table, snapshot, tuple(notes), from_cache=True)
 
 
-def _store_ref(repo_id: str, revision: str, commit: str) -> None:
-    """Point ``refs/<revision>`` of the Hugging Face cache at ``commit``, as huggingface_hub
-    does for a download by branch name, so an offline run finds the snapshot."""
-    if revision == commit:
-        return
-    with contextlib.suppress(ConfigError):
-        atomic_write_text(_storage(repo_id) / "refs" / revision, commit, "cache ref",
-                          make_parents=True)  # fmt: skip
-
-
-def _snapshot_table(snapshot: Path, config: Mapping[str, Any]) -> TensorTable | None:
-    """The tensor table of safetensors files downloaded into the snapshot (by vLLM, say)."""
-    has_files = (snapshot / _SINGLE).is_file() or (
-        (snapshot / _INDEX).is_file()
-        and all(
-            (snapshot / n).is_file()
-            for n in shard_names(read_json_object(snapshot / _INDEX, _INDEX), str(snapshot))
-        )
-    )
-    if not has_files:
-        return None
-    table = checkpoint_table(snapshot)
-    return TensorTable(config, table.tensors)
-
-
-def _table_path(repo_id: str, commit: str) -> Path | None:
-    base = user_cache_dir("hub", "models--" + repo_id.replace("/", "--"))
-    return None if base is None else base / f"{commit}.json"
-
-
-def _cached_table(repo_id: str, commit: str, config: Mapping[str, Any]) -> TensorTable | None:
-    path = _table_path(repo_id, commit)
-    if path is None or not path.is_file():
-        return None
-    try:
-        data = loads_json_object(
-            read_text(path, "cached tensor table", _TABLE_CACHE_LIMIT), str(path)
-        )
-        tensors = data.get("tensors")
-        if not isinstance(tensors, Mapping):
-            return None
-        header = {
-            name: {"dtype": entry[0], "shape": entry[1]}
-            for name, entry in tensors.items()
-            if isinstance(entry, list) and len(entry) == 2
-        }
-        return TensorTable(config, header_tensors(header, str(path)))
-    except ConfigError:
-        return None  # a damaged cache entry is read again from the Hub
-
-
-def _store_table(repo_id: str, commit: str, table: TensorTable) -> None:
-    path = _table_path(repo_id, commit)
-    if path is None:
-        return
-    tensors = {name: [info.dtype, list(info.shape)] for name, info in table.tensors.items()}
-    text = json.dumps({"repo_id": repo_id, "commit": commit, "tensors": tensors})
-    # An unwritable cache costs the next run the range requests, nothing more.
-    with contextlib.suppress(ConfigError):
-        atomic_write_text(path, text, "tensor table cache", make_parents=True)

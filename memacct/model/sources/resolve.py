@@ -200,13 +200,13 @@ def config_file_name(config: Mapping[str, Any], path: Path) -> str:
 def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
     from memacct.model.sources.hub import (
         HubUnavailableError,
-        _stderr_status,
         load_hub_model,
         parse_hub_id,
+        stderr_status,
     )
 
     repo_id, rev = parse_hub_id(text, revision)
-    callback = _stderr_status if status == "stderr" else status
+    callback = stderr_status if status == "stderr" else status
     try:
         model = load_hub_model(repo_id, rev, status=callback)
     except HubUnavailableError as exc:
