@@ -241,9 +241,10 @@ class Setup:
     device: str | None
 
 
-def read_setup(text: str) -> Setup:
-    """The engine, release, vLLM era, settings and device a log states (no figures)."""
-    lines = clean_lines(text)
+def read_setup(text: str, lines: list[Line] | None = None) -> Setup:
+    """The engine, release, vLLM era, settings and device a log states (no figures);
+    ``lines``: the log's :func:`~memacct.explain.text.clean_lines`, where already cleaned."""
+    lines = clean_lines(text) if lines is None else lines
     engine = detect_engine(text)
     settings, sources = read_settings([line.text for line in lines], text)
     if re.search(r"Using FlashInfer for top-p & top-k sampling", text):
@@ -277,7 +278,7 @@ def read_log(text: str, name: str = "log") -> LogReading:
             the engine prints and how to get them.
     """
     lines = clean_lines(text)
-    setup = read_setup(text)
+    setup = read_setup(text, lines)
     engine = setup.engine
     patterns = SGLANG if engine == "sglang" else VLLM
     found = _match(patterns + ERRORS, lines)
