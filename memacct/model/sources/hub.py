@@ -205,13 +205,16 @@ def load_hub_model(
     except _Unreachable as exc:
         cached = _from_cache(repo_id, revision)
         if cached is None:
-            raise HubUnavailableError(str(exc)) from None
-        note = f"{endpoint} could not be reached: read {repo_id} from the local cache"
+            reason, fix = exc.args
+            raise HubUnavailableError(
+                f"{reason} and it is not in the Hugging Face cache: {fix}") from None
+        note = f"{exc.args[0]}: read {repo_id} from the local cache"
         return replace(cached, notes=(*cached.notes, note))
 
 
 class _Unreachable(Exception):
-    """The Hub did not answer (a network error): the cache may still serve the model."""
+    """The Hub did not answer (a network error): the cache may still serve the model.
+    ``args``: what happened (the endpoint, its timeout or the error) and the fix."""
 
 
 # ---------------------------------------------------------------- the Hub
@@ -268,12 +271,17 @@ def _explain(exc: BaseException, repo_id: str, revision: str | None, endpoint: s
         if isinstance(exc, errors.GatedRepoError):
             code = "GatedRepo"
         return _explain_status(repo_id, revision, endpoint, response.status_code, code, what)
-    network = {c.__name__ for c in type(exc).__mro__} & {"TransportError", "ConnectionError"}
-    if network or isinstance(exc, errors.LocalEntryNotFoundError):
+    names = {c.__name__ for c in type(exc).__mro__}
+    if any("Timeout" in name for name in names):  # httpx's and requests' timeouts
         return _Unreachable(
-            f"cannot reach {endpoint} for {repo_id} ({type(exc).__name__}) and it is not in the "
-            f"Hugging Face cache: check the network or HF_ENDPOINT, or give the path of its "
-            "config.json"
+            f"{endpoint} timed out after {_TIMEOUT_S:g} s for {repo_id} ({type(exc).__name__})",
+            "try again, check the network or HF_ENDPOINT, or give the path of its config.json",
+        )
+    if names & {"TransportError", "ConnectionError"} or isinstance(
+            exc, errors.LocalEntryNotFoundError):  # fmt: skip
+        return _Unreachable(
+            f"cannot reach {endpoint} for {repo_id} ({type(exc).__name__})",
+            "check the network or HF_ENDPOINT, or give the path of its config.json",
         )
     return ModelSourceError(
         f"reading {what} of {repo_id} from {endpoint} failed ({type(exc).__name__}: "

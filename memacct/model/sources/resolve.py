@@ -216,8 +216,8 @@ def _hub(text: str, revision: str | None, status: Any) -> ModelSource:
         from memacct.model.sources.presets import load_model_preset
 
         note = (
-            f"{repo_id} could not be read from the Hub ({str(exc).split(':', 1)[0]}): "
-            f"planned from the shipped preset {preset}, a copy of its published config.json"
+            f"{repo_id} could not be read from the Hub, so it was planned from the shipped "
+            f"preset {preset}, a copy of its published config.json (the reason: {exc})"
         )
         return ModelSource(
             load_model_preset(preset), repo_id, "preset", f"preset {preset}", notes=(note,)
