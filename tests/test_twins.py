@@ -88,5 +88,6 @@ def test_a_config_without_a_length_key_plans_vllms_2048_on_every_path() -> None:
     kv = memacct.plan_kv_cache(None, spec, kv_cache_memory_bytes=20 * GiB)
     offline = memacct.plan_offline(config, device="h100-80gb")
     assert kv.max_model_len == offline.max_model_len == 2048
+    assert any("none of vLLM's length keys" in note for note in offline.notes)
     # A config with a length key keeps it.
     assert ModelConfig(load_model_preset("qwen2.5-7b"), "x").default_max_model_len == 32768

@@ -218,19 +218,7 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
                    "gguf" if getattr(opts.checkpoint, "origin", "") == "gguf" else None)
     tp = opts.tensor_parallel_size
     spec = KVCacheSpec.from_hf_config(model, kv_cache_dtype=kv_dtype, tensor_parallel_size=tp)
-    found = model.position_limit
-    limit = None if found is None else found[0]
-    asked = opts.max_model_len
-    too_long = asked is not None and limit is not None and asked > limit
-    if too_long and not opts.allow_long_max_model_len:
-        raise InvalidInputError(
-            f"max_model_len {asked} is beyond {opts.model_name}'s position limit ({limit} "
-            f"tokens, from its config.json): {opts.engine} refuses it at start; the largest "
-            f"max_model_len it accepts is {limit} (or allow it explicitly: "
-            "--allow-long-max-model-len, vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
-        )
-    profiled_len = asked if asked is not None and asked > 0 else model.default_max_model_len
-    max_len = asked if asked is not None else profiled_len
+    profiled_len, max_len, length_notes = _lengths(model, opts)
     weights = None
     if opts.checkpoint is not None:
         weights = estimate_weights(opts.checkpoint, tensor_parallel_size=tp)
@@ -256,7 +244,7 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     spec = est.kv_spec or spec  # a drafter's layers, a pipeline stage's
     budget = MemoryBudget.from_estimate(
         est, device=device.name, device_label=device.label, enforce_eager=opts.enforce_eager,
-        notes=(device.note,) if device.note else (),
+        notes=(*((device.note,) if device.note else ()), *length_notes),
     )  # fmt: skip
     try:
         plan = plan_kv_cache(
@@ -276,6 +264,32 @@ def _plan_offline(config: Mapping[str, Any], opts: PlanOptions) -> KVCachePlan:
     plan = plan.model_copy(update={"model": opts.model_name, "engine_version": est.version})
     # A layout guessed for an architecture without a rule is the plan's first caveat.
     return with_source_notes(plan, tuple(n for n in spec.notes if _GUESS in n))
+
+
+def _lengths(model: ModelConfig, opts: PlanOptions) -> tuple[int, int, tuple[str, ...]]:
+    """The length the start-up profiles, the plan's ``max_model_len`` (``-1``: an auto-fit)
+    and a note when the config gave none (vLLM's default, ``ModelConfig.default_max_model_len``).
+
+    Raises:
+        InvalidInputError: ``max_model_len`` beyond the position limit, not allowed.
+    """
+    found = model.position_limit
+    limit = None if found is None else found[0]
+    asked = opts.max_model_len
+    too_long = asked is not None and limit is not None and asked > limit
+    if too_long and not opts.allow_long_max_model_len:
+        raise InvalidInputError(
+            f"max_model_len {asked} is beyond {opts.model_name}'s position limit ({limit} "
+            f"tokens, from its config.json): {opts.engine} refuses it at start; the largest "
+            f"max_model_len it accepts is {limit} (or allow it explicitly: "
+            "--allow-long-max-model-len, vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
+    profiled_len = asked if asked is not None and asked > 0 else model.default_max_model_len
+    notes: tuple[str, ...] = ()
+    if limit is None and asked is None:
+        notes = (f"the config gives none of vLLM's length keys: max_model_len "
+                 f"{profiled_len}, the length vLLM assumes then (pass --max-model-len)",)
+    return profiled_len, asked if asked is not None else profiled_len, notes
 
 
 _GUESS = "because assume_full_attention was given"
