@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shlex
 from typing import Any
 
@@ -129,6 +130,37 @@ def test_what_the_engine_reads_from_its_environment_comes_first() -> None:
     assert out.text.startswith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_USE_FLASHINFER_SAMPLER=1 "
                                "vllm serve org/m ")  # fmt: skip
     assert out.argv[:3] == ("vllm", "serve", "org/m") and "--max-model-len" in out.argv
+
+
+@pytest.mark.parametrize(
+    ("release", "settings", "refused"),
+    [("0.8", {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 3}'},
+      "no --speculative-config (its argument parser takes it from 0.8.2)"),
+     ("0.10.1", {"kv_cache_memory_bytes": 10 * 1024**3}, "from 0.10.2"),
+     ("0.10", {"kv_cache_dtype": "bfloat16"}, "--kv-cache-dtype bfloat16"),
+     ("0.8.3", {"data_parallel_size": 2}, None), ("0.8.2", {"data_parallel_size": 2}, "0.8.3")],
+)  # fmt: skip
+def test_a_flag_the_planned_release_lacks_is_refused(
+    release: str, settings: dict[str, Any], refused: str | None
+) -> None:
+    opts = PlanOptions.from_kwargs(device="h100", engine_version=release, max_model_len=8192,
+                                   **settings)  # fmt: skip
+    plan = plan_offline("qwen3-30b-a3b", opts)
+    if refused is None:
+        assert "--data-parallel-size 2" in emit("vllm", plan, opts, model="m").text
+        return
+    with pytest.raises(InvalidInputError, match=re.escape(refused)):
+        emit("vllm", plan, opts, model="m")
+
+
+def test_before_0_8_5_the_multimodal_limits_are_written_as_vllm_read_them() -> None:
+    opts = PlanOptions.from_kwargs(device="h100", engine_version="0.8.4", max_model_len=8192,
+                                   limit_mm_per_prompt='{"image": 2, "video": 0}')  # fmt: skip
+    words = emit("vllm", plan_offline("gemma-3-12b", opts), opts, model="m").argv
+    assert words[words.index("--limit-mm-per-prompt") + 1] == "image=2,video=0"
+    later = PlanOptions.from_kwargs(opts, engine_version="0.8.5")
+    words = emit("vllm", plan_offline("gemma-3-12b", later), later, model="m").argv
+    assert json.loads(words[words.index("--limit-mm-per-prompt") + 1]) == {"image": 2, "video": 0}
 
 
 def test_vllm_mindspore_has_its_own_launcher() -> None:

@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,21 +40,37 @@ from memacct.errors import InvalidInputError
 from memacct.planner.options import PlanOptions
 from memacct.planner.result import KVCachePlan
 
-__all__ = ["EMIT_TARGETS", "FLAG_SINCE", "Emitted", "emit", "pod_resources", "serve_argv"]
+__all__ = [
+    "EMIT_TARGETS", "FLAG_SINCE", "KV_CACHE_DTYPE_SINCE", "LIMIT_MM_JSON_SINCE", "Emitted", "emit",
+    "pod_resources", "release_key", "serve_argv",
+]
 
 EMIT_TARGETS = ("vllm", "sglang", "k8s")
 """What ``--emit`` writes: a ``vllm serve`` line, an SGLang launch line, a pod's resources."""
 
-FLAG_SINCE: dict[str, tuple[int, int]] = {
-    "--kv-cache-memory-bytes": (0, 11),
-    "--skip-mm-profiling": (0, 11),
+FLAG_SINCE: dict[str, tuple[int, ...]] = {
+    "--speculative-config": (0, 8, 2),
+    "--data-parallel-size": (0, 8, 3),
+    "--skip-mm-profiling": (0, 10, 1),
+    "--kv-cache-memory-bytes": (0, 10, 2),
 }
-"""vLLM flags newer than the oldest release memacct models (0.8): the first release whose
-``vllm/engine/arg_utils.py`` is known to take each (``--kv-cache-memory-bytes``:
-vllm-project/vllm#21489, reviewed July 2025, after 0.10.0; ``--skip-mm-profiling``:
-vllm-project/vllm#22950, reviewed August 2025). The 0.10 releases were not read, so both
-are refused there rather than guessed. Every other flag emitted is in 0.32's and 0.33's
-parser alike (docs/cli.md)."""
+"""The ``vllm serve`` flags the emitter writes that the oldest release memacct models (0.8.0)
+lacks, with the first release whose ``vllm/engine/arg_utils.py`` registers each; every
+other flag written is in every release from 0.8.0 to 0.33.0 (tools/emit_releases.py read
+36 releases: tests/data/golden/emit-vllm-releases.json). An older release is refused."""
+
+KV_CACHE_DTYPE_SINCE: dict[str, tuple[int, ...]] = {
+    "fp8_inc": (0, 10, 0),
+    "bfloat16": (0, 11, 0),
+    "float16": (0, 18, 0),
+}
+"""``--kv-cache-dtype`` names newer than 0.8.0, from the release whose ``CacheDType``
+(``vllm/config/cache.py``; before it ``arg_utils.py``'s ``choices``) first lists each (the
+same 36 releases: 0.17.1 was not read, so ``float16`` is taken from 0.18.0)."""
+
+LIMIT_MM_JSON_SINCE = (0, 8, 5)
+"""``--limit-mm-per-prompt`` is parsed as JSON from 0.8.5; before it, as ``image=2,video=1``
+(``arg_utils.py``'s ``nullable_kvs``), the form the emitter writes there."""
 
 _SERVE = {"vllm": ("vllm", "serve"), "vllm-ascend": ("vllm", "serve"),
           "vllm-mindspore": ("vllm-mindspore", "serve")}  # fmt: skip
@@ -130,7 +147,7 @@ def serve_argv(
         head: tuple[str, ...] = (*_SGLANG, engine_flag(engine, "model"), model)
     else:
         flags, env = _vllm_flags(plan, options, notes)
-        _check_release(plan.engine_version, flags)
+        flags = _for_release(plan.engine_version, flags)
         head = (*_SERVE[engine], model)
     if revision is not None:
         flags[:0] = ["--revision", revision]
@@ -274,19 +291,40 @@ def _sglang_flags(plan: KVCachePlan, options: PlanOptions,
     return flags, env
 
 
-def _check_release(version: str, flags: list[str]) -> None:
-    from memacct.engines.vllm.releases import parse_version
+def release_key(version: str) -> tuple[int, ...]:
+    """``"0.10.1.1"`` -> ``(0, 10, 1, 1)``; ``"0.8"`` -> ``(0, 8)``, its first release."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("post", 1)[0]))
 
-    release = parse_version(version)
-    if release is None:
-        return
-    for flag, since in FLAG_SINCE.items():
-        if flag in flags and release < since:
-            raise InvalidInputError(
-                f"--emit vllm: vLLM {version} has no {flag} (vllm/engine/arg_utils.py takes "
-                f"it from {since[0]}.{since[1]}): plan for --engine-version "
-                f"{since[0]}.{since[1]} or later, or without it"
-            )
+
+def _for_release(version: str, flags: list[str]) -> list[str]:
+    """``flags`` as ``version`` of vLLM spells them; a flag or KV dtype it lacks is refused."""
+    release = release_key(version)
+    if not release:
+        return flags
+
+    def since(what: str, first: tuple[int, ...], fix: str) -> InvalidInputError:
+        shown = ".".join(map(str, first))
+        return InvalidInputError(
+            f"--emit vllm: vLLM {version} has no {what} (its argument parser takes it "
+            f"from {shown}): plan for --engine-version {shown} or later, or {fix}"
+        )
+
+    for flag, first in FLAG_SINCE.items():
+        if flag in flags and release < first:
+            raise since(flag, first, "without it")
+    if "--kv-cache-dtype" in flags:
+        dtype = flags[flags.index("--kv-cache-dtype") + 1]
+        first = KV_CACHE_DTYPE_SINCE.get(dtype, ())
+        if release < first:
+            raise since(f"--kv-cache-dtype {dtype}", first, "with another --kv-cache-dtype")
+    if "--limit-mm-per-prompt" in flags and release < LIMIT_MM_JSON_SINCE:
+        at = flags.index("--limit-mm-per-prompt") + 1
+        limits = json.loads(flags[at])
+        if not all(isinstance(count, int) for count in limits.values()):
+            raise since("size form of --limit-mm-per-prompt", LIMIT_MM_JSON_SINCE,
+                        "with counts only ('{\"image\": 2}')")  # fmt: skip
+        flags[at] = ",".join(f"{name}={count}" for name, count in limits.items())
+    return flags
 
 
 # The device plugins' resource names: NVIDIA's k8s-device-plugin and ROCm's (as vLLM's
@@ -329,8 +367,9 @@ def pod_resources(plan: KVCachePlan, options: PlanOptions) -> Emitted:
 
     Devices: tensor x pipeline x data-parallel ranks. Host memory requested: the weights
     of every rank (those on the device and those offloaded), read through the page cache
-    while loading, plus ``--cpu-offload-gb`` per rank kept in host memory after it; on a unified-memory device the engine's whole
-    allocation too (its GPU memory is the system's). The process's own memory (Python,
+    while loading, plus ``--cpu-offload-gb`` per rank kept in host memory after it; on a
+    unified-memory device the engine's whole allocation too (its GPU memory is the
+    system's). The process's own memory (Python,
     the framework, the driver) is not measured here and is not in it.
     """
     device = plan.budget.device if plan.budget is not None else ""
