@@ -92,6 +92,23 @@ def test_the_sampler_changes_within_0_11_at_the_patch_release(release: str, expe
     assert est.sampler == expected
 
 
+@pytest.mark.parametrize(
+    ("version", "device", "expected"),
+    [((0, 20), "v100-32gb", "triton"), ((0, 21), "v100-32gb", "triton"),
+     ((0, 25), "v100-16gb", "triton"), ((0, 25), "t4-16gb", "flashinfer"),
+     ((0, 33), "t4-16gb", "triton"), ((0, 21), "a100-80gb", "flashinfer")],
+)  # fmt: skip
+def test_from_0_21_the_sampler_checks_the_gpu_s_compute_capability(
+    version: tuple[int, int], device: str, expected: str
+) -> None:
+    # 0.21's TopKTopPSampler asks FlashInferBackend.supports_compute_capability (7.5-12.1)
+    # and falls back to the native path below it; 0.33 raises the floor to 8.0.
+    assert default_sampler(version, device_name=device) == expected
+    if version >= (0, 21) and expected == "triton":
+        with pytest.raises(InvalidInputError, match="VLLM_USE_FLASHINFER_SAMPLER=1"):
+            default_sampler(version, flashinfer_env=True, device_name=device)
+
+
 def test_each_sampler_path_holds_the_bytes_its_tensors_take() -> None:
     # Qwen2.5-7B on an A100: 256 rows x 152064 logits; the sampler dominates the forward.
     config = load_model_preset("qwen2.5-7b")

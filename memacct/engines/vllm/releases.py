@@ -8,12 +8,17 @@ measurements of each constant are in its docstring and in docs/engines.md.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from memacct.errors import InvalidInputError
 from memacct.units import GiB, MiB
 
+if TYPE_CHECKING:
+    from memacct.devices import DeviceInfo
+
 __all__ = [
     "ALLREDUCE_FUSION_SINCE",
+    "FLASHINFER_CAPABILITY_CHECK_SINCE",
     "FLASHINFER_SAMPLER_DEFAULT_SINCE",
     "FLASHINFER_WHEN_INSTALLED",
     "NON_TORCH_TP1_BYTES",
@@ -217,9 +222,11 @@ def default_sampler(
     * 0.11.1-0.16: the sort; 0.17-0.20: the Triton kernel (FlashInfer is opt-in);
     * 0.21 on: FlashInfer (on by default, a dependency) on NVIDIA GPUs; the Triton
       kernel on AMD (ROCm takes the native path unless AITER is on);
-    * 0.33: the Triton kernel also on a preset FlashInfer's sampler refuses
-      (:attr:`memacct.devices.DeviceInfo.flashinfer_sampler`: T4, V100, Jetson AGX Orin),
-      and ``VLLM_USE_FLASHINFER_SAMPLER=1`` there is refused, as vLLM raises.
+    * 0.21 on, the Triton kernel on an NVIDIA GPU FlashInfer's sampler refuses
+      (:data:`FLASHINFER_CAPABILITY_CHECK_SINCE`: below compute capability 7.5, e.g. V100;
+      0.33: below 8.0 or 16 SMs or fewer, :attr:`memacct.devices.DeviceInfo.flashinfer_sampler`:
+      T4, V100, Jetson AGX Orin), and ``VLLM_USE_FLASHINFER_SAMPLER=1`` there is refused, as
+      vLLM raises.
 
     On AMD GPUs (``current_platform.is_cuda()`` is false on ROCm) every release before 0.17
     takes the sort.
@@ -243,14 +250,13 @@ def default_sampler(
 
     info = DEVICE_INFO.get(device_name)
     amd = info.vendor == "amd" if info is not None else device_name.lower().startswith("mi")
-    # 0.33 also keeps FlashInfer off below SM 8.0 and on 16 SMs or fewer (the preset's data).
-    unsupported = info is not None and version >= (0, 33) and not info.flashinfer_sampler
+    unsupported, needs = _flashinfer_refused(info, version)
     if flashinfer_env is True and unsupported and not amd:
         assert info is not None
         raise InvalidInputError(
             f"VLLM_USE_FLASHINFER_SAMPLER=1: vLLM {version[0]}.{version[1]} refuses FlashInfer's "
             f"sampler on the {info.label} (compute capability {info.compute_capability}, it "
-            "needs 8.0-12.1 and more than 16 SMs); unset it"
+            f"needs {needs}); unset it"
         )
     if flashinfer_env is False or amd or unsupported:
         return native
@@ -260,6 +266,25 @@ def default_sampler(
     if first <= full <= last or version >= FLASHINFER_SAMPLER_DEFAULT_SINCE:
         return "flashinfer"
     return native
+
+
+FLASHINFER_CAPABILITY_CHECK_SINCE = (0, 21)
+"""From 0.21 ``TopKTopPSampler.__init__`` asks ``FlashInferBackend.supports_compute_capability``
+(``vllm/v1/attention/backends/flashinfer.py``: 7.5-12.1 in 0.21.0) and falls back to the
+native path where it says no, raising instead when ``VLLM_USE_FLASHINFER_SAMPLER=1`` is set;
+0.33 raises the floor to 8.0 and adds the SM count
+(:attr:`memacct.devices.DeviceInfo.flashinfer_sampler`). 0.22-0.32 were not read: they take
+0.21's range."""
+
+
+def _flashinfer_refused(info: DeviceInfo | None, version: tuple[int, int]) -> tuple[bool, str]:
+    """Whether the release's sampler refuses FlashInfer on this preset, and what it needs."""
+    if info is None or info.vendor != "nvidia" or version < FLASHINFER_CAPABILITY_CHECK_SINCE:
+        return False, ""
+    if version >= (0, 33):
+        return not info.flashinfer_sampler, "8.0-12.1 and more than 16 SMs"
+    cc = info.compute_capability
+    return cc is not None and not (7, 5) <= cc <= (12, 1), "7.5-12.1"
 
 
 def sampler_note(sampler: str, version: tuple[int, int], flashinfer_env: bool | None = None,
