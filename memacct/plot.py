@@ -226,9 +226,9 @@ def _pyplot(path: str | Path) -> tuple[Path, Any]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise MemacctError(
-            f"drawing needs matplotlib ({exc}): pip install 'memacct[plot]'"
-        ) from None
+        from memacct.plugin import extra_hint
+
+        raise MemacctError(f"drawing needs matplotlib ({exc}): {extra_hint('plot')}") from None
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as text in SVG
     return path, plt
 

@@ -349,8 +349,8 @@ def _resource(device: str) -> tuple[str, Any]:
         info = resolve_device(device)
     except InvalidInputError:
         raise InvalidInputError(
-            "--emit k8s needs a device preset (--device h100, 910b, ...) to name the pod's "
-            "device resource; --device-memory names none"
+            "--emit k8s names the pod's device resource after a device preset: plan with "
+            "--device (h100, 910b, ...) rather than --device-memory or a budget alone"
         ) from None
     if info.vendor == "ascend":
         chip = "Ascend310P" if any(key in info.name for key in _ASCEND_310P) else "Ascend910"

@@ -111,8 +111,10 @@ def read_gguf(path: str | os.PathLike[str]) -> TensorTable:
     try:
         from gguf import GGUFReader
     except ImportError:
+        from memacct.plugin import extra_hint
+
         raise ConfigError(
-            f"reading {str(p)!r} needs the gguf package: pip install 'memacct[gguf]'"
+            f"reading {str(p)!r} needs the gguf package: {extra_hint('gguf')}"
         ) from None
     if not p.is_file():
         raise ConfigError(f"GGUF file {str(p)!r} does not exist: check the path")

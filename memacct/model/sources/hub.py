@@ -161,9 +161,11 @@ def _import_hub() -> Any:
     try:
         import huggingface_hub
     except ImportError:
+        from memacct.plugin import extra_hint
+
         raise HubUnavailableError(
             "naming a model by its Hugging Face Hub id needs huggingface_hub: "
-            "pip install 'memacct[hf]' (or give the path of its config.json)"
+            f"{extra_hint('hf')}, or give the path of its config.json"
         ) from None
     return huggingface_hub
 

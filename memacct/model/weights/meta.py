@@ -101,9 +101,11 @@ def _build_parameters(config_json: str) -> tuple[tuple[tuple[str, tuple[int, ...
         import torch
         import transformers
     except ImportError as exc:
+        from memacct.plugin import extra_hint
+
         raise ConfigError(
             f"sizing from the architecture needs transformers ({exc.name} is missing): "
-            "pip install 'memacct[hf]'"
+            f"{extra_hint('hf')}"
         ) from None
     cfg_dict = dict(config)
     model_type = cfg_dict.get("model_type")
