@@ -11,5 +11,6 @@ line imports it.
 from __future__ import annotations
 
 from memacct.explain.reading import LOGGED_TERMS, LogReading, NoMemoryLinesError, read_log
+from memacct.explain.terms import Explanation, explain
 
-__all__ = ["LOGGED_TERMS", "LogReading", "NoMemoryLinesError", "read_log"]
+__all__ = ["LOGGED_TERMS", "Explanation", "LogReading", "NoMemoryLinesError", "explain", "read_log"]

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.explain.reading import LOGGED_TERMS
-from memacct.explain.terms import Explanation, Term, gib
+from memacct.explain.term import Term, gib
+from memacct.explain.terms import Explanation
 
 __all__ = ["Comparison", "compare"]
 

@@ -16,52 +16,10 @@ from typing import Any
 
 from memacct.explain.reading import LOGGED_TERMS, LogReading
 from memacct.explain.request import PlannedRun, PlanRequest, plan_request, run_plan
-from memacct.units import GiB
+from memacct.explain.term import TOLERANCE, Term, gib
+from memacct.explain.why import suggestions, why
 
-__all__ = ["TOLERANCE", "Explanation", "Term", "explain"]
-
-TOLERANCE = 0.05
-"""A relative difference above which a term gets a ``why`` (issue 30's 5%)."""
-
-
-@dataclass(frozen=True)
-class Term:
-    """One term logged beside planned (bytes, counts or the concurrency ratio)."""
-
-    term: str
-    logged: int | float | None
-    planned: int | float | None
-    why: str = ""
-
-    @property
-    def difference(self) -> int | float | None:
-        """``planned - logged`` where both are known."""
-        if self.logged is None or self.planned is None:
-            return None
-        diff = self.planned - self.logged
-        return round(diff, 2) if isinstance(diff, float) else diff
-
-    @property
-    def relative(self) -> float | None:
-        """The difference relative to the logged value (None where that is 0 or unknown)."""
-        diff = self.difference
-        if diff is None or not self.logged:
-            return None
-        return diff / abs(self.logged)
-
-    @property
-    def differs(self) -> bool:
-        """Whether planned and logged differ by more than :data:`TOLERANCE`."""
-        rel = self.relative
-        if rel is None:
-            return self.difference not in (None, 0, 0.0)
-        return abs(rel) > TOLERANCE
-
-    def as_json(self) -> dict[str, Any]:
-        """The contract's ``terms`` item."""
-        return {"term": self.term, "logged": self.logged, "planned": self.planned,
-                "difference": self.difference, "why": self.why}  # fmt: skip
-
+__all__ = ["TOLERANCE", "Explanation", "Term", "explain", "gib"]
 
 @dataclass(frozen=True)
 class Explanation:
@@ -117,8 +75,6 @@ def explain(reading: LogReading, *, model: str | None = None, device: str | None
     ``model``, ``device``, ``device_memory``: as ``memacct plan``'s flags, replacing what
     the log names.
     """
-    from memacct.explain.why import suggestions, why
-
     request = plan_request(reading, model=model, device=device, device_memory=device_memory)
     run = run_plan(request)
     if run.error and "--enforce-eager changes nothing" in run.error:
@@ -161,8 +117,3 @@ def _local_model_hint(named: str | None, given: str | None) -> str:
     base = named.rstrip("/").rsplit("/", 1)[-1]
     return (f"the log names its model by a path on the machine it ran on ({named}): pass "
             f"--model with its Hub id (org/{base}), a config.json or a preset")
-
-
-def gib(value: int | float | None) -> str:
-    """Bytes as ``1.23 GiB`` (``?`` where unknown)."""
-    return "?" if value is None else f"{value / GiB:.2f} GiB"

@@ -15,7 +15,7 @@ from typing import Any
 
 from memacct.explain.reading import LogReading
 from memacct.explain.request import PlanRequest, run_plan
-from memacct.explain.terms import Term, gib
+from memacct.explain.term import Term, gib
 
 __all__ = ["suggestions", "why"]
 
