@@ -170,3 +170,16 @@ def test_serve_settings_beside_a_deployment_are_refused() -> None:
                      deployment=Deployment(quantization="fp8"))  # fmt: skip
     with pytest.raises(InvalidInputError, match="serve settings"):
         plan_offline("qwen2.5-7b", device="h100", enable_loras=True)
+
+
+def test_plan_offline_reads_the_draft_a_speculative_config_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = '{"method": "eagle3", "model": "qwen3-8b", "num_speculative_tokens": 3}'
+    api = plan_offline("llama-3.1-8b", device="h100", speculative_config=spec)
+    assert main(["plan", "--model", "llama-3.1-8b", "--device", "h100", "--speculative-config",
+                 spec, "--json"]) == 0  # fmt: skip
+    cli = json.loads(capsys.readouterr().out)
+    assert (api.kv_cache_bytes, api.weights_memory) == (cli["kv_cache_bytes"],
+                                                        cli["weights_memory"])  # fmt: skip
+    assert api.weights_memory > plan_offline("llama-3.1-8b", device="h100").weights_memory

@@ -173,7 +173,9 @@ class PlanOptions:
 
         The ``vllm serve`` settings ``memacct plan`` takes as flags are keywords here too
         (``quantization="fp8"``, ``enable_lora=True``, ``max_lora_rank=64``): they make the
-        ``deployment`` (:meth:`memacct.engines.deployment.Deployment.from_serve_args`).
+        ``deployment`` (:meth:`memacct.engines.deployment.Deployment.from_serve_args`); a
+        draft model ``speculative_config`` names is read as the CLI reads it, unless
+        ``draft_config`` is given.
         """
         kwargs = _with_deployment(options, kwargs)
         unknown = sorted(set(kwargs) - set(cls.names()))
@@ -235,9 +237,24 @@ def _with_deployment(options: PlanOptions | None, kwargs: dict[str, Any]) -> dic
             "as keywords or in deployment=Deployment.from_serve_args(...), not both"
         )
     rest = {key: value for key, value in kwargs.items() if key not in serve}
+    if serve.get("speculative_config") is not None and serve.get("draft_config") is None:
+        serve["draft_config"] = _draft_config(serve["speculative_config"])
     pp = rest.get("pipeline_parallel_size", 1)
     rest["deployment"] = Deployment.from_serve_args(pipeline_parallel_size=pp, **serve)
     return rest
+
+
+def _draft_config(speculative_config: Any) -> dict[str, Any] | None:
+    """The config of the draft model ``speculative_config`` names, read as a model name is
+    read everywhere (:func:`memacct.model.sources.resolve.resolve_model`), as the CLI reads
+    it; ``None``: a method without a draft model, or none named."""
+    from memacct.engines.deployment import Speculative
+    from memacct.model.sources.resolve import resolve_model
+
+    spec = Speculative.parse(speculative_config)
+    if spec.method not in ("eagle", "eagle3", "draft_model") or not spec.model:
+        return None
+    return dict(resolve_model(spec.model, None).config)
 
 
 def capacity_lists(devices: object, degrees: object) -> tuple[tuple[str, ...], tuple[int, ...]]:
