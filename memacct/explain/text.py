@@ -33,7 +33,8 @@ _PREFIX = re.compile(
     r"""^\s*(?:
         \[\d{4}-\d\d-\d\d[ T][\d:.,]+Z?
           (?:\s+(?P<rank1>(?:DP\d+\s+|PP\d+\s+|EP\d+\s+)*TP\d+)[^\]]*)?\]
-      | \((?P<proc>[\w\-]+(?:[\s,]+(?:pid|rank|ip)=[\w.:\-]+)*)\)
+      | \((?P<proc>[\w\-]+(?:[\s,]+(?:pid|rank|ip)=[\w.:\-]+)*|pid=\d+(?:,\s*ip=[\w.:\-]+)?)\)
+      | \[rank(?P<rank3>\d+)\]:
       | \[(?P<rank2>(?:DP\d+\s+)?TP\d+)\]
       | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.,]+
           (?:\s+\[[^\]]+\]|\s+[\w./]+\.py:\d+\])?
@@ -74,7 +75,9 @@ def _strip(raw: str) -> tuple[str, int | None]:
             break
         tag = match.group("rank1") or match.group("rank2")
         proc = match.group("proc")
-        if tag:
+        if match.group("rank3"):
+            rank = int(match.group("rank3"))
+        elif tag:
             rank = int(re.findall(r"TP(\d+)", tag)[0])
         elif proc and (found := _RANK_IN_PROC.search(proc)):
             rank = int(found.group(1))
