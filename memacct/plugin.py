@@ -37,11 +37,13 @@ from typing import NamedTuple
 
 __all__ = [
     "DEVICE_FILES",
+    "EXTRAS",
     "FIRST_PARTY",
     "KNOWN_BACKENDS",
     "DeviceKind",
     "KnownBackend",
     "device_files",
+    "extra_hint",
     "install_hint",
     "installed",
     "missing_device",
@@ -52,22 +54,31 @@ CORE_DISTRIBUTION = "memacct"
 
 
 class KnownBackend(NamedTuple):
-    """A first-party backend: the distribution that owns its name, and what it serves."""
+    """A first-party backend: the distribution that owns its name, what it serves, and the
+    folder of this repository that holds it (``None``: the core's own)."""
 
     distribution: str
     serves: str
+    directory: str | None = None
 
     @property
     def install(self) -> str:
-        return f"pip install {self.distribution}"
+        """How to install it today: no memacct distribution is on a package index yet, so
+        from a checkout of memacct (or a wheel built from that folder: ``pip wheel``)."""
+        if self.directory is None:
+            return f"pip install . (in a memacct checkout: {self.distribution})"
+        return f"pip install ./{self.directory} (in a memacct checkout: {self.distribution})"
 
 
 KNOWN_BACKENDS: dict[str, KnownBackend] = {
     "sim": KnownBackend(CORE_DISTRIBUTION, "the simulated device"),
-    "cuda": KnownBackend("memacct-cuda", "NVIDIA and AMD GPUs through torch.cuda"),
-    "npu": KnownBackend("memacct-npu", "Ascend NPUs through torch_npu"),
-    "mindspore": KnownBackend("memacct-mindspore", "MindSpore on Ascend or GPU"),
-    "nvml": KnownBackend("memacct-nvml", "NVIDIA GPUs through NVML, no framework"),
+    "cuda": KnownBackend("memacct-cuda", "NVIDIA and AMD GPUs through torch.cuda",
+                         "backends/cuda"),
+    "npu": KnownBackend("memacct-npu", "Ascend NPUs through torch_npu", "backends/npu"),
+    "mindspore": KnownBackend("memacct-mindspore", "MindSpore on Ascend or GPU",
+                              "backends/mindspore"),
+    "nvml": KnownBackend("memacct-nvml", "NVIDIA GPUs through NVML, no framework",
+                         "backends/nvml"),
 }
 """The first-party backends, declared as fsspec declares its known implementations
 (``fsspec/registry.py``, ``known_implementations``): the install hint comes from here, not
@@ -77,8 +88,21 @@ FIRST_PARTY: dict[str, str] = {name: known.distribution for name, known in KNOWN
 """Each first-party backend name and the distribution that owns it."""
 
 
+EXTRAS: dict[str, str] = {
+    "hf": "huggingface_hub transformers", "gguf": "gguf", "plot": "matplotlib",
+}  # fmt: skip
+"""The packages of each optional extra of memacct (``pyproject.toml``): the install hint
+names them, which a package index has, rather than ``memacct[extra]``, which it has not yet."""
+
+
+def extra_hint(extra: str) -> str:
+    """``pip install <the extra's packages>`` for one of :data:`EXTRAS`."""
+    return f"pip install {EXTRAS[extra]} (memacct's {extra} extra)"
+
+
 def install_hint(name: str) -> str | None:
-    """``pip install <distribution>`` for a first-party backend name; ``None`` for other names.
+    """How to install a first-party backend (:attr:`KnownBackend.install`); ``None`` for
+    other names.
 
     Names nobody publishes get no hint: guessing ``memacct-<name>`` would send a
     user to a distribution that does not exist (or to a squatter's).

@@ -121,6 +121,26 @@ def test_a_wrapped_config_line_and_a_continued_command_are_joined() -> None:
     assert setup.settings["gpu_memory_utilization"] == 0.8
 
 
+def test_vllm_serve_flags_reach_the_plan_and_defaults_stay_out() -> None:
+    from memacct.explain.request import plan_request
+
+    reading = read_log(
+        "vllm serve org/m --enable-expert-parallel --data-parallel-size 1 --dtype half "
+        "--quantization awq -tp 2\nAvailable KV cache memory: 1.00 GiB\n"
+    )
+    flags = plan_request(reading).flags
+    assert flags["enable_expert_parallel"] is True and flags["dtype"] == "float16"
+    assert flags["tensor_parallel_size"] == 2
+    # awq comes with its checkpoint (read from it); a data parallel size of 1 is the default.
+    assert "quantization" not in flags and "data_parallel_size" not in flags
+
+
+def test_a_figure_keeps_its_printed_precision() -> None:
+    fig = read_log("Available KV cache memory: 8.11 GiB").figures["kv_cache_bytes"]
+    assert (fig.decimals, fig.resolution_bytes) == (2, 2**30 // 200)
+    assert abs(fig.bytes - 8.11 * 2**30) < 1
+
+
 def test_a_budget_given_in_bytes_is_planned_in_bytes() -> None:
     from memacct.explain.request import plan_request
 

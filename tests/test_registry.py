@@ -269,5 +269,6 @@ def test_no_device_names_the_first_party_plugins_not_installed_with_their_pip_li
         memacct.get_backend()
     for name, dist in [("cuda", "memacct-cuda"), ("npu", "memacct-npu"),
                        ("mindspore", "memacct-mindspore"), ("nvml", "memacct-nvml")]:  # fmt: skip
-        assert f"{name}: not installed (pip install {dist}: " in str(caught.value)
+        hint = f"pip install ./backends/{name} (in a memacct checkout: {dist})"
+        assert f"{name}: not installed ({hint}: " in str(caught.value)
     assert "sim:" not in str(caught.value)

@@ -481,7 +481,8 @@ def test_unknown_backend_name_gets_no_invented_install_hint() -> None:
         memacct.get_backend("cudaa")
     assert "pip install" not in str(caught.value)
     assert "Did you mean 'cuda'?" in str(caught.value)
-    assert registry.install_hint("npu") == "pip install memacct-npu"
+    assert registry.install_hint("npu") == (
+        "pip install ./backends/npu (in a memacct checkout: memacct-npu)")
     assert registry.install_hint("cudaa") is None
 
 

@@ -16,7 +16,7 @@ from rich.table import Table
 from memacct.cli.common import console as _console
 from memacct.units import GiB, format_gib
 
-__all__ = ["print_plan"]
+__all__ = ["listed_backends", "print_plan"]
 
 _SHOWN_WHEN_HELD = ("other processes", "fragmentation overhead", "retained")
 
@@ -105,3 +105,20 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
                       f"{plan.engine_version})", f"{budget.cudagraph_estimate / GiB:.2f}", "",
                       "budget.cudagraph_estimate")  # fmt: skip
     return table
+
+
+def listed_backends() -> list[Any]:
+    """What ``memacct backends`` lists: every registered backend
+    (:func:`memacct.registry.available_backends`), then each first-party backend that is
+    not installed, unavailable, with how to install it (``memacct.plugin.KNOWN_BACKENDS``)."""
+    from memacct.plugin import CORE_DISTRIBUTION, KNOWN_BACKENDS
+    from memacct.registry import BackendInfo, available_backends, backend_names
+
+    infos = available_backends()
+    listed = {info.name for info in infos} | set(backend_names())
+    return infos + [
+        BackendInfo(name=name, available=False, distribution=known.distribution, version=None,
+                    reason=f"not installed ({known.install}: {known.serves})")
+        for name, known in sorted(KNOWN_BACKENDS.items())
+        if name not in listed and known.distribution != CORE_DISTRIBUTION
+    ]  # fmt: skip

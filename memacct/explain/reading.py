@@ -10,7 +10,7 @@ printed digits, so its bytes are exact to the printed precision.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import InvalidInputError
@@ -90,7 +90,6 @@ class LogReading:
     ranks: tuple[int, ...] = ()
     kv_pools: int = 0
     refusal: str | None = None
-    notes: tuple[str, ...] = field(default=())
 
     def bytes(self, name: str) -> int | None:
         """Figure ``name`` in bytes (a count as an int), or None where the log lacks it."""

@@ -166,7 +166,9 @@ def _serve_flags(s: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in _SERVE:
         value = s.get(name)
-        if value in (None, False, "auto", 0, 1) and name != "enable_lora":
+        # vllm serve's defaults (checked by type: True == 1 in Python).
+        if value is None or value is False or value == "auto" or (
+                type(value) in (int, float) and value in (0, 1)):  # fmt: skip
             continue
         if name == "quantization" and value != "fp8":
             continue
@@ -174,8 +176,7 @@ def _serve_flags(s: dict[str, Any], notes: list[str]) -> dict[str, Any]:
             value = {"half": "float16", "bf16": "bfloat16"}.get(str(value), value)
             if value not in ("float16", "bfloat16"):
                 continue
-        if value is not None and value is not False:
-            out[name] = value
+        out[name] = value
     if s.get("speculative_config") or s.get("speculative_algorithm"):
         notes.append("speculative decoding: the draft is not planned from a log (give "
                      "--speculative-config to memacct plan with the draft's model)")  # fmt: skip
