@@ -186,6 +186,8 @@ def test_an_auto_fit_length_is_emitted_as_the_length_found(
      (["--model", "qwen2.5-7b", "--device", "h100", "--engine", "sglang", "--emit", "vllm"],
       "--engine vllm"),
      (["--model", "qwen2.5-7b", "--device", "h100", "--emit", "vllm", "--json"], "--json"),
+     (["--model", "qwen2.5-7b", "--device", "h100,l4", "--emit", "k8s", "--plot", "p.svg"],
+      "--plot draws the plan"),
      (["--model", "qwen2.5-7b", "--device-memory", "24GiB", "--emit", "k8s"], "--device ("),
      (["--model", "qwen2.5-7b", "--device", "h100", "--engine-version", "0.10",
        "--kv-cache-memory-bytes", "10GiB", "--emit", "vllm"], "0.10 has no --kv-cache-memory")],

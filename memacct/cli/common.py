@@ -40,16 +40,19 @@ def print_emitted(flags: dict[str, Any], plans: list[tuple[str, Any, Any]]) -> N
     documents apart by ``---`` for k8s). The notes go to stderr.
 
     Raises:
-        InvalidInputError: ``--json`` beside ``--emit``, or a single plan that does not fit.
+        InvalidInputError: ``--json`` or ``--plot`` beside ``--emit``, or a single plan that
+            does not fit.
     """
     from memacct.errors import InvalidInputError
     from memacct.planner.emit import emit
 
     target = flags["emit"]
-    if flags.get("as_json"):
-        raise InvalidInputError(
-            f"--emit {target} prints the command line and --json the plan: give one of them"
-        )
+    for flag, key, what in (("--json", "as_json", "prints the plan"),
+                            ("--plot", "plot_path", "draws the plan")):  # fmt: skip
+        if flags.get(key):
+            raise InvalidInputError(
+                f"--emit {target} prints the command line and {flag} {what}: give one of them"
+            )
     blocks: list[str] = []
     notes: list[str] = []
     for label, plan, opts in plans:
