@@ -235,6 +235,21 @@ def test_the_plan_side_is_memacct_plan_with_the_settings_read(
     assert json.loads(capsys.readouterr().out) == data["plan"]
 
 
+@pytest.mark.parametrize("case", WITH_FIGURES, ids=lambda c: c["log"])
+def test_every_logs_plan_is_memacct_plans_or_both_refuse(
+    case: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    data = _explained(capsys, [str(DATA / case["log"]), "--model", "llama-3.1-8b"])
+    code = main(["plan", *shlex.split(data["plan_command"])[2:], "--json"])
+    out, err = capsys.readouterr()
+    if data["plan"] is None:  # the planner refused the settings read: memacct plan does too
+        assert code == 2 and err.startswith("memacct: error:"), data["plan_error"]
+    else:
+        assert code in (0, 1) and json.loads(out) == data["plan"]
+
+
 def test_the_contract_keys_and_every_term_beyond_five_percent_has_a_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
