@@ -248,6 +248,10 @@ def test_every_logs_plan_is_memacct_plans_or_both_refuse(
         assert code == 2 and err.startswith("memacct: error:"), data["plan_error"]
     else:
         assert code in (0, 1) and json.loads(out) == data["plan"]
+    for term in data["terms"]:
+        known = term["logged"] and term["difference"] is not None
+        if known and abs(term["difference"]) / abs(term["logged"]) > 0.05:
+            assert term["why"], term
 
 
 def test_the_contract_keys_and_every_term_beyond_five_percent_has_a_why(
