@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,105 +289,143 @@ def parse_quantization(config: Mapping[str, Any]) -> QuantScheme | None:
     if not isinstance(quant, Mapping):
         raise ConfigError(f"quantization_config must be an object, got {type(quant).__name__}")
     method = _method(quant)
-    if method == "fp8":
-        block = quant.get("weight_block_size")
-        skip = _skip_list(quant, "ignored_layers", "modules_to_not_convert")
-        if isinstance(block, Sequence) and len(block) == 2:
-            return _block_fp8("fp8", block, skip, f"fp8 (block {block[0]}x{block[1]})")
-        return QuantScheme("fp8", 8, tensor_scales=2 * FP32, skip=skip, label="fp8 (per-tensor)")
-    if method == "fbgemm_fp8":
-        return QuantScheme(
-            "fbgemm_fp8",
-            8,
-            per_channel=True,
-            scale_bytes=FP32,
-            tensor_scales=FP32,
-            skip=_skip_list(quant, "modules_to_not_convert"),
-            label="fbgemm fp8 (per-channel)",
-        )
-    if method == "compressed-tensors":
-        return _compressed_tensors(quant)
-    if method in ("modelopt", "modelopt_fp4"):
-        algo = str(quant.get("quant_algo") or quant.get("quantization", {}).get("quant_algo", ""))
-        skip = _skip_list(quant, "exclude_modules", "ignore")
-        if "fp4" in algo.lower() or method == "modelopt_fp4":
-            return QuantScheme(
-                method,
-                4,
-                group_size=_int(quant, "group_size", 16),
-                scale_bytes=FP8,
-                tensor_scales=2 * FP32,
-                skip=skip,
-                label="modelopt nvfp4",
-            )
-        if algo.upper() == "FP8":
-            return QuantScheme(method, 8, tensor_scales=2 * FP32, skip=skip, label="modelopt fp8")
-        raise UnknownQuantizationError(
-            f"modelopt quant_algo {algo!r} is not one memacct can size (FP8, NVFP4)"
-        )
-    if method == "mxfp4":
-        return QuantScheme(
-            "mxfp4",
-            4,
-            group_size=32,
-            scale_bytes=1,
-            experts_only=True,
-            skip=_skip_list(quant, "modules_to_not_convert"),
-            label="mxfp4 (experts)",
-        )
-    if method in ("awq", "awq_marlin"):
-        bits = _int(quant, "bits", _int(quant, "w_bit", 4))
-        group = _int(quant, "group_size", _int(quant, "q_group_size", 128))
-        zero = bool(quant.get("zero_point", True))
-        return _grouped_int(
-            method,
-            bits,
-            group,
-            zero_bits=bits if zero else 0,
-            skip=_skip_list(quant, "modules_to_not_convert"),
-            label=f"awq int{bits} (group {group})",
-        )
-    if method in ("gptq", "gptq_marlin"):
-        bits = _int(quant, "bits", 4)
-        group = _int(quant, "group_size", 128)
-        sym = bool(quant.get("sym", True))
-        return _grouped_int(
-            method,
-            bits,
-            group,
-            zero_bits=bits,
-            g_idx=True,
-            skip=_skip_list(quant, "modules_to_not_convert", "dynamic"),
-            label=f"gptq int{bits} (group {group}{', sym' if sym else ''})",
-        )
-    if method == "bitsandbytes":
-        skip = _skip_list(quant, "llm_int8_skip_modules")
-        if quant.get("load_in_4bit") or quant.get("_load_in_4bit"):
-            double = bool(quant.get("bnb_4bit_use_double_quant", False))
-            # One absmax per 64 weights: FP32, or uint8 plus FP32 per 256 absmax when nested.
-            return QuantScheme(
-                "bitsandbytes",
-                4,
-                group_size=64,
-                scale_bytes=1 if double else FP32,
-                skip=skip,
-                label="bitsandbytes nf4",
-            )
-        if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
-            return QuantScheme(
-                "bitsandbytes",
-                8,
-                per_channel=True,
-                scale_bytes=FP32,
-                skip=skip,
-                label="bitsandbytes int8",
-            )
-        raise UnknownQuantizationError(
-            "bitsandbytes quantization_config sets neither load_in_4bit nor load_in_8bit"
-        )
+    reader = _READERS.get(method)
+    if reader is not None:
+        return reader(method, quant)
     raise UnknownQuantizationError(
         f"quantization method {method!r} is not one memacct can size ({', '.join(KNOWN_METHODS)}): "
         "give the checkpoint itself (--model with its directory or Hub id) so memacct reads "
         "each tensor's bytes from its safetensors headers, or plan from a profile measured "
         "on the device (--profile)"
     )
+
+
+def _fp8(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """vLLM's ``fp8``: per-tensor scales, or DeepSeek-style blocks (``weight_block_size``)."""
+    block = quant.get("weight_block_size")
+    skip = _skip_list(quant, "ignored_layers", "modules_to_not_convert")
+    if isinstance(block, Sequence) and len(block) == 2:
+        return _block_fp8("fp8", block, skip, f"fp8 (block {block[0]}x{block[1]})")
+    return QuantScheme("fp8", 8, tensor_scales=2 * FP32, skip=skip, label="fp8 (per-tensor)")
+
+
+def _fbgemm_fp8(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """FBGEMM's fp8: one scale per output channel."""
+    return QuantScheme(
+        "fbgemm_fp8",
+        8,
+        per_channel=True,
+        scale_bytes=FP32,
+        tensor_scales=FP32,
+        skip=_skip_list(quant, "modules_to_not_convert"),
+        label="fbgemm fp8 (per-channel)",
+    )
+
+
+def _modelopt(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """NVIDIA ModelOpt: NVFP4 (16-weight groups, fp8 scales) or FP8."""
+    algo = str(quant.get("quant_algo") or quant.get("quantization", {}).get("quant_algo", ""))
+    skip = _skip_list(quant, "exclude_modules", "ignore")
+    if "fp4" in algo.lower() or method == "modelopt_fp4":
+        return QuantScheme(
+            method,
+            4,
+            group_size=_int(quant, "group_size", 16),
+            scale_bytes=FP8,
+            tensor_scales=2 * FP32,
+            skip=skip,
+            label="modelopt nvfp4",
+        )
+    if algo.upper() == "FP8":
+        return QuantScheme(method, 8, tensor_scales=2 * FP32, skip=skip, label="modelopt fp8")
+    raise UnknownQuantizationError(
+        f"modelopt quant_algo {algo!r} is not one memacct can size (FP8, NVFP4)"
+    )
+
+
+def _mxfp4(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """OCP MX fp4 of the experts (gpt-oss): 32-weight groups, one byte of scale each."""
+    return QuantScheme(
+        "mxfp4",
+        4,
+        group_size=32,
+        scale_bytes=1,
+        experts_only=True,
+        skip=_skip_list(quant, "modules_to_not_convert"),
+        label="mxfp4 (experts)",
+    )
+
+
+def _awq(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """AWQ: grouped integers, with zero points unless ``zero_point`` is false."""
+    bits = _int(quant, "bits", _int(quant, "w_bit", 4))
+    group = _int(quant, "group_size", _int(quant, "q_group_size", 128))
+    zero = bool(quant.get("zero_point", True))
+    return _grouped_int(
+        method,
+        bits,
+        group,
+        zero_bits=bits if zero else 0,
+        skip=_skip_list(quant, "modules_to_not_convert"),
+        label=f"awq int{bits} (group {group})",
+    )
+
+
+def _gptq(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """GPTQ: grouped integers with zero points and a ``g_idx`` per input channel."""
+    bits = _int(quant, "bits", 4)
+    group = _int(quant, "group_size", 128)
+    sym = bool(quant.get("sym", True))
+    return _grouped_int(
+        method,
+        bits,
+        group,
+        zero_bits=bits,
+        g_idx=True,
+        skip=_skip_list(quant, "modules_to_not_convert", "dynamic"),
+        label=f"gptq int{bits} (group {group}{', sym' if sym else ''})",
+    )
+
+
+def _bitsandbytes(method: str, quant: Mapping[str, Any]) -> QuantScheme:
+    """bitsandbytes: NF4 (``load_in_4bit``) or LLM.int8 (``load_in_8bit``)."""
+    skip = _skip_list(quant, "llm_int8_skip_modules")
+    if quant.get("load_in_4bit") or quant.get("_load_in_4bit"):
+        double = bool(quant.get("bnb_4bit_use_double_quant", False))
+        # One absmax per 64 weights: FP32, or uint8 plus FP32 per 256 absmax when nested.
+        return QuantScheme(
+            "bitsandbytes",
+            4,
+            group_size=64,
+            scale_bytes=1 if double else FP32,
+            skip=skip,
+            label="bitsandbytes nf4",
+        )
+    if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
+        return QuantScheme(
+            "bitsandbytes",
+            8,
+            per_channel=True,
+            scale_bytes=FP32,
+            skip=skip,
+            label="bitsandbytes int8",
+        )
+    raise UnknownQuantizationError(
+        "bitsandbytes quantization_config sets neither load_in_4bit nor load_in_8bit"
+    )
+
+
+_READERS: dict[str, Callable[[str, Mapping[str, Any]], QuantScheme]] = {
+    "fp8": _fp8,
+    "fbgemm_fp8": _fbgemm_fp8,
+    "compressed-tensors": lambda method, quant: _compressed_tensors(quant),
+    "modelopt": _modelopt,
+    "modelopt_fp4": _modelopt,
+    "mxfp4": _mxfp4,
+    "awq": _awq,
+    "awq_marlin": _awq,
+    "gptq": _gptq,
+    "gptq_marlin": _gptq,
+    "bitsandbytes": _bitsandbytes,
+}
+"""The scheme reader of each method :func:`parse_quantization` sizes."""
