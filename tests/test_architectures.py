@@ -183,12 +183,11 @@ def test_position_limit_as_vllm_derives_it(config: dict[str, Any], limit: int) -
 
 
 def test_the_three_position_limit_readers_agree() -> None:
-    from memacct.cli import _derived_max_model_len
     from memacct.planner.offline import position_limit
 
     for name in ("gemma-3-12b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "qwen3-8b"):
         config = load(name)
-        derived = _derived_max_model_len(config)
+        derived = ModelConfig(config, "config.json").position_limit
         assert derived is not None
         assert derived[0] == position_limit(config) == KVCacheSpec.from_preset(name).position_limit
 

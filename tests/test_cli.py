@@ -243,10 +243,10 @@ def test_snapshot_watch_refreshes_until_interrupted() -> None:
 def test_derived_max_model_len_follows_rope_scaling(
     scaling: dict[str, object] | None, derived: tuple[int, str]
 ) -> None:
-    from memacct.cli import _derived_max_model_len
+    from memacct.model.config import ModelConfig
 
     config = {"max_position_embeddings": 32768, "rope_scaling": scaling}
-    assert _derived_max_model_len(config) == derived
+    assert ModelConfig(config, "config.json").position_limit == derived
 
 
 def test_offline_plan_follows_an_older_engine_release(capsys: pytest.CaptureFixture[str]) -> None:

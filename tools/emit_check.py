@@ -123,9 +123,9 @@ def expected_engine_args(plan: Any, opts: Any, model: str) -> dict[str, Any]:
                     max_lora_rank=d.lora.max_lora_rank, max_cpu_loras=d.lora.max_cpu_loras,
                     fully_sharded_loras=d.lora.fully_sharded_loras)  # fmt: skip
     if d.speculative is not None:
-        from memacct.planner.emit import _speculative
+        from memacct.planner.emit import speculative_flag_value
 
-        want["speculative_config"] = _speculative(d.speculative)
+        want["speculative_config"] = speculative_flag_value(d.speculative)
     mm = d.multimodal
     if mm.limit_mm_per_prompt:
         want["limit_mm_per_prompt"] = dict(mm.limit_mm_per_prompt)

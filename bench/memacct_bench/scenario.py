@@ -111,7 +111,7 @@ def hold_to_budget(scenario: Scenario, dev: SimDevice) -> str | None:
     return None
 
 
-class _Setup:
+class ScenarioSetup:
     """What every replay of one scenario shares: the model, its traces and the steps."""
 
     def __init__(self, scenario: Scenario) -> None:
@@ -230,7 +230,7 @@ def find_oracle(
     scenario: Scenario,
     known: Mapping[int, bool] | None = None,
     *,
-    _setup: _Setup | None = None,
+    _setup: ScenarioSetup | None = None,
 ) -> Oracle:
     """The largest number of KV-cache blocks with which ``scenario`` completes.
 
@@ -248,7 +248,7 @@ def find_oracle(
     tensors are far larger than any segment rounding and bisection is exact
     in practice.
     """
-    setup = _setup or _Setup(scenario)
+    setup = _setup or ScenarioSetup(scenario)
     results: dict[int, bool] = dict(known or {})
     replays = 0
 
@@ -331,7 +331,7 @@ class _Attempt:
     elapsed_s: float
 
 
-def _attempt(scenario: Scenario, setup: _Setup, source: TruthSource | str) -> _Attempt:
+def _attempt(scenario: Scenario, setup: ScenarioSetup, source: TruthSource | str) -> _Attempt:
     t0 = time.perf_counter()
     start = start_engine(scenario, source)
     try:
@@ -357,7 +357,7 @@ def run_scenarios(
 ) -> list[ScenarioOutcome]:
     """Run several truth sources on one scenario, sharing one oracle search."""
     begin = time.perf_counter()
-    setup = _Setup(scenario)
+    setup = ScenarioSetup(scenario)
     attempts = [_attempt(scenario, setup, source) for source in truth_sources]
     known = {a.num_blocks: a.failure is None for a in attempts if a.refused is None}
     oracle = find_oracle(scenario, known, _setup=setup)

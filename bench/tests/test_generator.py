@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from memacct_bench.bench import run_benchmark, summarize
-from memacct_bench.generator import MIXES, generate_scenario, generate_scenarios
-from memacct_bench.scenario import Scenario, _Setup, find_oracle
 
 from memacct.cli import main
+from memacct_bench.bench import run_benchmark, summarize
+from memacct_bench.generator import MIXES, generate_scenario, generate_scenarios
+from memacct_bench.scenario import Scenario, ScenarioSetup, find_oracle
 
 
 def test_a_generated_scenario_depends_on_its_seed_and_index_alone() -> None:
@@ -34,9 +34,9 @@ def _at(scenario: Scenario, utilization: float) -> Scenario:
 
 def test_the_oracle_is_measured_on_the_memory_the_utilization_grants() -> None:
     scenario = _at(generate_scenario(0, 21), 1.0)
-    full = find_oracle(scenario, _setup=_Setup(scenario))
+    full = find_oracle(scenario, _setup=ScenarioSetup(scenario))
     lower = _at(scenario, 0.9)
-    capped = find_oracle(lower, _setup=_Setup(lower))
+    capped = find_oracle(lower, _setup=ScenarioSetup(lower))
     cut = scenario.total_bytes - lower.budget_bytes
     assert capped.kv_bytes < full.kv_bytes
     assert full.kv_bytes - capped.kv_bytes == pytest.approx(cut, rel=0.02)

@@ -8,24 +8,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memacct_bench import scenario as scenario_module
-from memacct_bench import simulate_engine_start
-from memacct_bench.bench import load_scenarios, render_markdown, run_benchmark, summarize
-from memacct_bench.scenario import (
-    Scenario,
-    ScenarioOutcome,
-    _Setup,
-    find_oracle,
-    run_scenario,
-    run_scenarios,
-    start_engine,
-)
 
 from memacct.cli import main
 from memacct.errors import ConfigError
 from memacct.models import TruthSource
 from memacct.planner import load_model_preset
 from memacct.units import GiB, MiB
+from memacct_bench import scenario as scenario_module
+from memacct_bench import simulate_engine_start
+from memacct_bench.bench import load_scenarios, render_markdown, run_benchmark, summarize
+from memacct_bench.scenario import (
+    Scenario,
+    ScenarioOutcome,
+    ScenarioSetup,
+    find_oracle,
+    run_scenario,
+    run_scenarios,
+    start_engine,
+)
 
 ISSUE_EXAMPLE: dict[str, Any] = {
     "name": "qwen7b-mindspore-mixed", "device": "ascend-910b-64gb", "allocator": "mindspore",
@@ -157,7 +157,7 @@ def test_engine_start_leaves_the_device_as_the_oracles_replays_do() -> None:
         scenario.model_config_dict(), device=scenario.device, allocator=scenario.allocator,
         max_num_batched_tokens=2048, max_num_seqs=64,
     )
-    replayed = _Setup(scenario).boot()
+    replayed = ScenarioSetup(scenario).boot()
 
     def state(stats: dict[str, int]) -> dict[str, int]:  # peaks differ: profiling resets them
         return {k: v for k, v in stats.items() if not k.endswith(".peak") and "max_" not in k}
@@ -180,7 +180,7 @@ def test_the_oracles_bisection_finds_the_largest_cache_that_completes_by_brute_f
 ) -> None:
     monkeypatch.setattr(scenario_module, "EXHAUSTIVE_BLOCKS", 0)  # bisect, do not scan
     scenario = tiny(allocator)
-    setup = _Setup(scenario)
+    setup = ScenarioSetup(scenario)
     completes = [n for n in range(setup.max_blocks() + 1) if setup.completes(n)]
     oracle = find_oracle(scenario)
     assert oracle.num_blocks == max(completes)
@@ -189,7 +189,7 @@ def test_the_oracles_bisection_finds_the_largest_cache_that_completes_by_brute_f
 
 def test_a_small_search_space_is_scanned_whole_even_where_completion_is_not_monotone() -> None:
     scenario = tiny("npu")  # one more block can complete where one fewer does not
-    setup = _Setup(scenario)
+    setup = ScenarioSetup(scenario)
     completes = [setup.completes(n) for n in range(setup.max_blocks() + 1)]
     assert not all(a >= b for a, b in itertools.pairwise(completes))
     assert find_oracle(scenario).num_blocks == max(n for n, ok in enumerate(completes) if ok)
@@ -203,7 +203,7 @@ def test_the_oracle_is_never_below_a_cache_known_to_complete() -> None:
 
 def test_one_block_more_than_the_oracle_runs_out_of_memory() -> None:
     scenario = tiny()
-    setup = _Setup(scenario)
+    setup = ScenarioSetup(scenario)
     oracle = find_oracle(scenario, _setup=setup)
     assert setup.serve(setup.boot(), oracle.num_blocks + 1) is not None
 
@@ -288,6 +288,6 @@ def test_below_full_utilization_the_oracle_sees_the_pool_the_engine_sizes() -> N
     # start from the device the engine started on, then hold both to the utilization.
     scenario = small_qwen("mindspore", device="ascend-910b-64gb", gpu_memory_utilization=0.8)
     engine = start_engine(scenario, "reserved").device.allocator
-    oracle = _Setup(scenario).boot().allocator
+    oracle = ScenarioSetup(scenario).boot().allocator
     assert engine.budget_bytes is not None
     assert oracle.budget_bytes == engine.budget_bytes

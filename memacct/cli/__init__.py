@@ -35,14 +35,14 @@ _echo_json = echo_json
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def backends_cmd(as_json: bool) -> None:
     """List every registered backend, whether it can run here, and why not."""
-    from memacct.cli.render import listed_backends
+    from memacct.registry import available_backends
 
     if sys.stderr.isatty() and not as_json:
         # A plugin that hangs is waited for up to registry.TIME_LIMIT_S: say what is happening.
         with Console(stderr=True).status("probing backends ..."):
-            infos = listed_backends()
+            infos = available_backends()
     else:
-        infos = listed_backends()
+        infos = available_backends()
     if as_json:
         _echo_json([info.model_dump() for info in infos])
         return
@@ -109,7 +109,6 @@ try:
     from memacct.cli import explain as explain
     from memacct.cli import plan as plan
     from memacct.cli import snapshot as snapshot
-    from memacct.cli.plan import _derived_max_model_len as _derived_max_model_len
 except KeyboardInterrupt:
     raise SystemExit(130) from None
 

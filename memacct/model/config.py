@@ -45,11 +45,11 @@ headers): the one table; the lists of names an engine or a reader accepts take t
 from it."""
 
 # The KV-cache dtypes engines accept (vLLM's --kv-cache-dtype and friends), with their size.
-_KV_DTYPES: dict[str, int] = {
+KV_DTYPE_BYTES: dict[str, int] = {
     name: DTYPE_BYTES[name]
     for name in ("bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8")
 }
-_DTYPE_ALIASES = {
+DTYPE_ALIASES = {
     "bf16": "bfloat16",
     "fp16": "float16",
     "half": "float16",
@@ -89,18 +89,18 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 # Plausibility bounds: a value past these is a broken or hostile config, not a model.
-_MAX_LAYERS = 10_000
-_MAX_HEADS = 1 << 17
-_MAX_DIM = 1 << 20
-_MAX_INTERMEDIATE = 1 << 24
-_MAX_VOCAB = 1 << 24
-_MAX_POSITIONS = 1 << 40
-_MAX_PARALLEL = 1 << 16
+MAX_LAYERS = 10_000
+MAX_HEADS = 1 << 17
+MAX_DIM = 1 << 20
+MAX_INTERMEDIATE = 1 << 24
+MAX_VOCAB = 1 << 24
+MAX_POSITIONS = 1 << 40
+MAX_PARALLEL = 1 << 16
 
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
-_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
-_HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
-_KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _DTYPE_KEYS = ("torch_dtype", "dtype")
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
 # vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).
@@ -274,7 +274,7 @@ class ModelConfig:
     @property
     def dtype(self) -> str | None:
         """The checkpoint's dtype (``torch_dtype``/``dtype``), normalised; ``None`` unwritten."""
-        return _model_dtype(self)[0]
+        return checkpoint_dtype(self)[0]
 
     @property
     def quantization(self) -> str | None:
@@ -340,7 +340,7 @@ class ModelConfig:
         return NO_LENGTH_MAX_MODEL_LEN if found is None else found[0]
 
 
-def _model_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:
+def checkpoint_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:
     found = cfg.find(_DTYPE_KEYS)
     if found is None:
         return None, None
@@ -348,16 +348,16 @@ def _model_dtype(cfg: ModelConfig) -> tuple[str | None, int | None]:
     name = ""
     if isinstance(value, str):
         name = value.strip().lower().removeprefix("torch.")
-        name = _DTYPE_ALIASES.get(name, name)
+        name = DTYPE_ALIASES.get(name, name)
     if name not in _MODEL_DTYPES:
         raise ConfigError(
             f"{cfg.source}: {key} = {value!r} is not a dtype memacct knows: use one of "
             f"{', '.join(_MODEL_DTYPES)}"
         )
-    return name, _KV_DTYPES[name]
+    return name, KV_DTYPE_BYTES[name]
 
 
-def _checkpoint_kv_dtype(cfg: ModelConfig) -> str | None:
+def checkpoint_kv_dtype(cfg: ModelConfig) -> str | None:
     """The KV dtype a ModelOpt checkpoint declares, as vLLM resolves ``auto`` from it."""
     quant = cfg.get("quantization_config")
     if not isinstance(quant, Mapping):
@@ -400,7 +400,7 @@ def config_int(
     default: int,
     *,
     source: str = "config.json",
-    high: int = _MAX_DIM,
+    high: int = MAX_DIM,
 ) -> int:
     """``config[key]`` checked as an integer from 0 to ``high``; ``default`` when absent, null or 0.
 
@@ -417,6 +417,3 @@ def config_int(
         return default
     return check_config_int(source, key, value, high=high, low=0) or default
 
-
-# The name eight modules imported before ModelConfig was public.
-_Config = ModelConfig

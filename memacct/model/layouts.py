@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memacct.errors import ConfigError
-from memacct.model.config import _MAX_DIM, _MAX_HEADS, _MAX_LAYERS, _MAX_POSITIONS, ModelConfig
+from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, ModelConfig
 from memacct.model.layers import (
     ChunkedLocalAttention,
     FullAttention,
@@ -46,7 +46,7 @@ def _each(kinds: Sequence[Kind]) -> list[list[Kind]]:
 
 def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Standard decoders: ``layer_types``, or Mistral/Gemma/Qwen2's window keys."""
-    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    window = cfg.integer(("sliding_window",), MAX_POSITIONS)
     # Cohere2 attends to [pos - window, pos]: window + 1 tokens (cohere2.py, and
     # cohere2_moe.py's config.sliding_window + 1).
     wider = cfg.model_type in ("cohere2", "cohere2_moe")
@@ -61,7 +61,7 @@ def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
             # exaone_moe.py: a sliding layer's window is sliding_windows[i] (none: full).
             kinds = [(k, size) if k != "sliding" else
                      (("sliding", cfg.check_int(f"sliding_windows[{i}]", windows[i],
-                                                high=_MAX_POSITIONS)) if windows[i] else _FULL)
+                                                high=MAX_POSITIONS)) if windows[i] else _FULL)
                      for i, (k, size) in enumerate(kinds)]
         return _each(kinds)
     if span is None:
@@ -69,11 +69,11 @@ def _decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     if cfg.get("use_sliding_window") is False:
         cfg.notes.append(f"sliding_window {window} ignored: use_sliding_window is false")
         return _each([_FULL] * n)
-    pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), _MAX_LAYERS)
+    pattern = cfg.integer(("sliding_window_pattern", "_sliding_window_pattern"), MAX_LAYERS)
     if pattern is not None:
         # Every pattern-th layer (1-based) attends globally; the rest slide.
         return _each([_FULL if (i + 1) % pattern == 0 else ("sliding", span) for i in range(n)])
-    window_layers = cfg.integer(("max_window_layers",), _MAX_LAYERS, low=0)
+    window_layers = cfg.integer(("max_window_layers",), MAX_LAYERS, low=0)
     if window_layers is not None and cfg.get("use_sliding_window") is True:
         # Qwen2's rule: the first max_window_layers layers attend globally.
         return _each([("sliding", span) if i >= window_layers else _FULL for i in range(n)])
@@ -100,7 +100,7 @@ def periodic_layer_types(cfg: ModelConfig, n: int) -> list[str] | None:
     if derived is None:
         return None
     key, default, other = derived
-    period = cfg.integer((key,), _MAX_LAYERS) or default
+    period = cfg.integer((key,), MAX_LAYERS) or default
     return [other if (i + 1) % period else "full_attention" for i in range(n)]
 
 
@@ -113,7 +113,7 @@ def _transformers_backend(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     layer_types = cfg.get("layer_types")
     if layer_types is None:
         return _each([_FULL] * n)
-    window = cfg.integer(("sliding_window",), _MAX_POSITIONS)
+    window = cfg.integer(("sliding_window",), MAX_POSITIONS)
     kinds = _typed(cfg, n, layer_types, window)
     if any(kind[0] not in ("full", "sliding") for kind in kinds):
         raise ConfigError(
@@ -150,7 +150,7 @@ def _typed(cfg: ModelConfig, n: int, layer_types: object, span: int | None) -> l
             f"{cfg.source}: layer_types must list one type per layer ({n}), got {count}: "
             f"fix layer_types or num_hidden_layers"
         )
-    chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
+    chunk = cfg.integer(("attention_chunk_size",), MAX_POSITIONS)
     kinds: list[Kind] = []
     for i, written in enumerate(layer_types):
         kind = _RENAMED_TYPES.get((cfg.model_type or "", str(written)), written)
@@ -195,7 +195,7 @@ def gemma4_layer_types(cfg: ModelConfig, n: int) -> list[str]:
 def _gemma4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Gemma 4: sliding or full per ``layer_types``; the window is ``sliding_window``
     (halved plus one under ``use_bidirectional_attention: "all"``, as the class does)."""
-    window = cfg.required(("sliding_window",), _MAX_POSITIONS)
+    window = cfg.required(("sliding_window",), MAX_POSITIONS)
     if cfg.get("use_bidirectional_attention") == "all":
         window = window // 2 + 1
     return _each(_typed(cfg, n, gemma4_layer_types(cfg, n), window))
@@ -203,10 +203,10 @@ def _gemma4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
 
 def _llama4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Llama 4: layers without RoPE attend globally, the others to their chunk."""
-    chunk = cfg.integer(("attention_chunk_size",), _MAX_POSITIONS)
+    chunk = cfg.integer(("attention_chunk_size",), MAX_POSITIONS)
     nope = cfg.get("no_rope_layers")
     if not nope:
-        interval = cfg.integer(("no_rope_layer_interval",), _MAX_LAYERS) or 4
+        interval = cfg.integer(("no_rope_layer_interval",), MAX_LAYERS) or 4
         nope = [int((i + 1) % interval != 0) for i in range(n)]
     if not isinstance(nope, list) or len(nope) != n:
         raise ConfigError(
@@ -253,8 +253,8 @@ def _jamba(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     if isinstance(written, list) and len(written) == n:
         # jamba.py reads config.layers_block_type ("attention" or "mamba" per layer).
         return _each([_FULL if t == "attention" else ("mamba1", None) for t in written])
-    period = cfg.integer(("attn_layer_period",), _MAX_LAYERS) or 8
-    offset = cfg.integer(("attn_layer_offset",), _MAX_LAYERS, low=0) or 0
+    period = cfg.integer(("attn_layer_period",), MAX_LAYERS) or 8
+    offset = cfg.integer(("attn_layer_offset",), MAX_LAYERS, low=0) or 0
     return _each([_FULL if i % period == offset else ("mamba1", None) for i in range(n)])
 
 
@@ -294,7 +294,7 @@ def _zamba2(cfg: ModelConfig, n: int) -> list[list[Kind]]:
 
 def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """MiMo-V2-Flash: ``hybrid_layer_pattern[i] == 1`` slides with the ``swa_*`` geometry."""
-    window = cfg.required(("sliding_window_size", "sliding_window"), _MAX_POSITIONS)
+    window = cfg.required(("sliding_window_size", "sliding_window"), MAX_POSITIONS)
     return _pattern(cfg, "hybrid_layer_pattern", n, {"1": ("sliding", window), "0": _FULL})
 
 
@@ -307,7 +307,7 @@ def _plamo3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
         return _decoder(cfg, n)
     if len(windows) != n:
         raise ConfigError(f"{cfg.source}: sliding_window must list one window per layer ({n})")
-    return _each([("sliding", cfg.check_int(f"sliding_window[{i}]", w, high=_MAX_POSITIONS))
+    return _each([("sliding", cfg.check_int(f"sliding_window[{i}]", w, high=MAX_POSITIONS))
                   if w else _FULL for i, w in enumerate(windows)])
 
 
@@ -345,13 +345,13 @@ def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHe
     decoder layer): full layers take ``global_head_dim`` (class default 512) and, when
     ``attention_k_eq_v`` is true, ``num_global_key_value_heads``; sliding layers keep
     ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins."""
-    global_head = cfg.integer(("global_head_dim",), _MAX_DIM) or 512
+    global_head = cfg.integer(("global_head_dim",), MAX_DIM) or 512
     global_kv = kv_heads
     if cfg.get("attention_k_eq_v") is True:
-        global_kv = cfg.integer(("num_global_key_value_heads",), _MAX_HEADS) or kv_heads
+        global_kv = cfg.integer(("num_global_key_value_heads",), MAX_HEADS) or kv_heads
     written = cfg.get("per_layer_config")
     if isinstance(written, dict) and written:
-        n = cfg.required(("num_hidden_layers",), _MAX_LAYERS)
+        n = cfg.required(("num_hidden_layers",), MAX_LAYERS)
         full = {i for i, t in enumerate(gemma4_layer_types(cfg, n)) if t == "full_attention"}
         if {int(k) for k in written if str(k).isdigit()} != full:
             raise ConfigError(
@@ -367,9 +367,9 @@ def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHe
                 f"{cfg.source}: per_layer_config gives the overridden layers more than one "
                 f"geometry, which memacct's Gemma 4 rule does not size: fix per_layer_config"
             )
-        global_head = cfg.check_int("per_layer_config.head_dim", heads.pop(), high=_MAX_DIM)
+        global_head = cfg.check_int("per_layer_config.head_dim", heads.pop(), high=MAX_DIM)
         global_kv = cfg.check_int("per_layer_config.num_key_value_heads", kvs.pop(),
-                                  high=_MAX_HEADS)
+                                  high=MAX_HEADS)
     return {"full": (per_rank(global_kv), global_head, global_head),
             "sliding": (per_rank(kv_heads), head, head)}
 
@@ -378,7 +378,7 @@ def _step_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHead
                     ) -> dict[str, tuple[int, int, int]]:
     """Step-1 and Step-3.5 (step1.py, step3p5.py): ``num_attention_groups`` KV heads (Step-1:
     else ``num_key_value_heads``, else 1), on full and sliding layers alike."""
-    groups = cfg.integer(("num_attention_groups", "num_key_value_heads"), _MAX_HEADS) or 1
+    groups = cfg.integer(("num_attention_groups", "num_key_value_heads"), MAX_HEADS) or 1
     return {"full": (per_rank(groups), head, head), "sliding": (per_rank(groups), head, head)}
 
 
@@ -424,7 +424,7 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
     earlier layer of the same kind (Gemma-3n) and keep none of their own.
     """
     slots = LAYOUTS[layout](cfg, num_layers)
-    shared = cfg.integer(("num_kv_shared_layers",), _MAX_LAYERS, low=0) or 0
+    shared = cfg.integer(("num_kv_shared_layers",), MAX_LAYERS, low=0) or 0
     if shared >= num_layers:
         raise ConfigError(
             f"{cfg.source}: num_kv_shared_layers = {shared} leaves no layer of the "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memacct.errors import ConfigError
-from memacct.model.config import _Config, config_int
+from memacct.model.config import ModelConfig, config_int
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.rules import VOCAB_PADDING
 
@@ -71,7 +71,7 @@ class TransformerShape:
 
     @classmethod
     def from_spec(
-        cls, spec: KVCacheSpec, config: Mapping[str, Any] | _Config
+        cls, spec: KVCacheSpec, config: Mapping[str, Any] | ModelConfig
     ) -> TransformerShape:
         """Derive the shape from the planner's spec and the raw config (for what the spec omits).
 
@@ -79,7 +79,7 @@ class TransformerShape:
             ConfigError: the config lacks what the forward pass needs
                 (``intermediate_size``, ``vocab_size``) or its dtype.
         """
-        cfg = _Config.of(config, "config.json")
+        cfg = ModelConfig.of(config, "config.json")
         tp = spec.tensor_parallel_size
         if spec.vocab_size is None:
             raise ConfigError(f"{spec.model_name}: the config has no vocab_size; add it")

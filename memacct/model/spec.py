@@ -47,7 +47,7 @@ from pydantic import BaseModel, BeforeValidator, Field, InstanceOf, PlainSeriali
 from memacct.checks import FROZEN, check_int
 from memacct.errors import InvalidInputError
 from memacct.model.config import (
-    _MAX_PARALLEL,
+    MAX_PARALLEL,
     ModelConfig,
 )
 from memacct.model.geometry import (
@@ -335,8 +335,8 @@ class KVCacheSpec(BaseModel):
             InvalidInputError: a bad ``kv_cache_dtype`` or parallel size, or
                 one that does not divide the model's heads.
         """
-        tp = check_int("tensor_parallel_size", tensor_parallel_size, high=_MAX_PARALLEL)
-        pp = check_int("pipeline_parallel_size", pipeline_parallel_size, high=_MAX_PARALLEL)
+        tp = check_int("tensor_parallel_size", tensor_parallel_size, high=MAX_PARALLEL)
+        pp = check_int("pipeline_parallel_size", pipeline_parallel_size, high=MAX_PARALLEL)
         kv_choice = kv_cache_dtype
         if not (isinstance(kv_choice, str) and kv_choice.strip().lower() == "auto"):
             kv_dtype_bytes(kv_choice)  # fail on a bad name before reading anything

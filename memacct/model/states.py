@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.errors import ConfigError, InvalidInputError
-from memacct.model.config import _DTYPE_ALIASES, _KV_DTYPES, _MAX_DIM, _MAX_HEADS, ModelConfig
+from memacct.model.config import DTYPE_ALIASES, KV_DTYPE_BYTES, MAX_DIM, MAX_HEADS, ModelConfig
 from memacct.model.layers import (
     GatedDeltaNetState,
     KimiDeltaState,
@@ -63,8 +63,8 @@ def ssm_dtype_bytes(cfg: ModelConfig, model_bytes: int) -> int:
         # the SSM cache is float32 unless the config names another dtype.
         name = "float32"
     if isinstance(name, str):
-        key = _DTYPE_ALIASES.get(name.lower().removeprefix("torch."), name.lower())
-        return _KV_DTYPES.get(key, model_bytes)
+        key = DTYPE_ALIASES.get(name.lower().removeprefix("torch."), name.lower())
+        return KV_DTYPE_BYTES.get(key, model_bytes)
     return model_bytes
 
 
@@ -82,11 +82,11 @@ def _conv_ssm(conv: int, ssm: int, geo: Geometry) -> tuple[tuple[int, int], ...]
 
 
 def _gdn(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    nk = cfg.required(("linear_num_key_heads",), _MAX_HEADS)
-    nv = cfg.required(("linear_num_value_heads",), _MAX_HEADS)
-    dk = cfg.required(("linear_key_head_dim",), _MAX_DIM)
-    dv = cfg.required(("linear_value_head_dim",), _MAX_DIM)
-    kernel = cfg.required(("linear_conv_kernel_dim",), _MAX_DIM)
+    nk = cfg.required(("linear_num_key_heads",), MAX_HEADS)
+    nv = cfg.required(("linear_num_value_heads",), MAX_HEADS)
+    dk = cfg.required(("linear_key_head_dim",), MAX_DIM)
+    dv = cfg.required(("linear_value_head_dim",), MAX_DIM)
+    kernel = cfg.required(("linear_conv_kernel_dim",), MAX_DIM)
     conv_dim = dk * nk * 2 + dv * nv
     _check_divides(cfg, geo.tp, {"linear_num_value_heads": nv, "linear conv dim": conv_dim})
     return _conv_ssm(conv_dim // geo.tp * (kernel - 1), nv // geo.tp * dv * dk, geo)
@@ -94,14 +94,14 @@ def _gdn(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
 
 def _mamba2(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     heads = cfg.required(("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "num_heads"),
-                         _MAX_HEADS)
+                         MAX_HEADS)
     head_dim = cfg.required(("mamba_d_head", "mamba_head_dim", "mamba_headdim", "head_dim"),
-                            _MAX_DIM)
-    state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), _MAX_DIM)
-    groups = cfg.required(("mamba_n_groups", "n_groups", "mamba_ngroups"), _MAX_HEADS)
-    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
-    expand = cfg.integer(("mamba_expand", "expand"), _MAX_DIM)
-    inner = cfg.integer(("mamba_d_ssm",), _MAX_DIM)
+                            MAX_DIM)
+    state = cfg.required(("mamba_d_state", "ssm_state_size", "state_size"), MAX_DIM)
+    groups = cfg.required(("mamba_n_groups", "n_groups", "mamba_ngroups"), MAX_HEADS)
+    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), MAX_DIM)
+    expand = cfg.integer(("mamba_expand", "expand"), MAX_DIM)
+    inner = cfg.integer(("mamba_d_ssm",), MAX_DIM)
     if inner is None:
         # Nemotron-H's mixer is heads x head_dim wide; Granite's and Bamba's mamba_expand x hidden.
         use_expand = expand is not None and cfg.model_type != "nemotron_h"
@@ -114,27 +114,27 @@ def _mamba2(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
 
 
 def _mamba1(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    state = cfg.required(("mamba_d_state", "state_size"), _MAX_DIM)
-    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), _MAX_DIM)
-    expand = cfg.integer(("mamba_expand",), _MAX_DIM)
+    state = cfg.required(("mamba_d_state", "state_size"), MAX_DIM)
+    kernel = cfg.required(("mamba_d_conv", "conv_kernel"), MAX_DIM)
+    expand = cfg.integer(("mamba_expand",), MAX_DIM)
     # Jamba's mixer is mamba_expand x hidden wide; Mamba's intermediate_size.
-    inner = expand * geo.hidden if expand else cfg.required(("intermediate_size",), _MAX_DIM)
+    inner = expand * geo.hidden if expand else cfg.required(("intermediate_size",), MAX_DIM)
     _check_divides(cfg, geo.tp, {"mamba intermediate size": inner})
     return _conv_ssm(inner // geo.tp * (kernel - 1), inner // geo.tp * state, geo)
 
 
 def _short_conv(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     # lfm2.py: short_conv_state_shape(intermediate_size=conv_dim) when the config writes it.
-    kernel = cfg.required(("conv_L_cache",), _MAX_DIM)
-    width = cfg.integer(("conv_dim",), _MAX_DIM) or geo.hidden
+    kernel = cfg.required(("conv_L_cache",), MAX_DIM)
+    width = cfg.integer(("conv_dim",), MAX_DIM) or geo.hidden
     _check_divides(cfg, geo.tp, {"conv width": width})
     return ((width // geo.tp * (kernel - 1), geo.model_bytes),)
 
 
 def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     # minimax_text_01.py: heads / tp x head_dim x head_dim, in the cache dtype (auto: the model's).
-    heads = cfg.required(("num_attention_heads",), _MAX_HEADS)
-    head_dim = cfg.integer(("head_dim",), _MAX_DIM) or geo.hidden // heads
+    heads = cfg.required(("num_attention_heads",), MAX_HEADS)
+    head_dim = cfg.integer(("head_dim",), MAX_DIM) or geo.hidden // heads
     _check_divides(cfg, geo.tp, {"attention heads": heads})
     return ((heads // geo.tp * head_dim * head_dim, geo.model_bytes),)
 
@@ -144,11 +144,11 @@ def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     # (3 x heads x head_dim / tp x (kernel - 1)) in the model dtype, heads / tp x hd x hd in fp32.
     section = linear_config(cfg)
     heads = cfg.check_int("linear_attn_config.num_heads", section.get("num_heads"),
-                          high=_MAX_HEADS)
+                          high=MAX_HEADS)
     head_dim = cfg.check_int("linear_attn_config.head_dim", section.get("head_dim"),
-                             high=_MAX_DIM)
+                             high=MAX_DIM)
     kernel = cfg.check_int("linear_attn_config.short_conv_kernel_size",
-                           section.get("short_conv_kernel_size", 4), high=_MAX_DIM)
+                           section.get("short_conv_kernel_size", 4), high=MAX_DIM)
     _check_divides(cfg, geo.tp, {"KDA heads": heads})
     conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
     return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))

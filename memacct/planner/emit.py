@@ -234,7 +234,7 @@ def _deployment_flags(options: PlanOptions) -> list[str]:
         if d.lora.fully_sharded_loras:
             flags.append("--fully-sharded-loras")
     if d.speculative is not None:
-        flags += ["--speculative-config", _json(_speculative(d.speculative))]
+        flags += ["--speculative-config", _json(speculative_flag_value(d.speculative))]
     if d.enable_expert_parallel:
         flags.append("--enable-expert-parallel")
     if d.data_parallel_size != 1:
@@ -251,7 +251,7 @@ def _deployment_flags(options: PlanOptions) -> list[str]:
     return flags
 
 
-def _speculative(spec: Any) -> dict[str, Any]:
+def speculative_flag_value(spec: Any) -> dict[str, Any]:
     """``--speculative-config``'s object for a :class:`~memacct.engines.deployment.Speculative`
     (``draft_model`` is memacct's name for a draft named by its model alone)."""
     obj: dict[str, Any] = {}

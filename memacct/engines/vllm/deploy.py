@@ -45,7 +45,7 @@ from memacct.engines.vllm.speculative import (
     rejection_sampler_bytes,
     with_draft_layers,
 )
-from memacct.model.config import _Config
+from memacct.model.config import ModelConfig
 from memacct.model.geometry import pipeline_partition
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.estimate import WeightEstimate, mxfp4_padding
@@ -91,7 +91,7 @@ class StageStartup(Protocol):
 
 def _keeps_weights(d: Deployment, config: Mapping[str, Any]) -> bool:
     """Whether weights sized elsewhere (a checkpoint) still hold for one rank of ``d``."""
-    cfg = _Config(config, "config.json")
+    cfg = ModelConfig(config, "config.json")
     moe = bool(cfg.first_int(("num_experts", "num_local_experts", "n_routed_experts"), 0))
     split = d.pipeline_parallel_size > 1 or (moe and (d.enable_expert_parallel or
                                                       d.data_parallel_size > 1))  # fmt: skip
@@ -127,7 +127,7 @@ def _stage_weights(
         config, d, tensor_parallel_size=tp, stage=stage, mxfp4_pad=pad)  # fmt: skip
     roles = dict(w.by_role)
     if d.lora is not None:
-        cfg = _Config(config, "config.json")
+        cfg = ModelConfig(config, "config.json")
         experts = cfg.first_int(("num_experts", "num_local_experts", "n_routed_experts"), 0) or 0
         ranks = tp * d.data_parallel_size
         ep = d.enable_expert_parallel and experts
@@ -175,7 +175,7 @@ def estimate_deployment(startup: StageStartup, request: StartupRequest) -> Start
                      "formulas, not the checkpoint's total")  # fmt: skip
     kv_dtype = serving_kv_cache_dtype(cfg, settings.kv_cache_dtype)
     spec = deployment_kv_spec(cfg, d, kv_cache_dtype=kv_dtype, tensor_parallel_size=tp)
-    total_layers = _Config(cfg, "config.json").first_int(("num_hidden_layers",), 0) or 1
+    total_layers = ModelConfig(cfg, "config.json").first_int(("num_hidden_layers",), 0) or 1
     parts = pipeline_partition(total_layers, pp) if pp > 1 else (total_layers,)
     best: StartupEstimate | None = None
     for stage, layers in enumerate(parts):

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memacct.engines.deployment import LoraSettings
-from memacct.model.config import _Config
+from memacct.model.config import ModelConfig
 from memacct.model.weights.estimate import dtype_bytes
 
 __all__ = ["LORA_GRAPH_SETS", "lora_buffer_bytes"]
@@ -48,7 +48,7 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _int(cfg: _Config, *keys: str) -> int:
+def _int(cfg: ModelConfig, *keys: str) -> int:
     return cfg.first_int(keys, 0) or 0
 
 
@@ -68,7 +68,7 @@ def lora_buffer_bytes(
             ``tensor_parallel_size``; 1 with EP, TP x DP with DP and no EP).
         num_layers: decoder layers on this rank (``None``: all; fewer on a pipeline stage).
     """
-    cfg = _Config(config, "config.json")
+    cfg = ModelConfig(config, "config.json")
     tp, r, n = tensor_parallel_size, lora.max_lora_rank, lora.max_loras
     # fully sharded: the column layers' A rank and the row layers' B output are split.
     r_col = _ceil(r, tp) if lora.fully_sharded_loras else r

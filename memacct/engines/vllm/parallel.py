@@ -29,7 +29,7 @@ from typing import Any
 
 from memacct.engines.deployment import QUANTIZATIONS, Deployment
 from memacct.errors import InvalidInputError
-from memacct.model.config import _Config
+from memacct.model.config import ModelConfig
 from memacct.model.geometry import pipeline_partition
 from memacct.model.weights.estimate import (
     WeightEstimate,
@@ -130,7 +130,7 @@ def local_experts(num_experts: int, ep_size: int) -> int:
 
 
 def _num_experts(config: Mapping[str, Any]) -> int:
-    cfg = _Config(config, "config.json")
+    cfg = ModelConfig(config, "config.json")
     return cfg.first_int(("num_experts", "num_local_experts", "n_routed_experts"), 0) or 0
 
 
@@ -232,7 +232,7 @@ def layer_parameters(config: Mapping[str, Any], tensor_parallel_size: int) -> li
     the two norms); ``None`` where memacct does not list them (MoE, MLA, quantized)."""
     from memacct.model.weights.quant import parse_quantization
 
-    cfg = _Config(config, "config.json")
+    cfg = ModelConfig(config, "config.json")
     if (parse_quantization(config) is not None or cfg.get("kv_lora_rank") is not None
             or _num_experts(config)):  # fmt: skip
         return None

@@ -34,7 +34,7 @@ from typing import Any
 from memacct.engines.deployment import Speculative
 from memacct.engines.vllm.parallel import with_layers
 from memacct.errors import InvalidInputError
-from memacct.model.config import _Config
+from memacct.model.config import ModelConfig
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.estimate import VOCAB_PADDING, dtype_bytes, formula_weights
 
@@ -48,7 +48,7 @@ __all__ = [
 
 
 def _int(config: Mapping[str, Any], *keys: str) -> int:
-    return _Config(config, "config.json").first_int(keys, 0) or 0
+    return ModelConfig(config, "config.json").first_int(keys, 0) or 0
 
 
 def mtp_layers(config: Mapping[str, Any]) -> int:

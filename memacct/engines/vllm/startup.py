@@ -60,7 +60,7 @@ from memacct.engines.vllm.releases import (
     non_torch_bytes,
     parse_version,
 )
-from memacct.model.config import _Config
+from memacct.model.config import ModelConfig
 from memacct.model.spec import KVCacheSpec
 from memacct.model.weights.estimate import estimate_weights, mxfp4_padding
 from memacct.trace import trace_peak
@@ -162,7 +162,7 @@ class VllmStartup(BatchDefaults):
             notes.append(f"{self.name} defaults on this device: {', '.join(defaulted)}")
         layout = s.mxfp4_layout or device_class(device_name)
         # The plan's reading of the model when it passed one (read once per plan).
-        model = request.model or _Config(config, "config.json")
+        model = request.model or ModelConfig(config, "config.json")
         weights = request.weights
         if weights is None:
             weights = estimate_weights(
@@ -215,7 +215,7 @@ class VllmStartup(BatchDefaults):
         )
 
     def workload(
-        self, config: Mapping[str, Any] | _Config, spec: KVCacheSpec, tokens: int, seqs: int
+        self, config: Mapping[str, Any] | ModelConfig, spec: KVCacheSpec, tokens: int, seqs: int
     ) -> ForwardPass:
         """The dummy forward pass over ``tokens`` tokens in at most ``seqs`` sequences."""
         return ForwardPass(spec, config, max_num_batched_tokens=tokens, max_num_seqs=seqs)
@@ -235,7 +235,7 @@ class VllmStartup(BatchDefaults):
     def sampler_peak(
         self,
         spec: KVCacheSpec,
-        config: Mapping[str, Any] | _Config,
+        config: Mapping[str, Any] | ModelConfig,
         seqs: int,
         version: tuple[int, int] | None = None,
         sampler: str | None = None,
@@ -263,7 +263,7 @@ class VllmStartup(BatchDefaults):
 
     def activation_peak(
         self,
-        config: Mapping[str, Any] | _Config,
+        config: Mapping[str, Any] | ModelConfig,
         spec: KVCacheSpec,
         tokens: int,
         seqs: int,
@@ -281,7 +281,7 @@ class VllmStartup(BatchDefaults):
 
     def cudagraph_memory(
         self,
-        config: Mapping[str, Any] | _Config,
+        config: Mapping[str, Any] | ModelConfig,
         spec: KVCacheSpec,
         seqs: int,
         tokens: int,

@@ -26,12 +26,12 @@ from memacct.model.weights.quant import UnknownQuantizationError, parse_quantiza
 from memacct.model.weights.rules import (
     WeightEstimate,
     WeightTensor,
-    _num_kv_heads,
-    _role,
-    _shard_elems,
-    _text,
+    config_kv_heads,
     dtype_bytes,
     rotary_tensor,
+    shard_elements,
+    tensor_role,
+    text_section,
 )
 
 __all__ = [
@@ -168,7 +168,7 @@ def _header(path: Path) -> dict[str, TensorInfo]:
     return header_tensors(loads_json_object(text, f"safetensors header of {path.name}"), source)
 
 
-def _checkpoint_files(directory: Path) -> list[Path]:
+def checkpoint_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         data = read_json_object(index, "model.safetensors.index.json")
@@ -184,7 +184,7 @@ def checkpoint_table(directory: str | os.PathLike[str]) -> TensorTable:
     """
     root = Path(directory)
     config = read_json_object(root / "config.json", "config.json")
-    files = _checkpoint_files(root)
+    files = checkpoint_files(root)
     if not files:
         raise ConfigError(
             f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
@@ -206,16 +206,16 @@ def table_tensors(table: TensorTable, *, tensor_parallel_size: int = 1) -> list[
     then the rotary cos/sin cache; a tied LM head is left out (the embedding serves it)."""
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
     config = table.config
-    kv = _num_kv_heads(config)
+    kv = config_kv_heads(config)
     dt = dtype_bytes(config)
-    tied = bool(_text(config).get("tie_word_embeddings", True))
+    tied = bool(text_section(config).get("tie_word_embeddings", True))
     tensors: list[WeightTensor] = []
     for name, info in table.tensors.items():
         shape = info.shape
-        role = _role(name)
+        role = tensor_role(name)
         if role == "lm_head" and tied:
             continue
-        shard = _shard_elems(name, shape, tp, kv)
+        shard = shard_elements(name, shape, tp, kv)
         if info.nbytes is not None:
             elems = 1
             for d in shape:
@@ -246,7 +246,7 @@ def table_weights(table: TensorTable, *, tensor_parallel_size: int = 1) -> Weigh
 
 
 def _quant_method(config: Mapping[str, Any]) -> object:
-    quant = config.get("quantization_config") or _text(config).get("quantization_config")
+    quant = config.get("quantization_config") or text_section(config).get("quantization_config")
     return quant.get("quant_method") if isinstance(quant, Mapping) else None
 
 

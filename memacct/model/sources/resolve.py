@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memacct.errors import ConfigError
-from memacct.model.sources.checkpoint import TensorTable, _checkpoint_files, checkpoint_table
+from memacct.model.sources.checkpoint import TensorTable, checkpoint_files, checkpoint_table
 
 __all__ = ["ModelSource", "Origin", "resolve_model"]
 
@@ -172,7 +172,7 @@ def _local(path: Path) -> ModelSource:
         )
     if path.is_dir():
         config = read_config_file(path)
-        if _checkpoint_files(path):
+        if checkpoint_files(path):
             table = checkpoint_table(path)
             return ModelSource(config, path.name, "checkpoint", str(path), table)
         return ModelSource(config, path.name, "config", str(path / "config.json"))

@@ -40,7 +40,7 @@ from memacct.io import read_json_object
 from memacct.model.config import ModelConfig
 from memacct.model.sources.checkpoint import (
     TensorTable,
-    _checkpoint_files,
+    checkpoint_files,
     checkpoint_table,
     safetensors_weights,
     table_tensors,
@@ -177,7 +177,7 @@ def _from_best_source(
         model = model.config
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
-        if path.is_dir() and source in ("auto", "checkpoint") and _checkpoint_files(path):
+        if path.is_dir() and source in ("auto", "checkpoint") and checkpoint_files(path):
             check_int("tensor_parallel_size", tp)
             return table(checkpoint_table(path), tensor_parallel_size=tp)
         cfg_path = path / "config.json" if path.is_dir() else path

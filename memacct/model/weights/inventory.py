@@ -30,18 +30,18 @@ from typing import Any
 
 from memacct.checks import check_int
 from memacct.errors import ConfigError
-from memacct.model.config import _Config
-from memacct.model.geometry import _kv_heads
+from memacct.model.config import ModelConfig
+from memacct.model.geometry import kv_heads_of
 from memacct.model.weights.quant import QuantScheme, parse_quantization
 from memacct.model.weights.rules import (
     WeightTensor,
-    _ceil_div,
-    _int,
-    _need,
-    _padded_vocab,
-    _text,
+    ceil_div,
     dtype_bytes,
+    int_of,
+    padded_vocab_per_rank,
+    required_int,
     rotary_tensor,
+    text_section,
 )
 
 __all__ = ["WeightTensor", "formula_tensors", "rotary_tensor"]
@@ -63,29 +63,27 @@ the rows it holds beyond the positions (OPT's offset of 2: ``OPTLearnedPositiona
 in vLLM's ``opt.py``); it is replicated on every rank."""
 
 
-def _moe_layers(cfg: _Config, layers: int, experts: int) -> set[int]:
+def _moe_layers(cfg: ModelConfig, layers: int, experts: int) -> set[int]:
     if not experts:
         return set()
-    first_dense = _int(cfg, "first_k_dense_replace", default=0) or 0
-    step = _int(cfg, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
+    first_dense = int_of(cfg, "first_k_dense_replace", default=0) or 0
+    step = int_of(cfg, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
     mlp_only = cfg.get("mlp_only_layers") or []
     only = {int(i) for i in mlp_only if isinstance(i, int)}
     return {i for i in range(layers) if i >= first_dense and (i + 1) % step == 0 and i not in only}
 
 
-def _refuse_state_layers(cfg: _Config) -> None:
+def _refuse_state_layers(cfg: ModelConfig) -> None:
     # Mamba and linear-attention layers (Granite 4.0-H, Qwen3-Next, Nemotron-H, Jamba) carry
     # projections, convolutions and gates the formulas do not model: the meta-device count
     # or the checkpoint's headers size them (both exact), never a guess.
     kinds = {str(kind) for kind in cfg.get("layer_types") or () if isinstance(kind, str)}
     keys = [key for key in cfg.written_keys() if key.startswith(("mamba_", "linear_", "ssm_"))]
     if kinds & {"mamba", "linear_attention"} or keys:
-        from memacct.plugin import extra_hint
-
         raise ConfigError(
             f"{cfg.get('model_type', 'this model')} has Mamba or linear-attention layers, "
-            f"which memacct's per-family formulas do not size: {extra_hint('hf')}, or give "
-            "the checkpoint directory"
+            f"which memacct's per-family formulas do not size: install memacct[hf] "
+            f"(transformers) or give the checkpoint directory"
         )
 
 
@@ -116,19 +114,20 @@ class _Inventory:
         self.add(name or f"{module}.weight", role, (out_f, in_f), nbytes)
 
 
-def _attention(inv: _Inventory, cfg: _Config, p: str, h: int, tp: int) -> None:
+def _attention(inv: _Inventory, cfg: ModelConfig, p: str, h: int, tp: int) -> None:
     """One layer's attention: MLA (DeepSeek) or MHA/GQA, with its biases, norms and sinks."""
     model_type = str(cfg.get("model_type", ""))
-    heads = _need(cfg, "num_attention_heads", "num_attention_heads", "n_head")
-    kv_heads = _kv_heads(cfg, heads)  # the spec's reading (Falcon's multi_query, ChatGLM's groups)
-    head_dim = _int(cfg, "head_dim", default=h // heads) or h // heads
+    heads = required_int(cfg, "num_attention_heads", "num_attention_heads", "n_head")
+    # the spec's reading (Falcon's multi_query, ChatGLM's groups)
+    kv_heads = kv_heads_of(cfg, heads)
+    head_dim = int_of(cfg, "head_dim", default=h // heads) or h // heads
     h_rank = max(1, heads // tp)
     if cfg.get("kv_lora_rank") is not None:
-        rank = _need(cfg, "kv_lora_rank", "kv_lora_rank")
-        rope = _int(cfg, "qk_rope_head_dim", default=64) or 64
-        nope = _int(cfg, "qk_nope_head_dim", default=128) or 128
-        v_dim = _int(cfg, "v_head_dim", default=nope) or nope
-        q_rank = _int(cfg, "q_lora_rank", default=0) or 0
+        rank = required_int(cfg, "kv_lora_rank", "kv_lora_rank")
+        rope = int_of(cfg, "qk_rope_head_dim", default=64) or 64
+        nope = int_of(cfg, "qk_nope_head_dim", default=128) or 128
+        v_dim = int_of(cfg, "v_head_dim", default=nope) or nope
+        q_rank = int_of(cfg, "q_lora_rank", default=0) or 0
         if q_rank:
             inv.linear(f"{p}.self_attn.q_a_proj", q_rank, h, "attention")
             inv.add(f"{p}.self_attn.q_a_layernorm.weight", "norms", (q_rank,))
@@ -173,8 +172,8 @@ def _experts(
     inv.add(f"{name}.w13_weight", "experts", (experts, 2 * im, h), w13)
     inv.add(f"{name}.w2_weight", "experts", (experts, h, im), w2)
     if quant.method == "mxfp4":
-        im_p = _ceil_div(im, mxfp4_pad[0]) * mxfp4_pad[0]
-        h_p = _ceil_div(h, mxfp4_pad[1]) * mxfp4_pad[1]
+        im_p = ceil_div(im, mxfp4_pad[0]) * mxfp4_pad[0]
+        h_p = ceil_div(h, mxfp4_pad[1]) * mxfp4_pad[1]
         # The MXFP4 kernels keep the experts' biases in bf16, padded as the weights are.
         inv.add(f"{name}.w13_bias", "experts", (experts, 2 * im_p), experts * 2 * im_p * 2)
         inv.add(f"{name}.w2_bias", "experts", (experts, h_p), experts * h_p * 2)
@@ -188,31 +187,31 @@ def _qwen_vl_vision(inv: _Inventory, vision: Mapping[str, Any], qwen25: bool, tp
     (Qwen2-VL's LayerNorms carry a bias); the Conv3d patch embedding (channels x
     temporal_patch_size x patch^2, no bias); the merger: ``ln_q`` and two biased linears
     over spatial_merge_size^2 x width, out to ``out_hidden_size`` (Qwen2-VL: ``hidden_size``)."""
-    cfg = _Config(vision, "vision_config")
-    vh = _int(cfg, "hidden_size" if qwen25 else "embed_dim", default=1280) or 1280
-    depth = _int(cfg, "depth", "num_hidden_layers", default=32) or 32
+    cfg = ModelConfig(vision, "vision_config")
+    vh = int_of(cfg, "hidden_size" if qwen25 else "embed_dim", default=1280) or 1280
+    depth = int_of(cfg, "depth", "num_hidden_layers", default=32) or 32
     if qwen25:
-        vi = _int(cfg, "intermediate_size", default=3420) or 3420
-        out = _int(cfg, "out_hidden_size", default=vh) or vh
+        vi = int_of(cfg, "intermediate_size", default=3420) or 3420
+        out = int_of(cfg, "out_hidden_size", default=vh) or vh
         mlp = 2 * vi * vh + 2 * vi + vh * vi + vh
     else:
-        vi = vh * (_int(cfg, "mlp_ratio", default=4) or 4)
-        out = _int(cfg, "hidden_size", default=vh) or vh
+        vi = vh * (int_of(cfg, "mlp_ratio", default=4) or 4)
+        out = int_of(cfg, "hidden_size", default=vh) or vh
         mlp = vi * vh + vi + vh * vi + vh
     dt = inv.dt
     norm = vh if qwen25 else 2 * vh
     for i in range(depth):
         p = f"visual.blocks.{i}"
-        linears = _ceil_div(3 * vh * vh + 3 * vh + vh * vh + vh + mlp, tp)
+        linears = ceil_div(3 * vh * vh + 3 * vh + vh * vh + vh + mlp, tp)
         inv.add(f"{p}.linears", "vision", (linears,), linears * dt)
         inv.add(f"{p}.norms", "vision", (2, norm))
-    channels = _int(cfg, "in_channels", "in_chans", default=3) or 3
-    temporal = _int(cfg, "temporal_patch_size", default=2) or 2
-    patch = _int(cfg, "patch_size", default=14) or 14
+    channels = int_of(cfg, "in_channels", "in_chans", default=3) or 3
+    temporal = int_of(cfg, "temporal_patch_size", default=2) or 2
+    patch = int_of(cfg, "patch_size", default=14) or 14
     inv.add("visual.patch_embed.proj.weight", "vision", (vh, channels, temporal, patch, patch))
-    merged = vh * (_int(cfg, "spatial_merge_size", default=2) or 2) ** 2
+    merged = vh * (int_of(cfg, "spatial_merge_size", default=2) or 2) ** 2
     inv.add("visual.merger.ln_q", "vision", (norm,))
-    merger = _ceil_div(merged * merged + merged + out * merged + out, tp)
+    merger = ceil_div(merged * merged + merged + out * merged + out, tp)
     inv.add("visual.merger.mlp", "vision", (merger,), merger * dt)
 
 
@@ -224,27 +223,27 @@ def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: in
     if model_type in ("qwen2_vl", "qwen2_5_vl"):
         _qwen_vl_vision(inv, vision, model_type == "qwen2_5_vl", tp)
         return
-    vision_cfg = _Config(vision, "vision_config")
-    vh = _int(vision_cfg, "hidden_size", "embed_dim", "width", default=0) or 0
-    depth = _int(vision_cfg, "num_hidden_layers", "depth", "num_layers", default=0) or 0
-    vi = _int(vision_cfg, "intermediate_size", "mlp_dim", default=4 * vh) or 4 * vh
-    patch = _int(vision_cfg, "patch_size", default=14) or 14
-    channels = _int(vision_cfg, "num_channels", "in_channels", default=3) or 3
+    vision_cfg = ModelConfig(vision, "vision_config")
+    vh = int_of(vision_cfg, "hidden_size", "embed_dim", "width", default=0) or 0
+    depth = int_of(vision_cfg, "num_hidden_layers", "depth", "num_layers", default=0) or 0
+    vi = int_of(vision_cfg, "intermediate_size", "mlp_dim", default=4 * vh) or 4 * vh
+    patch = int_of(vision_cfg, "patch_size", default=14) or 14
+    channels = int_of(vision_cfg, "num_channels", "in_channels", default=3) or 3
     if not vh or not depth:
         return
     dt = inv.dt
     for i in range(depth):
         p = f"vision_tower.layers.{i}"
-        linears = _ceil_div(4 * vh * vh + 2 * vh * vi, tp)
+        linears = ceil_div(4 * vh * vh + 2 * vh * vi, tp)
         inv.add(f"{p}.linears", "vision", (linears,), linears * dt)
         inv.add(f"{p}.norms", "vision", (4, vh))
     inv.add("vision_tower.patch_embedding.weight", "vision", (vh, channels, patch, patch))
-    projector = _ceil_div(vh * text_hidden + text_hidden * text_hidden, tp)
+    projector = ceil_div(vh * text_hidden + text_hidden * text_hidden, tp)
     inv.add("multi_modal_projector", "vision", (projector,), projector * dt)
 
 
 def formula_tensors(
-    config: Mapping[str, Any] | _Config,
+    config: Mapping[str, Any] | ModelConfig,
     *,
     tensor_parallel_size: int = 1,
     mxfp4_pad: tuple[int, int] = (256, 1),
@@ -267,20 +266,20 @@ def formula_tensors(
         UnknownQuantizationError: the quantization method is not known.
     """
     tp = check_int("tensor_parallel_size", tensor_parallel_size)
-    cfg = _text(config)
+    cfg = text_section(config)
     raw = cfg.root
     _refuse_state_layers(cfg)
     inv = _Inventory(dtype_bytes(cfg), parse_quantization(raw))
-    h = _need(cfg, "hidden_size", "hidden_size", "d_model", "n_embd")
-    layers = _need(cfg, "num_hidden_layers", "num_hidden_layers", "num_layers", "n_layer")
-    vocab = _need(cfg, "vocab_size", "vocab_size")
+    h = required_int(cfg, "hidden_size", "hidden_size", "d_model", "n_embd")
+    layers = required_int(cfg, "num_hidden_layers", "num_hidden_layers", "num_layers", "n_layer")
+    vocab = required_int(cfg, "vocab_size", "vocab_size")
     model_type = str(cfg.get("model_type", ""))
-    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
+    experts = int_of(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
     intermediate = (
-        _int(cfg, "intermediate_size", "intermediate_size_mlp", "ffn_dim", default=0) or 0
+        int_of(cfg, "intermediate_size", "intermediate_size_mlp", "ffn_dim", default=0) or 0
     )
-    dense_i = _int(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
-    moe_i = _int(cfg, "moe_intermediate_size", default=intermediate) or intermediate
+    dense_i = int_of(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
+    moe_i = int_of(cfg, "moe_intermediate_size", default=intermediate) or intermediate
     if not experts and not dense_i:
         raw = cfg.get("intermediate_size")
         if isinstance(raw, list):  # Gemma 3n: one width per layer, beside per-layer inputs
@@ -294,10 +293,12 @@ def formula_tensors(
             "intermediate_size: the config has no MLP width; add it to config.json or give the "
             "checkpoint directory"
         )
-    pv = _padded_vocab(vocab, tp)
+    pv = padded_vocab_per_rank(vocab, tp)
     inv.add("model.embed_tokens.weight", "embedding", (pv, h))
     if model_type in _LEARNED_POSITIONS:
-        rows = _need(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions")
+        rows = required_int(
+            cfg, "max_position_embeddings", "max_position_embeddings", "n_positions"
+        )
         inv.add("model.embed_positions.weight", "embedding",
                 (rows + _LEARNED_POSITIONS[model_type], h))
     # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied.
@@ -305,8 +306,8 @@ def formula_tensors(
         inv.add("lm_head.weight", "lm_head", (pv, h))
     norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     moe = _moe_layers(cfg, layers, experts)
-    shared_i = (_int(cfg, "shared_expert_intermediate_size", default=0) or 0) or (
-        (_int(cfg, "n_shared_experts", default=0) or 0) * moe_i
+    shared_i = (int_of(cfg, "shared_expert_intermediate_size", default=0) or 0) or (
+        (int_of(cfg, "n_shared_experts", default=0) or 0) * moe_i
     )
     if model_type.startswith("llama4"):
         shared_i = intermediate  # Llama 4's MoE layers add one shared expert of the same width
@@ -318,15 +319,15 @@ def formula_tensors(
             inv.add(f"{p}.mlp.gate.weight", "router", (experts, h))
             if model_type == "gpt_oss":
                 inv.add(f"{p}.mlp.gate.bias", "router", (experts,))
-            _experts(inv, p, experts, _ceil_div(moe_i, tp), h, mxfp4_pad)
+            _experts(inv, p, experts, ceil_div(moe_i, tp), h, mxfp4_pad)
             if shared_i:
-                si = _ceil_div(shared_i, tp)
+                si = ceil_div(shared_i, tp)
                 inv.linear(f"{p}.mlp.shared_experts.gate_up_proj", 2 * si, h, "mlp")
                 inv.linear(f"{p}.mlp.shared_experts.down_proj", h, si, "mlp")
                 if cfg.get("shared_expert_intermediate_size"):
                     inv.add(f"{p}.mlp.shared_expert_gate.weight", "router", (1, h))
         else:
-            di = _ceil_div(dense_i, tp)
+            di = ceil_div(dense_i, tp)
             if model_type in _PLAIN_MLP:
                 inv.linear(f"{p}.mlp.up_proj", di, h, "mlp")
             else:

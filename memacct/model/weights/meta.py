@@ -15,14 +15,14 @@ from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.model.weights.quant import QuantScheme, parse_quantization
 from memacct.model.weights.rules import (
-    _COLUMN,
+    COLUMN_PARALLEL,
     WeightEstimate,
     WeightTensor,
-    _ceil_div,
-    _num_kv_heads,
-    _role,
-    _shard_elems,
+    ceil_div,
+    config_kv_heads,
     dtype_bytes,
+    shard_elements,
+    tensor_role,
 )
 
 __all__ = ["meta_tensors", "meta_weights"]
@@ -60,13 +60,13 @@ def meta_tensors(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
     params, tied = _parameters(json.dumps(unquantized, sort_keys=True, default=str))
     quant = parse_quantization(config)
     dt = dtype_bytes(config)
-    kv = _num_kv_heads(config)
+    kv = config_kv_heads(config)
     tensors: list[WeightTensor] = []
     for name, shape in params:
-        role = _role(name)
+        role = tensor_role(name)
         if role == "lm_head" and tied:
             continue
-        elems = _shard_elems(name, shape, tp, kv)
+        elems = shard_elements(name, shape, tp, kv)
         nbytes = elems * dt
         module = name.rsplit(".", 1)[0]
         fused_expert = role == "experts" and len(shape) == 3
@@ -77,10 +77,10 @@ def meta_tensors(config: Mapping[str, Any], *, tensor_parallel_size: int = 1) ->
                 nbytes = _quantized_experts(quant, name, shape, tp)
             elif role in ("attention", "mlp") and len(shape) == 2 and not quant.experts_only:
                 out_f, in_f = shape
-                if _COLUMN.search(name.lower()):
-                    out_f = _ceil_div(out_f, tp)
+                if COLUMN_PARALLEL.search(name.lower()):
+                    out_f = ceil_div(out_f, tp)
                 else:
-                    in_f = _ceil_div(in_f, tp)
+                    in_f = ceil_div(in_f, tp)
                 nbytes = quant.linear_bytes(out_f, in_f)
         tensors.append(WeightTensor(name, role, shape, nbytes))
     return tensors
@@ -138,7 +138,7 @@ def _quantized_experts(quant: QuantScheme, name: str, shape: tuple[int, ...], tp
     inter_first = "down" in name
     out_f, in_f = (b, a)
     if inter_first:
-        in_f = _ceil_div(in_f, tp)
+        in_f = ceil_div(in_f, tp)
     else:
-        out_f = _ceil_div(out_f, tp)
+        out_f = ceil_div(out_f, tp)
     return quant.experts_bytes(experts, out_f, in_f, mxfp4_pad=(1, 1))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.errors import ConfigError
-from memacct.model.config import DTYPE_BYTES, _Config
+from memacct.model.config import DTYPE_BYTES, ModelConfig
 
 __all__ = ["VOCAB_PADDING", "WeightEstimate", "WeightTensor", "dtype_bytes", "rotary_tensor"]
 
@@ -78,35 +78,35 @@ class WeightEstimate:
         return cls(sum(by_role.values()), by_role, source, quantization, tensor_parallel_size)
 
 
-def dtype_bytes(config: Mapping[str, Any] | _Config) -> int:
+def dtype_bytes(config: Mapping[str, Any] | ModelConfig) -> int:
     """Bytes per element of the unquantized weights as vLLM serves them with ``--dtype auto``.
 
     vLLM serves a float32 checkpoint, or one that names no dtype (gpt-oss),
     in bfloat16 (float16 where bfloat16 is not supported): 2 bytes either way.
     """
-    cfg = _text(config)
+    cfg = text_section(config)
     name = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     size = DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), 2)
     return 2 if size == 4 else size
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _padded_vocab(vocab: int, tp: int) -> int:
-    padded = _ceil_div(vocab, VOCAB_PADDING) * VOCAB_PADDING
-    return _ceil_div(padded, tp)
+def padded_vocab_per_rank(vocab: int, tp: int) -> int:
+    padded = ceil_div(vocab, VOCAB_PADDING) * VOCAB_PADDING
+    return ceil_div(padded, tp)
 
 
-_COLUMN = re.compile(
+COLUMN_PARALLEL = re.compile(
     r"(q_proj|k_proj|v_proj|qkv_proj|query_key_value|gate_proj|up_proj|gate_up_proj|w1|w3|"
     r"c_attn|fc1|q_b_proj|kv_b_proj|in_proj|wq|wk|wv|linear_fc1|q_a_proj|kv_a_proj_with_mqa)"
 )
 _ROW = re.compile(r"(o_proj|down_proj|w2|c_proj|fc2|out_proj|dense|wo|linear_fc2)")
 
 
-def _role(name: str) -> str:
+def tensor_role(name: str) -> str:
     low = name.lower()
     if any(k in low for k in ("vision", "visual", "image", "mm_projector", "multi_modal")):
         return "vision"
@@ -130,17 +130,17 @@ def _role(name: str) -> str:
     return "mlp"
 
 
-def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int | None) -> int:
+def shard_elements(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int | None) -> int:
     """Elements of this rank's shard of a checkpoint tensor called ``name``."""
     elems = 1
     for d in shape:
         elems *= d
     if tp == 1 or not shape:
         return elems
-    role = _role(name)
+    role = tensor_role(name)
     if role in ("embedding", "lm_head"):
         rows = shape[0]
-        return _padded_vocab(rows, tp) * (elems // rows)
+        return padded_vocab_per_rank(rows, tp) * (elems // rows)
     if role in ("norms", "router"):
         return elems
     low = name.lower()
@@ -150,24 +150,24 @@ def _shard_elems(name: str, shape: tuple[int, ...], tp: int, num_kv_heads: int |
         return elems // num_kv_heads  # each rank holds one whole, replicated KV head
     if low.endswith(".bias") and _ROW.search(low):
         return elems  # a row-parallel layer's bias is added once, whole on every rank
-    if role == "experts" or _COLUMN.search(low) or _ROW.search(low) or role == "vision":
-        return _ceil_div(elems, tp)
+    if role == "experts" or COLUMN_PARALLEL.search(low) or _ROW.search(low) or role == "vision":
+        return ceil_div(elems, tp)
     return elems
 
 
-def _text(config: Mapping[str, Any] | _Config) -> _Config:
-    """The config through the planner's one reader (:class:`~memacct.model.config._Config`):
+def text_section(config: Mapping[str, Any] | ModelConfig) -> ModelConfig:
+    """The config through the planner's one reader (:class:`~memacct.model.config.ModelConfig`):
     the language model's section first, then the top level, then the defaults transformers
     fills in for its model type (Gemma 3's published config.json carries no vocab_size).
     A reading already made is used as it is."""
-    return _Config.of(config, "config.json")
+    return ModelConfig.of(config, "config.json")
 
 
-def _int(cfg: _Config, *keys: str, default: int | None = None) -> int | None:
+def int_of(cfg: ModelConfig, *keys: str, default: int | None = None) -> int | None:
     return cfg.first_int(keys, default)
 
 
-def _need(cfg: _Config, name: str, *keys: str) -> int:
+def required_int(cfg: ModelConfig, name: str, *keys: str) -> int:
     value = cfg.first_int(keys)
     if value is None or value <= 0:
         raise ConfigError(
@@ -177,27 +177,27 @@ def _need(cfg: _Config, name: str, *keys: str) -> int:
     return value
 
 
-def _num_kv_heads(config: Mapping[str, Any]) -> int | None:
-    cfg = _text(config)
-    return _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num") or _int(
+def config_kv_heads(config: Mapping[str, Any]) -> int | None:
+    cfg = text_section(config)
+    return int_of(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num") or int_of(
         cfg, "num_attention_heads"
     )
 
 
-def rotary_tensor(config: Mapping[str, Any] | _Config) -> WeightTensor:
+def rotary_tensor(config: Mapping[str, Any] | ModelConfig) -> WeightTensor:
     """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
     in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
-    cfg = _text(config)
-    heads = _int(cfg, "num_attention_heads", default=0) or 0
-    hidden = _int(cfg, "hidden_size", default=0) or 0
+    cfg = text_section(config)
+    heads = int_of(cfg, "num_attention_heads", default=0) or 0
+    hidden = int_of(cfg, "hidden_size", default=0) or 0
     if cfg.get("kv_lora_rank") is not None:
-        rotary = _int(cfg, "qk_rope_head_dim", default=64) or 64
+        rotary = int_of(cfg, "qk_rope_head_dim", default=64) or 64
     else:
-        rotary = _int(cfg, "head_dim", default=hidden // heads if heads else 0) or 0
+        rotary = int_of(cfg, "head_dim", default=hidden // heads if heads else 0) or 0
     factor = cfg.get("partial_rotary_factor")
     if isinstance(factor, (int, float)) and 0 < factor < 1:
         rotary = int(rotary * factor)
-    positions = _int(cfg, "max_position_embeddings", default=0) or 0
+    positions = int_of(cfg, "max_position_embeddings", default=0) or 0
     nbytes = positions * rotary * dtype_bytes(config)
     return WeightTensor("rotary_emb.cos_sin_cache", "buffers", (positions, rotary), nbytes)
 
