@@ -70,6 +70,23 @@ def test_releases_are_read_from_each_wording() -> None:
     }
 
 
+@pytest.mark.parametrize(("line", "engine", "version"), [
+    ("vLLM Version                 : 0.10.1.1\nGPU KV cache size: 10 tokens", "vllm", "0.10.1.1"),
+    ("[pip3] vllm==0.9.2\n[pip3] vllm-flash-attn==2.6.1\nGPU KV cache size: 1 tokens", "vllm",
+     "0.9.2"),
+    ("vLLM Version: 0.9.1\nvLLM Ascend Version: 0.9.1rc2\n# npu blocks: 3", "vllm-ascend",
+     "0.9.1rc2"),
+    ("vLLM API server version 0.9.1\n# npu blocks: 3", "vllm-ascend", "0.9.1"),
+    ("sglang: 0.4.6.post1\nKV Cache is allocated. #tokens: 5, K size: 1 GB, V size: 1 GB",
+     "sglang", "0.4.6.post1"),
+])  # fmt: skip
+def test_a_release_is_read_where_an_environment_dump_names_it(
+    line: str, engine: str, version: str
+) -> None:
+    reading = read_log(line)
+    assert (reading.engine, reading.engine_version) == (engine, version)
+
+
 def test_the_logged_terms_are_bytes_and_v0_activation_is_the_peak_less_the_weights() -> None:
     reading = read_log((DATA / "vllm-10517-llama31-8b-rtx3090-20k.log").read_text())
     logged = reading.logged

@@ -168,10 +168,17 @@ ERRORS: tuple[Pattern, ...] = (
 VERSIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm", re.compile(r"vLLM API server version v?(?P<v>\d+\.\d+[\w.+]*)")),
     ("vllm", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(?P<v>\d+\.\d+[\w.+]*)\)")),
+    ("vllm", re.compile(r"vLLM Version\s*:\s*v?(?P<v>\d+\.\d+[\w.+]*)")),  # collect_env
     ("vllm", re.compile(r"vllm/vllm-openai:v(?P<v>\d+\.\d+[\w.]*)")),
+    ("vllm", re.compile(r"(?<![\w-])vllm==(?P<v>\d+\.\d+[\w.+]*)")),
+    ("vllm-ascend", re.compile(r"vLLM Ascend Version\s*:\s*v?(?P<v>\d+\.\d+[\w.+]*)")),
     ("vllm-ascend", re.compile(r"vllm-ascend:v(?P<v>\d+\.\d+[\w.]*)")),
+    ("vllm-ascend", re.compile(r"vllm[-_]ascend==(?P<v>\d+\.\d+[\w.+]*)")),
     ("vllm-mindspore", re.compile(r"vllm[-_]mindspore[=: ]+v?(?P<v>\d+\.\d+[\w.]*)")),
     ("sglang", re.compile(r"lmsysorg/sglang:v(?P<v>\d+\.\d+[\w.]*)")),
     ("sglang", re.compile(r"sglang(?:==| version:? )v?(?P<v>\d+\.\d+[\w.]*)")),
+    ("sglang", re.compile(r"(?m)^\s*sglang:\s*v?(?P<v>\d+\.\d+[\w.]*)")),  # check_env
 )
-"""Where a log names its release: vLLM's own lines, the container image, ``pip`` pins."""
+"""Where a log names its release, in order: the engine's own lines, ``collect_env`` or
+``check_env``, the container image, ``pip`` pins. A vLLM plugin (vllm-ascend,
+vllm-mindspore) names its own release first, else the vLLM it runs on."""

@@ -210,14 +210,14 @@ def _era(text: str, engine: str) -> str | None:
 
 
 def _version(text: str, engine: str) -> str | None:
-    for family, regex in VERSIONS:
+    """The release a log names for ``engine`` (a vLLM plugin's own, else its vLLM's)."""
+    own = [regex for family, regex in VERSIONS if family == engine]
+    if engine in ("vllm-ascend", "vllm-mindspore"):
+        own += [regex for family, regex in VERSIONS if family == "vllm"]
+    for regex in own:
         match = regex.search(text)
-        if match is not None and (family == engine or (engine != "sglang" and family == "vllm"
-                                                       and engine == "vllm-mindspore")):
+        if match is not None:
             return match.group("v").rstrip(".-")
-    if engine == "vllm-ascend":
-        match = VERSIONS[0][1].search(text) or VERSIONS[1][1].search(text)
-        return None if match is None else match.group("v").rstrip(".-")
     return None
 
 

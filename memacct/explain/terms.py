@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memacct.explain.reading import LOGGED_TERMS, LogReading
-from memacct.explain.request import PlannedRun, PlanRequest, plan_request, run_plan
+from memacct.explain.request import PlannedRun, PlanRequest, plan_request, release, run_plan
 from memacct.explain.term import TOLERANCE, Term, gib
 from memacct.explain.why import suggestions, why
 
@@ -47,6 +47,7 @@ class Explanation:
             "engine": r.engine, "engine_version": r.engine_version, "settings": r.settings,
             "logged": r.logged, "plan": plan, "terms": [t.as_json() for t in self.terms],
             "suggestions": list(self.suggestions), "log": r.name, "era": r.era,
+            "release": release(r.engine_version),
             "device": r.device, "settings_from": list(r.settings_from),
             "figures": [f.as_json() for f in r.found], "plan_command": self.request.command,
             "plan_error": self.run.error or None, "notes": list(self.notes),
