@@ -58,7 +58,7 @@ lint: install
 
 # The truth-source accuracy benchmark (writes docs/results.md), then allocator throughput,
 # then KV-cache planning time per model (fails above 5 ms), then how long `memacct backends`
-# takes (docs/reliability.md).
+# takes (docs/reliability.md), then how long a preset plan takes as a command (imports).
 bench: install
 	$(VENV)/bin/memacct bench --full --output docs/results.md
 	$(PY) benchmarks/bench_allocator.py
@@ -67,6 +67,7 @@ bench: install
 	$(PY) benchmarks/bench_offline_plan.py
 	$(PY) benchmarks/bench_model_paths.py
 	$(PY) benchmarks/bench_backends.py
+	$(PY) benchmarks/bench_cli_startup.py
 
 # On a machine with a GPU or NPU: the hardware-marked tests, a real profile and plan, the
 # same trace on the simulator, a JSON report (docs/hardware.md). Without one: says so, exit 0.
