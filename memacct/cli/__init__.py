@@ -35,14 +35,14 @@ _echo_json = echo_json
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def backends_cmd(as_json: bool) -> None:
     """List every registered backend, whether it can run here, and why not."""
-    from memacct.registry import available_backends
+    from memacct.cli.render import listed_backends
 
     if sys.stderr.isatty() and not as_json:
         # A plugin that hangs is waited for up to registry.TIME_LIMIT_S: say what is happening.
         with Console(stderr=True).status("probing backends ..."):
-            infos = available_backends()
+            infos = listed_backends()
     else:
-        infos = available_backends()
+        infos = listed_backends()
     if as_json:
         _echo_json([info.model_dump() for info in infos])
         return

@@ -11,7 +11,7 @@ or MLA), KV heads per tensor-parallel rank, the per-layer list
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from memacct.errors import ConfigError, InvalidInputError
 from memacct.model.arch_rules import Rule, resolve_rule, unread_geometry_fields
@@ -234,6 +234,28 @@ def _stage_of(layers: Sequence[LayerSpec], stages: Sequence[int]) -> int:
     return max(range(len(stages)), key=key)
 
 
+class _Dtypes(NamedTuple):
+    """The dtypes a spec is sized in: the model's (float32 served as bfloat16), the KV cache's."""
+
+    dtype: str | None
+    dtype_bytes: int | None
+    kv_dtype: str
+    kv_bytes: int
+
+
+class _Attention(NamedTuple):
+    """The attention kind and its per-rank geometry (MLA: the latent row)."""
+
+    kind: Literal["mha", "mla"]
+    geometry: dict[str, tuple[int, int, int]]
+    """``(kv heads per rank, head size, V head size)`` per attention kind."""
+    lora_rank: int | None
+    rope_dim: int | None
+    latent: int | None
+    row_bytes: int | None
+    """Bytes of one token's row where the format fixes it (DeepSeek's sparse MLA)."""
+
+
 def spec_fields(
     cfg: ModelConfig,
     kv_cache_dtype: str,
@@ -249,17 +271,74 @@ def spec_fields(
     ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
     """
     rule = resolve_rule(cfg, assume_full_attention=assume_full_attention)
+    _check_pipeline(cfg, rule, pp)
+    num_layers = cfg.required(LAYER_KEYS, MAX_LAYERS)
+    attention_free = rule.layout in ATTENTION_FREE
+    num_heads = ((cfg.integer(HEAD_KEYS, MAX_HEADS) or 1) if attention_free
+                 else cfg.required(HEAD_KEYS, MAX_HEADS))
+    hidden = cfg.required(HIDDEN_KEYS, MAX_DIM)
+    dtypes = _read_dtypes(cfg, kv_cache_dtype)
+    att = _read_attention(cfg, rule, tp, num_heads, hidden, dtypes.kv_dtype, attention_free)
+    _note_unplanned(cfg, rule, att.kind == "mla")
+    model_bytes = dtypes.dtype_bytes or 2
+    ssm_bytes = ssm_dtype_bytes(cfg, model_bytes)
+    geo = Geometry(tp=tp, hidden=hidden, kv_bytes=dtypes.kv_bytes, model_bytes=model_bytes,
+                   ssm_bytes=ssm_bytes, attention=att.geometry, latent=att.latent,
+                   latent_row_bytes=att.row_bytes, state_checkpoints=rule.prefix_caching)
+    layers = build_layers(cfg, rule.layout, num_layers, geo)
+    stages = pipeline_partition(num_layers, pp)
+    stage, mine = _planned_stage(cfg, layers, stages, attention_free)
+    kv_heads, head_dim, _ = att.geometry["full"]
+    has_state = any(x.state_bytes is not None for x in layers)
+    mlp = _mlp_fields(cfg)
+    name = model_name or _default_model_name(cfg, default_name)
+    return dict(
+        model_name=name,
+        model_type=cfg.model_type,
+        attention=att.kind,
+        kv_dtype=dtypes.kv_dtype,
+        kv_dtype_bytes=dtypes.kv_bytes,
+        dtype=dtypes.dtype,
+        dtype_bytes=dtypes.dtype_bytes,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        pipeline_stage=stage,
+        pipeline_layers=stages,
+        total_num_layers=num_layers,
+        num_layers=stages[stage],
+        hidden_size=hidden,
+        num_attention_heads=num_heads,
+        total_num_kv_heads=1 if att.kind == "mla" else kv_heads_of(cfg, num_heads),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_lora_rank=att.lora_rank,
+        qk_rope_head_dim=att.rope_dim,
+        **mlp,
+        **_size_limits(cfg),
+        bytes_per_token=sum(x.bytes_per_token for x in mine),
+        layers=tuple(layers),
+        state_dtype_bytes=ssm_bytes if has_state else None,
+        mamba_ssm_dtype=(
+            declared if has_state and isinstance(declared := cfg.get("mamba_ssm_dtype"), str)
+            else None
+        ),
+        position_limit=None if (limit := cfg.position_limit) is None else limit[0],
+        notes=tuple(dict.fromkeys(cfg.notes)),
+    )
+
+
+def _check_pipeline(cfg: ModelConfig, rule: Rule, pp: int) -> None:
+    """Refuse pipeline parallelism where vLLM's model class does not support it."""
     if pp > 1 and not rule.pipeline_parallel:
         raise InvalidInputError(
             f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} does not "
             f"support pipeline parallelism in vLLM (its model class is not SupportsPP, "
             f"{rule.source.split(',')[0]}): use pipeline_parallel_size 1"
         )
-    num_layers = cfg.required(LAYER_KEYS, MAX_LAYERS)
-    attention_free = rule.layout in ATTENTION_FREE
-    num_heads = ((cfg.integer(HEAD_KEYS, MAX_HEADS) or 1) if attention_free
-                 else cfg.required(HEAD_KEYS, MAX_HEADS))
-    hidden = cfg.required(HIDDEN_KEYS, MAX_DIM)
+
+
+def _read_dtypes(cfg: ModelConfig, kv_cache_dtype: str) -> _Dtypes:
+    """The model's dtype as served, and the KV cache's (``auto``: the checkpoint's, the model's)."""
     dtype, dtype_bytes = checkpoint_dtype(cfg)
     kv_dtype = _resolve_kv_dtype(cfg, kv_cache_dtype, dtype)
     if dtype == "float32":
@@ -271,11 +350,15 @@ def spec_fields(
                          "it in (weights, activations, CUDA graphs, KV cache under --kv-cache-dtype"
                          " auto)")
     kv_bytes = 1 if kv_dtype == FP8_DS_MLA else KV_DTYPE_BYTES[kv_dtype]
+    return _Dtypes(dtype, dtype_bytes, kv_dtype, kv_bytes)
 
+
+def _read_attention(
+    cfg: ModelConfig, rule: Rule, tp: int, num_heads: int, hidden: int, kv_dtype: str,
+    attention_free: bool,
+) -> _Attention:
+    """MLA where the config has ``kv_lora_rank``, else multi-head (GQA, MQA) attention."""
     lora_rank = cfg.integer(("kv_lora_rank",), MAX_DIM)
-    rope_dim: int | None = None
-    latent: int | None = None
-    row_bytes: int | None = None
     if lora_rank is not None:
         rope_dim = cfg.required(("qk_rope_head_dim",), MAX_DIM)
         if num_heads % tp:
@@ -283,42 +366,46 @@ def spec_fields(
                 f"tensor_parallel_size {tp} does not divide the {num_heads} attention heads "
                 f"of {cfg.source}: use a tensor_parallel_size that divides {num_heads}"
             )
-        attention: Literal["mha", "mla"] = "mla"
         # One latent serves both keys and values, and every TP rank keeps all of it.
         latent = lora_rank + rope_dim
-        geometry = {"full": (1, latent, 0)}
-        if kv_dtype == FP8_DS_MLA:
-            # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
-            row_bytes = FP8_DS_MLA_BYTES
-    else:
-        attention = "mha"
-        if kv_dtype == FP8_DS_MLA:
-            raise InvalidInputError(
-                f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
-                f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
-            )
-        # Attention-free: no attention geometry (the spec's head fields are placeholders).
-        geometry = ({"full": (1, 1, 1)} if attention_free
-                    else _attention_geometry(cfg, rule, tp, num_heads, hidden))
-    for field in unread_geometry_fields(cfg, rule, attention == "mla"):
+        # DeepSeek-V3.2's sparse MLA row: fp8 latent, scales and a bf16 RoPE tail.
+        row_bytes = FP8_DS_MLA_BYTES if kv_dtype == FP8_DS_MLA else None
+        return _Attention("mla", {"full": (1, latent, 0)}, lora_rank, rope_dim, latent, row_bytes)
+    if kv_dtype == FP8_DS_MLA:
+        raise InvalidInputError(
+            f"kv_cache_dtype {FP8_DS_MLA!r} is DeepSeek's sparse-MLA format, but "
+            f"{cfg.source} is not an MLA model: use 'fp8' or 'auto'"
+        )
+    # Attention-free: no attention geometry (the spec's head fields are placeholders).
+    geometry = ({"full": (1, 1, 1)} if attention_free
+                else _attention_geometry(cfg, rule, tp, num_heads, hidden))
+    return _Attention("mha", geometry, None, None, None, None)
+
+
+def _note_unplanned(cfg: ModelConfig, rule: Rule, mla: bool) -> None:
+    """Notes for what the config sets and the plan leaves out: geometry keys the rule does
+    not read, and multi-token-prediction layers."""
+    for field in unread_geometry_fields(cfg, rule, mla):
         cfg.notes.append(
             f"warning: {cfg.source} sets {field}, which changes a layer's geometry and which "
             f"memacct's rule for this architecture does not read: the plan may be wrong"
         )
-
     mtp_layers = cfg.integer(("num_nextn_predict_layers",), MAX_LAYERS, low=0)
     if mtp_layers:
         cfg.notes.append(
             f"the {mtp_layers} multi-token-prediction layer(s) are not counted: they hold "
             f"cache only when the engine runs them for speculative decoding"
         )
-    model_bytes = dtype_bytes or 2
-    ssm_bytes = ssm_dtype_bytes(cfg, model_bytes)
-    geo = Geometry(tp=tp, hidden=hidden, kv_bytes=kv_bytes, model_bytes=model_bytes,
-                   ssm_bytes=ssm_bytes, attention=geometry, latent=latent,
-                   latent_row_bytes=row_bytes, state_checkpoints=rule.prefix_caching)
-    layers = build_layers(cfg, rule.layout, num_layers, geo)
-    stages = pipeline_partition(num_layers, pp)
+
+
+def _planned_stage(
+    cfg: ModelConfig, layers: list[LayerSpec], stages: tuple[int, ...], attention_free: bool
+) -> tuple[int, list[LayerSpec]]:
+    """The pipeline stage planned for (the one needing the most cache) and its cache layers.
+
+    Raises:
+        ConfigError: no layer keeps a cache, or the stage has none of its own.
+    """
     stage = _stage_of(layers, stages)
     start = sum(stages[:stage])
     # Attention-free models (Mamba, Mamba-2) keep only states: vLLM plans them as state groups.
@@ -334,9 +421,11 @@ def spec_fields(
             f"{cfg.source}: no layer of pipeline stage {stage} keeps a KV cache of its own: "
             f"use fewer pipeline stages"
         )
-    kv_heads, head_dim, _ = geometry["full"]
-    has_state = any(x.state_bytes is not None for x in layers)
+    return stage, mine
 
+
+def _mlp_fields(cfg: ModelConfig) -> dict[str, int | None]:
+    """The MLP's sizes: the dense intermediate size and, for MoE, the experts'."""
     num_experts = cfg.integer(("num_local_experts", "n_routed_experts", "num_experts"), MAX_HEADS)
     experts_per_token = cfg.integer(
         ("num_experts_per_tok", "experts_per_token", "moe_topk"), MAX_HEADS
@@ -357,49 +446,25 @@ def spec_fields(
     moe_intermediate = cfg.integer(("moe_intermediate_size",), MAX_INTERMEDIATE)
     if moe_intermediate is None and num_experts is not None:
         moe_intermediate = intermediate
-    name = model_name or _default_model_name(cfg, default_name)
     return dict(
-        model_name=name,
-        model_type=cfg.model_type,
-        attention=attention,
-        kv_dtype=kv_dtype,
-        kv_dtype_bytes=kv_bytes,
-        dtype=dtype,
-        dtype_bytes=dtype_bytes,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        pipeline_stage=stage,
-        pipeline_layers=stages,
-        total_num_layers=num_layers,
-        num_layers=stages[stage],
-        hidden_size=hidden,
-        num_attention_heads=num_heads,
-        total_num_kv_heads=1 if attention == "mla" else kv_heads_of(cfg, num_heads),
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        kv_lora_rank=lora_rank,
-        qk_rope_head_dim=rope_dim,
         intermediate_size=intermediate,
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+        moe_intermediate_size=moe_intermediate,
+    )
+
+
+def _size_limits(cfg: ModelConfig) -> dict[str, int | None]:
+    """The vocabulary, the declared context length and the shared experts."""
+    return dict(
         vocab_size=cfg.integer(("vocab_size", "padded_vocab_size"), MAX_VOCAB),
         max_position_embeddings=cfg.integer(
             ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
             MAX_POSITIONS,
         ),
-        num_experts=num_experts,
-        experts_per_token=experts_per_token,
-        moe_intermediate_size=moe_intermediate,
         num_shared_experts=cfg.integer(
             ("n_shared_experts", "num_shared_experts"), MAX_HEADS, low=0
         ),
-        bytes_per_token=sum(x.bytes_per_token for x in mine),
-        layers=tuple(layers),
-        state_dtype_bytes=ssm_bytes if has_state else None,
-        mamba_ssm_dtype=(
-            declared if has_state and isinstance(declared := cfg.get("mamba_ssm_dtype"), str)
-            else None
-        ),
-        position_limit=None if (limit := cfg.position_limit) is None else limit[0],
-        notes=tuple(dict.fromkeys(cfg.notes)),
     )
 
 

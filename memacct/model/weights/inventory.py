@@ -80,10 +80,12 @@ def _refuse_state_layers(cfg: ModelConfig) -> None:
     kinds = {str(kind) for kind in cfg.get("layer_types") or () if isinstance(kind, str)}
     keys = [key for key in cfg.written_keys() if key.startswith(("mamba_", "linear_", "ssm_"))]
     if kinds & {"mamba", "linear_attention"} or keys:
+        from memacct.plugin import extra_hint
+
         raise ConfigError(
             f"{cfg.get('model_type', 'this model')} has Mamba or linear-attention layers, "
-            f"which memacct's per-family formulas do not size: install memacct[hf] "
-            f"(transformers) or give the checkpoint directory"
+            f"which memacct's per-family formulas do not size: {extra_hint('hf')}, or give "
+            "the checkpoint directory"
         )
 
 
