@@ -205,17 +205,56 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
     g = graph
     t = num_tokens
     dt = g.dtype_bytes
-    nh = g.heads
-    builder = TraceBuilder()
+    ops = _PrefillOps(g, t)
+    builder = ops.builder
     alloc, free = builder.alloc, builder.free
+    act = t * g.hidden * dt
+    inputs, cos, sin = prefill_inputs(builder, t, g.rope_dim * dt)  # cos/sin: freqs_mgr.prefill
+    x = alloc(act)  # tok_embeddings
+    for layer in range(g.layers):
+        norm = ops.rms_norm(g.hidden)  # attention_norm
+        attn = ops.attention(norm)
+        h = alloc(act)  # residual add
+        free(x, attn)
+        ffn_in = ops.rms_norm(g.hidden)  # ffn_norm
+        dense = layer < g.dense_layers
+        ffn_out = ops.mlp(ffn_in, t, g.intermediate) if dense else ops.moe(ffn_in)
+        x = alloc(act)  # residual add
+        free(h, ffn_out)
+    final = ops.rms_norm(g.hidden)  # norm_out: the hidden states vllm-mindspore gets back
+    free(x)
+    last = alloc(g.hidden * dt)  # gather of the last token
+    free(final)
+    local = alloc(g.vocab_shard * dt)  # lm_head on this rank's rows
+    free(last)
+    logits_all = alloc(g.vocab * dt)  # gathered output
+    free(local)
+    logits32_all = alloc(g.vocab * _FLOAT32)
+    free(logits_all, logits32_all, cos, sin, *inputs)
+    return builder.ops
 
-    def rms_norm(width: int) -> int:
+
+class _PrefillOps:
+    """The allocations of a prefill's blocks, in MindSpore's DeepseekV3 graph order, for
+    ``t`` tokens on one rank; each block frees what it consumed and returns its output."""
+
+    def __init__(self, graph: DeepseekV3Graph, num_tokens: int) -> None:
+        self.g = graph
+        self.t = num_tokens
+        self.dt = graph.dtype_bytes
+        self.builder = TraceBuilder()
+
+    def rms_norm(self, width: int) -> int:
+        alloc, free = self.builder.alloc, self.builder.free
+        t, dt = self.t, self.dt
         out, rstd = alloc(t * width * dt), alloc(t * _FLOAT32)
         free(rstd)
         return out
 
-    def mlp(x: int, rows: int, inter: int) -> int:
+    def mlp(self, x: int, rows: int, inter: int) -> int:
         """``w_gate_hidden`` (ffn_concat) -> split -> SiLU -> mul -> ``w2``; frees ``x``."""
+        alloc, free = self.builder.alloc, self.builder.free
+        dt = self.dt
         gate_hidden = alloc(rows * 2 * inter * dt)
         free(x)
         gate, hidden = alloc(rows * inter * dt), alloc(rows * inter * dt)
@@ -224,18 +263,18 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
         free(gate)
         prod = alloc(rows * inter * dt)
         free(hidden, act)
-        out = alloc(rows * g.hidden * dt)
+        out = alloc(rows * self.g.hidden * dt)
         free(prod)
         return out
 
-    act = t * g.hidden * dt
-    inputs, cos, sin = prefill_inputs(builder, t, g.rope_dim * dt)  # cos/sin: freqs_mgr.prefill
-    x = alloc(act)  # tok_embeddings
-    for layer in range(g.layers):
-        norm = rms_norm(g.hidden)  # attention_norm
+    def attention(self, norm: int) -> int:
+        """Multi-head latent attention of the normed input ``norm`` (freed) up to ``wo``."""
+        g, t, dt, nh = self.g, self.t, self.dt, self.g.heads
+        alloc, free = self.builder.alloc, self.builder.free
+        act = t * g.hidden * dt
         # DeepseekV3Attention, q_lora_rank > 0, qkv_concat off
         q_lat = alloc(t * g.q_lora_rank * dt)  # q2l_proj
-        norm_q = rms_norm(g.q_lora_rank)  # lq_norm
+        norm_q = self.rms_norm(g.q_lora_rank)  # lq_norm
         free(q_lat)
         q = alloc(t * nh * g.q_head_dim * dt)  # l2q_proj
         free(norm_q)
@@ -245,7 +284,7 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
         free(latent_all)
         q_nope, q_pe = alloc(t * nh * g.nope_dim * dt), alloc(t * nh * g.rope_dim * dt)  # split
         free(q)
-        i_kv = rms_norm(g.kv_lora_rank)  # lkv_norm
+        i_kv = self.rms_norm(g.kv_lora_rank)  # lkv_norm
         free(latent_kv)
         q_pe2, k_pe2 = alloc(t * nh * g.rope_dim * dt), alloc(t * g.rope_dim * dt)  # rotary
         free(q_pe, k_pe)
@@ -270,45 +309,34 @@ def deepseek_v3_prefill_trace(graph: DeepseekV3Graph, num_tokens: int) -> list[i
         free(context)
         attn = alloc(act)  # wo
         free(sliced)
-        h = alloc(act)  # residual add
-        free(x, attn)
-        ffn_in = rms_norm(g.hidden)  # ffn_norm
-        if layer < g.dense_layers:
-            ffn_out = mlp(ffn_in, t, g.intermediate)
-        else:
-            logits = alloc(t * g.experts * dt)  # router dense
-            logits32 = alloc(t * g.experts * _FLOAT32)  # cast to float32
-            free(logits)
-            weight32, index = alloc(t * g.top_k * _FLOAT32), alloc(t * g.top_k * _INT32)
-            free(logits32)  # fused_add_topk_div
-            weight = alloc(t * g.top_k * dt)  # astype(compute dtype)
-            free(weight32)
-            rows = g.top_k * t
-            sorted_x = alloc(rows * g.hidden * dt)  # MoeInitRoutingV2
-            unsort = alloc(rows * _INT32)
-            group_list = alloc(g.experts * _INT64)
-            before_capacity = alloc(g.experts * _INT64)
-            free(index, before_capacity)
-            group_list64 = alloc(g.experts * _INT64)  # cast to int64
-            free(group_list)
-            expert_out = mlp(sorted_x, rows, g.moe_intermediate)
-            routed = alloc(act)  # MoeTokenUnpermute
-            free(expert_out, unsort, weight, group_list64)
-            shared = mlp(ffn_in, t, g.shared_intermediate)
-            summed = alloc(act)  # add
-            free(routed, shared)
-            ffn_out = alloc(act)  # reduce_from_mp_region
-            free(summed)
-        x = alloc(act)  # residual add
-        free(h, ffn_out)
-    final = rms_norm(g.hidden)  # norm_out: the hidden states vllm-mindspore gets back
-    free(x)
-    last = alloc(g.hidden * dt)  # gather of the last token
-    free(final)
-    local = alloc(g.vocab_shard * dt)  # lm_head on this rank's rows
-    free(last)
-    logits_all = alloc(g.vocab * dt)  # gathered output
-    free(local)
-    logits32_all = alloc(g.vocab * _FLOAT32)
-    free(logits_all, logits32_all, cos, sin, *inputs)
-    return builder.ops
+        return attn
+
+    def moe(self, ffn_in: int) -> int:
+        """The routed experts and the shared expert of ``ffn_in`` (freed), summed and reduced."""
+        g, t, dt = self.g, self.t, self.dt
+        alloc, free = self.builder.alloc, self.builder.free
+        act = t * g.hidden * dt
+        logits = alloc(t * g.experts * dt)  # router dense
+        logits32 = alloc(t * g.experts * _FLOAT32)  # cast to float32
+        free(logits)
+        weight32, index = alloc(t * g.top_k * _FLOAT32), alloc(t * g.top_k * _INT32)
+        free(logits32)  # fused_add_topk_div
+        weight = alloc(t * g.top_k * dt)  # astype(compute dtype)
+        free(weight32)
+        rows = g.top_k * t
+        sorted_x = alloc(rows * g.hidden * dt)  # MoeInitRoutingV2
+        unsort = alloc(rows * _INT32)
+        group_list = alloc(g.experts * _INT64)
+        before_capacity = alloc(g.experts * _INT64)
+        free(index, before_capacity)
+        group_list64 = alloc(g.experts * _INT64)  # cast to int64
+        free(group_list)
+        expert_out = self.mlp(sorted_x, rows, g.moe_intermediate)
+        routed = alloc(act)  # MoeTokenUnpermute
+        free(expert_out, unsort, weight, group_list64)
+        shared = self.mlp(ffn_in, t, g.shared_intermediate)
+        summed = alloc(act)  # add
+        free(routed, shared)
+        ffn_out = alloc(act)  # reduce_from_mp_region
+        free(summed)
+        return ffn_out
