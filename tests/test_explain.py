@@ -35,6 +35,12 @@ def test_the_set_holds_real_cited_logs_across_engines() -> None:
         assert case["source"].startswith("https://github.com/"), case["log"]
 
 
+def test_docs_cite_every_log_with_its_source() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "explain.md").read_text()
+    for case in EXPECTED:
+        assert f"| `{case['log']}` |" in page and case["source"] in page, case["log"]
+
+
 @pytest.mark.parametrize("case", WITH_FIGURES, ids=lambda c: c["log"])
 def test_every_printed_figure_is_read_exactly(case: dict[str, Any]) -> None:
     reading = read_log(_text(case), case["log"])
