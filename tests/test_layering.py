@@ -305,3 +305,29 @@ def test_the_graph_checks_find_a_circle_an_upward_import_and_a_relative_one(
     assert graph["tools.t"] == {"tools.u"}
     assert _upward(graph) == ["memacct.model.a -> memacct.planner.b"]
     assert _circles(graph) == [["memacct.model.a", "memacct.planner.b", "memacct.planner.c"]]
+
+
+def _private_imports(root: Path) -> list[str]:
+    """``from <public module> import _name`` anywhere in the sources, the tests and the tools:
+    a name another module reads is its module's API, and public (a private module, such as
+    ``memacct.sim._core``, is its own package's business)."""
+    found = []
+    dirs = ("memacct", "bench", "backends", "tools", "tests")
+    for path in sorted(p for d in dirs for p in (root / d).rglob("*.py")):
+        for module, names in _imports(path):
+            parts = module.split(".")
+            if not parts[0].startswith("memacct") or any(p.startswith("_") for p in parts):
+                continue
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                found.append(f"{path.relative_to(root)}: from {module} import {', '.join(private)}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name(tmp_path: Path) -> None:
+    assert _private_imports(ROOT) == []
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "t.py").write_text(
+        "from memacct.model.config import ModelConfig, _hidden\nfrom memacct.sim._core import _ok\n"
+    )
+    assert _private_imports(tmp_path) == ["tools/t.py: from memacct.model.config import _hidden"]
