@@ -73,11 +73,14 @@ class TensorTable:
         config: the model's ``config.json`` (or the config read from a GGUF file).
         tensors: tensor name -> :class:`TensorInfo`.
         origin: where the table came from, for the estimate's ``source`` (``checkpoint``).
+        notes: what the files contradict (a header declaring more bytes than its file holds),
+            one sentence each, for the plan's notes.
     """
 
     config: Mapping[str, Any]
     tensors: Mapping[str, TensorInfo] = field(default_factory=dict)
     origin: str = "checkpoint"
+    notes: tuple[str, ...] = ()
 
 
 def header_length(prefix: bytes, source: str) -> int:
@@ -161,11 +164,31 @@ def shard_names(index: Mapping[str, Any], source: str) -> list[str]:
     return names
 
 
-def _header(path: Path) -> dict[str, TensorInfo]:
+def _header(path: Path, notes: list[str] | None = None) -> dict[str, TensorInfo]:
+    """One file's tensors; where its header declares more data than the file holds (a file
+    cut short, a Git LFS pointer, a crafted header), a note in ``notes``."""
     source = f"safetensors file {str(path)!r}"
     length = header_length(read_prefix(path, "safetensors file", 0, 8), source)
     text = read_prefix(path, "safetensors file", 8, length).decode("utf-8", errors="replace")
-    return header_tensors(loads_json_object(text, f"safetensors header of {path.name}"), source)
+    header = loads_json_object(text, f"safetensors header of {path.name}")
+    tensors = header_tensors(header, source)
+    declared = 8 + length + _data_end(header)
+    held = path.stat().st_size
+    if notes is not None and declared > held:
+        notes.append(
+            f"{path.name} declares {declared:,} bytes of tensors and header but holds {held:,}: "
+            "the weights were sized from what the headers declare, not from data on disk "
+            "(a download cut short, a Git LFS pointer, or not the weights it names)"
+        )
+    return tensors
+
+
+def _data_end(header: Mapping[str, Any]) -> int:
+    """The end of the data the header's entries declare (``data_offsets``), 0 if none."""
+    ends = [entry["data_offsets"][1] for entry in header.values()
+            if isinstance(entry, Mapping) and isinstance(entry.get("data_offsets"), list)
+            and len(entry["data_offsets"]) == 2 and isinstance(entry["data_offsets"][1], int)]
+    return max(ends, default=0)
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
@@ -190,7 +213,9 @@ def checkpoint_table(directory: str | os.PathLike[str]) -> TensorTable:
             f"{str(root)!r} holds no *.safetensors file: give a checkpoint directory in "
             "safetensors format, or the config.json alone for an estimate from the architecture"
         )
-    return TensorTable(config, merge_tensors(_header(path) for path in files))
+    notes: list[str] = []
+    tensors = merge_tensors([_header(path, notes) for path in files])
+    return TensorTable(config, tensors, notes=tuple(notes))
 
 
 def merge_tensors(parts: Iterable[Mapping[str, TensorInfo]]) -> dict[str, TensorInfo]:

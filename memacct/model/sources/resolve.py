@@ -174,7 +174,8 @@ def _local(path: Path) -> ModelSource:
         config = read_config_file(path)
         if checkpoint_files(path):
             table = checkpoint_table(path)
-            return ModelSource(config, path.name, "checkpoint", str(path), table)
+            return ModelSource(config, path.name, "checkpoint", str(path), table,
+                               notes=table.notes)
         return ModelSource(config, path.name, "config", str(path / "config.json"))
     config = read_config_file(path)
     return ModelSource(config, config_file_name(config, path), "config", str(path))
