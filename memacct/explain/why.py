@@ -62,10 +62,14 @@ def _activation(reading: LogReading, plan: Any) -> str:
     batched = _setting(reading, plan, "max_num_batched_tokens")
     seqs = _setting(reading, plan, "max_num_seqs")
     sampler = plan.budget.sampler if plan is not None and plan.budget is not None else ""
+    peak = ("the reserved peak: vllm-mindspore charges its allocator's fragmentation too"
+            if reading.engine == "vllm-mindspore" else
+            "the allocated peak: fragmentation the allocator keeps beyond it is not charged")
     return (f"the profile run's peak follows --max-num-batched-tokens ({batched}) and "
             f"--max-num-seqs ({seqs}): the dummy sampler's logits for that many sequences, "
             f"by its top-k/top-p path (--sampler; planned: {sampler or 'the release default'}); "
-            "a torch.compile spike inside the profile adds to it (none with --enforce-eager)")
+            "a torch.compile spike inside the profile adds to it (none with --enforce-eager); "
+            f"it is {peak}")
 
 
 def _non_torch(reading: LogReading, plan: Any) -> str:
