@@ -438,3 +438,22 @@ def test_attention_free_models_are_planned_as_state_groups() -> None:
     assert layout.num_blocks == 1149 and layout.max_concurrency == 1149
     with pytest.raises(InvalidInputError, match="pipeline parallelism"):
         KVCacheSpec.from_hf_config(new_config("mamba2-default"), pipeline_parallel_size=2)
+
+
+def test_sparse_mla_keeps_a_latent_and_an_indexer_cache_per_layer() -> None:
+    """DeepSeek-V3.2: 576-element latent (656-byte fp8_ds_mla row under fp8) and the
+    indexer's 128 fp8 values + one fp32 scale; with index_topk_freq 2 a layer keeps its
+    indexer where max(i - 2 + 1, 0) % 2 == 0 (attention.py), so layer 2 reuses layer 1's."""
+    config = new_config("deepseek-v3.2-default", num_hidden_layers=4)
+    spec = KVCacheSpec.from_hf_config(config)
+    assert spec.bytes_per_token == 4 * (576 * 2 + 132)
+    assert KVCacheSpec.from_hf_config(config, kv_cache_dtype="fp8").bytes_per_token == \
+        4 * (656 + 132)
+    sparse = KVCacheSpec.from_hf_config({**config, "index_topk_freq": 2})
+    assert [x.layer for x in sparse.layers if type(x).__name__ == "SparseIndexerCache"] \
+        == [0, 1, 3]
+
+
+def test_a_modelopt_nvfp4_checkpoint_with_an_fp8_kv_scheme_stores_fp8() -> None:
+    spec = KVCacheSpec.from_hf_config(new_config("llama-nvfp4-kv-fp8"))
+    assert spec.kv_dtype == "fp8_e4m3" and spec.kv_dtype_bytes == 1

@@ -73,6 +73,9 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "hyperclovax-default": ("hyperclovax", "HyperCLOVAXForCausalLM"),
     "mamba-default": ("mamba", "MambaForCausalLM"),
     "mamba2-default": ("mamba2", "Mamba2ForCausalLM"),
+    "deepseek-v3.2-default": ("deepseek_v32", "DeepseekV32ForCausalLM"),
+    "glm-5-default": ("glm_moe_dsa", "GlmMoeDsaForCausalLM"),
+    "llama-nvfp4-kv-fp8": ("llama", "LlamaForCausalLM"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
@@ -101,6 +104,12 @@ FIXES: dict[str, dict[str, Any]] = {
     "afmoe-default": {"score_func": "sigmoid", "route_norm": True, "route_scale": 1.0,
                       "n_group": 1, "topk_group": 1},
     "glm-4.7-flash-default": {"first_k_dense_replace": 1},
+    # A ModelOpt NVFP4 checkpoint's quantization_config with an FP8 kv_cache_scheme (the
+    # shape vLLM's utils/torch_utils.py get_kv_cache_quant_algo_string reads).
+    "llama-nvfp4-kv-fp8": {"torch_dtype": "bfloat16", "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "kv_cache_scheme": {"type": "float", "num_bits": 8, "dynamic": False},
+        "ignore": ["lm_head"]}},
     "hy-v3-default": {"first_k_dense_replace": 1, "expert_hidden_dim": 1536,
                       "route_norm": True},
     # step3_text.py splits a string; Step3TextConfig's default is a tuple of the same layers.
@@ -125,6 +134,9 @@ FIX_SOURCES = {
     "hy-v3-default": "first_k_dense_replace 1, expert_hidden_dim 1536 (the class's "
                      "moe_intermediate_size), route_norm true: vLLM's hy_v3.py reads them, "
                      "HYV3Config has none; MLP and router, not KV cache",
+    "llama-nvfp4-kv-fp8": "a ModelOpt NVFP4 quantization_config with an FP8 kv_cache_scheme "
+                          "(the keys vLLM's get_kv_cache_quant_algo_string reads) on the "
+                          "class defaults",
     "step-3-text-default": "moe_layers_enum written as the comma-separated string "
                            "step3_text.py parses (the class default is the tuple 4..59)",
     "lfm2-1.2b": "block_* sizes from LiquidAI/LFM2-1.2B's config.json (vLLM's lfm2.py reads "

@@ -65,7 +65,13 @@ from typing import Any
 
 from golden_tables import merge_tables, rejection, write_table
 from golden_vllm_specs import CLASSES, PP_SUPPORTED, build_specs, kv_dtype, model_specs, text_config
-from golden_vllm_standins import emulate_h100, stub_extension, stub_ops, stub_vision_packages
+from golden_vllm_standins import (
+    emulate_h100,
+    stub_extension,
+    stub_kernel_checks,
+    stub_ops,
+    stub_vision_packages,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "memacct" / "model" / "configs"
@@ -144,6 +150,8 @@ def import_vllm(src: str, stub_vision: bool = False) -> dict[str, Any]:
     )
     from vllm.v1.kv_cache_layout import KVCacheLayout
 
+    if stub_vision:
+        stub_kernel_checks()
     # The CUDA platform's builder is the default one; a CPU machine would pick its own.
     builder_mod.get_kv_cache_config_builder = lambda cfg: planning.DefaultKVCacheConfigBuilder()
     version = getattr(vllm, "__version__", "?")

@@ -205,10 +205,35 @@ def meta_values() -> Iterator[None]:
     torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist = (  # type: ignore[method-assign]
         as_cpu, as_item, as_list)
     try:
-        yield
+        with _DeviceToMeta():
+            yield
     finally:
         torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist = (  # type: ignore[method-assign]
             cpu, item, tolist)
+
+
+def _on_device(value: Any) -> bool:
+    return str(value).startswith("cuda")
+
+
+try:
+    from torch.overrides import TorchFunctionMode
+except ImportError:  # torch is in the golden venv only
+    TorchFunctionMode = object  # type: ignore[assignment,misc]
+
+
+class _DeviceToMeta(TorchFunctionMode):  # type: ignore[misc,valid-type]
+    """A tensor a model makes explicitly on the (emulated) CUDA device while it is built
+    (DeepSeek-V3.2's shared top-k buffer, ``device=current_platform.device_type``) goes to
+    the meta device with the rest: its values never decide a KV-cache spec."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if _on_device(kwargs.get("device")):
+            kwargs["device"] = "meta"
+        args = tuple("meta" if isinstance(a, str) and _on_device(a) else a for a in args)
+        return func(*args, **kwargs)
 
 
 class _StandInType(type):
@@ -262,3 +287,17 @@ def stub_vision_packages(*names: str) -> None:
             pass
 
     sys.meta_path.insert(0, Finder())
+
+
+def stub_kernel_checks() -> None:
+    """Kernel libraries an H100 would have (DeepGEMM for DeepSeek-V3.2's sparse indexer):
+    the checks made while a model is built say they are there (no kernel ever runs)."""
+    from vllm.model_executor.layers import sparse_attn_indexer
+
+    sparse_attn_indexer.has_deep_gemm = lambda: True  # type: ignore[attr-defined]
+    # The GPU model runner sets up its workspace before building the model; here on meta.
+    import torch
+    from vllm.v1.worker import workspace
+
+    workspace.init_workspace_manager(torch.device("meta"))
+    torch.accelerator.empty_cache = lambda: None  # no accelerator: nothing cached

@@ -147,6 +147,14 @@ RULES: dict[str, Rule] = {
     # Mamba2ForCausalLM is not SupportsPP (mamba2.py).
     "mamba2": replace(_state("mamba2", "mamba2", "Mamba2Config"), prefix_caching=False,
                       pipeline_parallel=False),
+    # vllm/models/deepseek_v32 (DeepSeek-V3.2, GLM-5's GlmMoeDsa): sparse MLA and an
+    # indexer K cache per layer (layouts._sparse_mla, layers.SparseIndexerCache).
+    "deepseek_v32": Rule("sparse_mla", "exact", "vllm/models/deepseek_v32/attention.py, "
+                         f"{_MODELS}/deepseek_v2.py (Indexer, DeepseekV32IndexerCache); "
+                         "transformers DeepseekV32Config, GlmMoeDsaConfig",
+                         frozenset({"index_topk", "index_head_dim", "index_topk_freq",
+                                    "index_topk_pattern", "index_skip_topk_offset",
+                                    "index_n_heads", "v_head_dim"})),
     # step1.py / step3p5.py: num_attention_groups KV heads; Step-3.5 slides per layer_types.
     "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no "
                   f"transformers class)", frozenset({"num_attention_groups"})),
@@ -285,7 +293,7 @@ _MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up 
 _TEXT_TYPES = {
     "mistral": "llama", "cohere": "commandr", "cohere2": "commandr", "gemma3_text": "gemma3",
     "gemma3n_text": "gemma3n", "llama4_text": "llama4", "deepseek_v3": "deepseek_v2",
-    "deepseek_v32": "deepseek_v2", "kimi_k2": "deepseek_v2", "qwen2_vl_text": "qwen2",
+    "glm_moe_dsa": "deepseek_v32", "kimi_k2": "deepseek_v2", "qwen2_vl_text": "qwen2",
     "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
     "RefinedWeb": "falcon", "RefinedWebModel": "falcon", "falcon_mamba": "mamba",
     "aria_text": "llama", "internlm3": "llama", "granite_speech": "granite", "starcoder": "gpt2",

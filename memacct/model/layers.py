@@ -37,6 +37,7 @@ __all__ = [
     "NoCache",
     "ShortConvState",
     "SlidingWindow",
+    "SparseIndexerCache",
 ]
 
 
@@ -203,6 +204,16 @@ class MLAAttention(LayerSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SparseIndexerCache(MLAAttention):
+    """DeepSeek-V3.2's indexer K cache (``DeepseekV32IndexerCache`` in vLLM's
+    ``deepseek_v2.py``): one uint8 row of ``index_head_dim`` fp8 values plus a 4-byte scale
+    per 128 of them, per token, on every rank. vLLM plans it as an MLA spec (the indexer
+    role) beside the layer's sparse-MLA latent, in the same block pool."""
+
+    kind: ClassVar[str] = "mla"
+
+
+@dataclass(frozen=True, kw_only=True)
 class MambaState(LayerSpec):
     """A per-request recurrent state (vLLM's ``MambaSpec``): tensors of ``shapes`` elements.
 
@@ -280,7 +291,7 @@ class KimiDeltaState(MambaState):
 LAYER_CLASSES: dict[str, type[LayerSpec]] = {
     cls.__name__: cls
     for cls in (NoCache, FullAttention, SlidingWindow, ChunkedLocalAttention, CrossAttention,
-                MLAAttention, Mamba1State, Mamba2State, GatedDeltaNetState,
+                MLAAttention, SparseIndexerCache, Mamba1State, Mamba2State, GatedDeltaNetState,
                 LinearAttentionState, ShortConvState, KimiDeltaState)
 }
 

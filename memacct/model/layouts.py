@@ -10,6 +10,7 @@ of every rule are in ``docs/architectures.md`` and ``docs/engines.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from memacct.errors import ConfigError
 from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, ModelConfig
@@ -20,6 +21,7 @@ from memacct.model.layers import (
     MLAAttention,
     NoCache,
     SlidingWindow,
+    SparseIndexerCache,
 )
 from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
@@ -298,6 +300,33 @@ def _mimo_v2_flash(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return _pattern(cfg, "hybrid_layer_pattern", n, {"1": ("sliding", window), "0": _FULL})
 
 
+def indexer_row_bytes(cfg: ModelConfig) -> int:
+    """Bytes per token of DeepSeek-V3.2's indexer K cache: ``index_head_dim`` fp8 values
+    and a float32 scale per 128 (``Indexer`` in vLLM's ``deepseek_v2.py``)."""
+    head = cfg.integer(("index_head_dim",), MAX_DIM) or 128
+    return head + head // 128 * 4
+
+
+def _sparse_mla(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """DeepSeek-V3.2 / GLM-5 (``vllm/models/deepseek_v32/attention.py``): a sparse-MLA latent
+    in every layer and an indexer K cache where the layer runs its own top-k: all layers
+    unless ``index_topk_pattern[i]`` is ``"S"``, or, without a pattern, where
+    ``max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0`` (defaults 2 and 1)."""
+    pattern = cfg.get("index_topk_pattern")
+    freq = cfg.integer(("index_topk_freq",), MAX_LAYERS) or 1
+    offset = cfg.integer(("index_skip_topk_offset",), MAX_LAYERS, low=0)
+    offset = 2 if offset is None else offset
+    row = indexer_row_bytes(cfg)
+    slots: list[list[Kind]] = []
+    for i in range(n):
+        if isinstance(pattern, (str, list)):
+            skip = i < len(pattern) and pattern[i] == "S"
+        else:
+            skip = max(i - offset + 1, 0) % freq != 0
+        slots.append([_FULL] if skip else [_FULL, ("indexer", row)])
+    return slots
+
+
 def _plamo3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """PLaMo-3 (plamo3.py): layer ``i`` slides over ``sliding_window[i]`` when the config
     lists one window per layer (vLLM renames the list ``interleaved_sliding_window``), full
@@ -319,6 +348,7 @@ LAYOUTS: dict[str, Layout] = {
     "step": _decoder,
     "step3": _decoder,
     "plamo3": _plamo3,
+    "sparse_mla": _sparse_mla,
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,
     "bamba": _bamba,
@@ -335,6 +365,9 @@ LAYOUTS: dict[str, Layout] = {
 
 
 KVHeadsPerRank = Callable[[int], int]
+# fp8_ds_mla's bytes per token (mla_attention.py state_content_bytes): fp8 latent, scales
+# and a bf16 RoPE part.
+SPARSE_MLA_FP8_ROW = 656
 # Layouts without attention: every layer keeps a recurrent state only.
 ATTENTION_FREE = frozenset({"mamba", "mamba2"})
 
@@ -424,6 +457,10 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
     earlier layer of the same kind (Gemma-3n) and keep none of their own.
     """
     slots = LAYOUTS[layout](cfg, num_layers)
+    if layout == "sparse_mla" and geo.kv_bytes == 1 and geo.latent_row_bytes is None:
+        # mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype: on FLASHMLA_SPARSE (an
+        # H100) any quantized KV dtype is served as fp8_ds_mla, a 656-byte row per token.
+        geo = replace(geo, latent_row_bytes=SPARSE_MLA_FP8_ROW)
     shared = cfg.integer(("num_kv_shared_layers",), MAX_LAYERS, low=0) or 0
     if shared >= num_layers:
         raise ConfigError(
@@ -443,6 +480,8 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
                                   checkpoints=geo.state_checkpoints))
             elif kind == "none":
                 layers.append(NoCache(layer=i))
+            elif kind == "indexer" and size is not None:
+                layers.append(SparseIndexerCache(layer=i, latent_size=size, dtype_bytes=1))
             else:
                 target: int | None = None
                 if i >= first_shared:
