@@ -140,8 +140,8 @@ def _show_comparison(comparison: Any, as_json: bool) -> None:
 def _plot(done: list[Any], path: str) -> None:
     from memacct.explain.plot import plot_terms
 
-    columns = [(f"logged: {d.reading.name}", d.reading.logged) for d in done]
+    columns = [(f"logged: {Path(d.reading.name).name}", d.reading.logged) for d in done]
     if len(done) == 1 and done[0].plan is not None:
         planned = {t.term: t.planned for t in done[0].terms}
         columns.append((f"planned: {done[0].plan.model}", planned))
-    plot_terms(columns, path, title=" vs ".join(label for label, _ in columns))
+    plot_terms(columns, path, title="\n".join(label for label, _ in columns))
