@@ -232,13 +232,21 @@ def suggestions(reading: LogReading, request: PlanRequest, plan: Any) -> tuple[s
             out.append(f"as logged, memacct plans {_figure(plan)}")
         return tuple(out)
     fitting = _fitting_utilization(reading, plan)
-    if fitting is not None:
+    current = plan.gpu_memory_utilization or 0.0
+    if fitting is not None and fitting[0] <= current:
+        # The refused start fits as planned: the log's terms differ from the plan's (the
+        # terms above say which); a lower utilization is no advice for the run that failed.
+        out.append(f"memacct's plan fits one request at --gpu-memory-utilization {current:g} "
+                   "where the engine did not: the terms that differ above are the cause")
+    elif fitting is not None:
         util, source = fitting
         out.append(f"--gpu-memory-utilization {util:.2f} fits one request of "
                    f"{plan.max_model_len:,} tokens ({source}); memacct plans "
                    f"{_figure(_with(request, gpu_memory_utilization=util))}")
     # The longest request the run's own budget holds (else the planned budget's).
     budget = {"kv_cache_memory_bytes": kv} if kv is not None and kv > 0 else {}
+    if not budget and plan.fits:  # as planned it fits already: no length to give up
+        return tuple(out)
     fitted = _with(request, max_model_len=-1, **budget)
     if fitted is not None and fitted.fits:
         where = "this run's KV cache" if budget else "this utilization, as planned"
