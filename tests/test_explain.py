@@ -329,6 +329,18 @@ def test_the_longest_request_of_the_logged_budget_is_the_engines_own_figure(
     assert any(s.startswith("--max-model-len 23648 ") for s in data["suggestions"])
 
 
+def test_a_refused_start_the_plan_fits_is_named_not_advised_down(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The log's budget is negative (vllm-ascend#9372); a smaller model's plan fits: the
+    # advice is not a lower utilization but that the terms differ.
+    data = _explained(capsys, [str(DATA / "vllm-ascend-9372-qwen3-14b-vnpu32.log"),
+                               "--model", "qwen3-8b", "--device-memory", "32GiB"])  # fmt: skip
+    assert data["plan"]["fits"] is True and data["logged"]["kv_cache_bytes"] < 0
+    assert not any(s.startswith("--gpu-memory-utilization") for s in data["suggestions"])
+    assert any("where the engine did not" in s for s in data["suggestions"])
+
+
 def test_a_log_naming_no_model_still_explains_its_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
