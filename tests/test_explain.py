@@ -123,12 +123,14 @@ def test_prefixes_come_off_and_ranks_are_kept() -> None:
         "INFO 12-13 19:54:18 worker.py:243] model weights take   14.96GiB\n"
         "(pid=4242, ip=10.0.0.2) INFO 01-01 00:00:00 worker.py:1] # GPU blocks: 7\n"
         "[rank1]: INFO 01-01 00:00:00 [worker.py:2] # npu blocks: 8\n"
+        "(VllmWorker TP5 pid=77) INFO 01-01 00:00:00 [gpu_worker.py:3] # GPU blocks: 9\n"
     )
     lines = clean_lines(text)
     assert [line.text.split(" took")[0] for line in lines[:2]] == ["Model loading"] * 2
-    assert [line.rank for line in lines] == [None, 3, 2, None, None, 1]
+    assert [line.rank for line in lines] == [None, 3, 2, None, None, 1, 5]
     assert lines[3].text == "model weights take   14.96GiB"
-    assert [line.text for line in lines[4:]] == ["# GPU blocks: 7", "# npu blocks: 8"]
+    assert [line.text for line in lines[4:]] == ["# GPU blocks: 7", "# npu blocks: 8",
+                                                 "# GPU blocks: 9"]
 
 
 def test_a_wrapped_config_line_and_a_continued_command_are_joined() -> None:

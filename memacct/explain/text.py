@@ -33,7 +33,8 @@ _PREFIX = re.compile(
     r"""^\s*(?:
         \[\d{4}-\d\d-\d\d[ T][\d:.,]+Z?
           (?:\s+(?P<rank1>(?:DP\d+\s+|PP\d+\s+|EP\d+\s+)*TP\d+)[^\]]*)?\]
-      | \((?P<proc>[\w\-]+(?:[\s,]+(?:pid|rank|ip)=[\w.:\-]+)*|pid=\d+(?:,\s*ip=[\w.:\-]+)?)\)
+      | \((?P<proc>[\w\-]+(?:[\s,]+(?:(?:pid|rank|ip)=[\w.:\-]+|[TDPE]P\d+))*
+                   |pid=\d+(?:,\s*ip=[\w.:\-]+)?)\)
       | \[rank(?P<rank3>\d+)\]:
       | \[(?P<rank2>(?:DP\d+\s+)?TP\d+)\]
       | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.,]+
