@@ -44,3 +44,18 @@ def test_stdout_is_given_back_after_a_command(capsys: pytest.CaptureFixture[str]
     before = sys.stdout
     assert main(PLAN) == 0
     assert sys.stdout is before and "fits:" in capsys.readouterr().out
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
+    # A capacity table on many devices, so that the output outlasts the pipe's buffer.
+    args = [*PLAN[:3], "--device", "h100,a100,l4,t4,a10g,l40s,h200,b200",
+            "--tensor-parallel-size", "1,2,4,8", "--json"]
+    with subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    assert code in (0, 141) and "Traceback" not in err and "error" not in err, err

@@ -64,3 +64,10 @@ def test_a_kv_cache_too_small_for_one_request_is_raised_to_one_request() -> None
                         max_model_len=32768)
     assert not plan.fits
     assert any(s.startswith("raise --kv-cache-memory-bytes to at least") for s in plan.suggestions)
+
+
+def test_the_verdict_claims_no_more_requests_than_the_engine_runs() -> None:
+    plan = plan_offline("qwen2.5-7b", device="h200", max_model_len=1024, max_num_seqs=256)
+    assert plan.max_concurrency > 256
+    assert plan.verdict.startswith("fits: 256 concurrent requests of 1,024 tokens, the "
+                                   "engine's max_num_seqs")

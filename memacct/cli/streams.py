@@ -1,7 +1,8 @@
 """Standard output the command line cannot write to: one line on stderr, never a traceback.
 
 ``memacct ... > /dev/full`` (no space), ``| head -1`` (the reader left: a broken pipe) and
-``>&-`` (no standard output at all) make every write fail. :func:`guarded_stdout` stands
+``>&-`` (no standard output at all) make every write fail (a pipe whose reader left ends
+the command quietly, exit 141, as SIGPIPE would). :func:`guarded_stdout` stands
 in for ``sys.stdout`` while a command runs: a write or flush that fails raises
 :class:`OutputError`, which :func:`memacct.cli.main` reports in one line with exit code 2,
 like every user error; a closed standard output is a writer that refuses every write.
@@ -18,7 +19,11 @@ from typing import IO, Any
 
 from memacct.errors import MemacctError
 
-__all__ = ["OutputError", "guarded_stdout"]
+__all__ = ["EXIT_BROKEN_PIPE", "OutputError", "guarded_stdout"]
+
+EXIT_BROKEN_PIPE = 141
+"""The exit status after the reader of a pipe left: what the shell reports for a process
+that SIGPIPE ended (128 + 13)."""
 
 
 class OutputError(MemacctError):
@@ -34,6 +39,11 @@ class _Guarded(io.TextIOBase):
         self.target = target
 
     def _fail(self, exc: OSError | None) -> OutputError:
+        if isinstance(exc, BrokenPipeError):
+            # The reader has what it wanted (``| head -1``): end quietly, as a process that
+            # SIGPIPE ends does (128 + 13), with nothing more to flush at exit.
+            _silence(self.target)
+            raise SystemExit(EXIT_BROKEN_PIPE)
         if exc is None:
             return OutputError("standard output is closed: run memacct with its output "
                                "open (a terminal, a file or a pipe)")

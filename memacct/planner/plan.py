@@ -403,7 +403,8 @@ def make_plan(
         notes=notes,
         model=spec.model_name,
         budget=budget,
-        verdict=fits_verdict(layout.max_concurrency, layout.max_model_len, layout.used_bytes),
+        verdict=fits_verdict(layout.max_concurrency, layout.max_model_len, layout.used_bytes,
+                             settings.max_num_seqs),
     )
 
 

@@ -107,9 +107,16 @@ class Agreement(BaseModel):
         return self
 
 
-def fits_verdict(max_concurrency: float, max_model_len: int, used_bytes: int) -> str:
-    """A fitting plan's first line: requests of the longest length at once, and the cache."""
+def fits_verdict(max_concurrency: float, max_model_len: int, used_bytes: int,
+                 max_num_seqs: int | None = None) -> str:
+    """A fitting plan's first line: requests of the longest length at once, and the cache;
+    never more requests than the engine runs at once (``max_num_seqs``)."""
     count = int(max_concurrency)
+    if max_num_seqs is not None and count > max_num_seqs:
+        return (
+            f"fits: {max_num_seqs} concurrent requests of {max_model_len:,} tokens, the "
+            f"engine's max_num_seqs (the KV cache of {format_gib(used_bytes)} holds {count:,})"
+        )
     if count == 0:
         # Only an engine that starts with a pool under one request gets here (SGLang warns).
         return (
@@ -416,7 +423,7 @@ class KVCachePlan(JsonFile):
             max_running_requests=layout.max_running_requests,
             agreement=None if agreement is None else agreement.model_dump(),
             verdict=fits_verdict(layout.max_concurrency, self.max_model_len,
-                                 num_blocks * self.block_bytes),
+                                 num_blocks * self.block_bytes, self.max_num_seqs),
         )
         return KVCachePlan.model_validate(data)
 
