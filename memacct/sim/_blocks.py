@@ -37,6 +37,7 @@ __all__ = [
     "list_segments",
     "merge_neighbours",
     "pair_pools",
+    "segment_size",
     "walk_blocks",
 ]
 
@@ -225,6 +226,17 @@ class PrivatePool:
 
     def __repr__(self) -> str:
         return f"<PrivatePool {self.id}{' released' if self.released else ''}>"
+
+
+def segment_size(small: bool, rounded: int) -> int:
+    """Size of the segment mapped for a request of ``rounded`` bytes that no cached block
+    fits (torch's ``get_allocation_size``): a small-pool buffer, a large buffer below
+    :data:`MIN_LARGE_ALLOC`, else the request rounded up to :data:`ROUND_LARGE`."""
+    if small:
+        return SMALL_BUFFER
+    if rounded < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
 
 
 def pair_pools(first: Pool, second: Pool) -> None:

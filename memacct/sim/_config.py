@@ -4,7 +4,8 @@ c10/cuda/CUDAAllocatorConfig.cpp, and its ``round_size``)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple, TypeVar
 
 from memacct.errors import InvalidInputError
 from memacct.sim._blocks import LARGE_BUFFER, MIN_BLOCK_SIZE, PrivatePool
@@ -22,10 +23,13 @@ __all__ = [
     "check_max_split",
     "parse_settings",
     "roundup",
+    "split_fits",
 ]
 
 MAX_SPLIT_FLOOR_MB = LARGE_BUFFER // MiB
 """``max_split_size_mb`` must be larger than this (torch's check)."""
+_T = TypeVar("_T")
+
 NO_LIMIT = 1 << 127
 """``max_split_size`` when unset (torch's ``SIZE_MAX``)."""
 KNOWN = frozenset({
@@ -91,6 +95,15 @@ def parse_settings(settings: str, *, expandable: bool, preset: str) -> Settings:
     elif text is not None:
         divisions = check_divisions(_int_setting(values, "roundup_power2_divisions"))
     return Settings(max_split, gc_threshold, divisions, buckets)
+
+
+def split_fits(block_size: int, rounded: int, max_split: int) -> bool:
+    """torch's ``max_split_size`` rule: may a cached block of ``block_size`` bytes serve a
+    request of ``rounded`` bytes? An oversize block serves only requests within
+    ``LARGE_BUFFER`` (20 MiB) of its size, and never a request below ``max_split``."""
+    if rounded < max_split and block_size >= max_split:
+        return False
+    return not (rounded >= max_split and block_size >= rounded + LARGE_BUFFER)
 
 
 def roundup(n: int, rounded: int, divisions: int, buckets: dict[int, int]) -> int:
@@ -159,20 +172,20 @@ def _split_settings(text: str) -> list[str]:
 
 
 def _int_setting(values: dict[str, str], key: str) -> int:
-    try:
-        return int(values[key])
-    except ValueError:
-        raise InvalidInputError(
-            f"allocator setting {key} must be an int, got {values[key]!r}"
-        ) from None
+    return _setting(values, key, int, "an int")
 
 
 def _float_setting(values: dict[str, str], key: str) -> float:
+    return _setting(values, key, float, "a number")
+
+
+def _setting(values: dict[str, str], key: str, parse: Callable[[str], _T], what: str) -> _T:
+    """``values[key]`` read by ``parse``, or an error naming the key, the value and ``what``."""
     try:
-        return float(values[key])
+        return parse(values[key])
     except ValueError:
         raise InvalidInputError(
-            f"allocator setting {key} must be a number, got {values[key]!r}"
+            f"allocator setting {key} must be {what}, got {values[key]!r}"
         ) from None
 
 

@@ -23,17 +23,15 @@ from memacct.sim._blocks import (
     FREE,
     IN_USE,
     KEY_SHIFT,
-    LARGE_BUFFER,
     MIN_BLOCK_SIZE,
-    MIN_LARGE_ALLOC,
     ROUND_LARGE,
-    SMALL_BUFFER,
     SMALL_SIZE,
     Block,
     Pool,
     Segment,
+    segment_size,
 )
-from memacct.sim._config import NO_LIMIT, AllocatorSettings
+from memacct.sim._config import NO_LIMIT, AllocatorSettings, split_fits
 from memacct.sim._errors import (
     InvalidPointerError,
     SimOutOfMemory,
@@ -170,7 +168,9 @@ class CachingAllocator(AllocatorSettings, AllocatorReadings):
         else:
             pool = self._large
         key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
-        if key >= 0 and self._max_split < NO_LIMIT and not self._split_fit(key, rounded):
+        if key >= 0 and self._max_split < NO_LIMIT and not split_fits(
+            key >> KEY_SHIFT, rounded, self._max_split
+        ):
             pool.free.add(key)
             key = -1
         if key >= 0:
@@ -316,11 +316,7 @@ class CachingAllocator(AllocatorSettings, AllocatorReadings):
 
     def _segment_size(self, pool: Pool, rounded: int) -> int:
         """Size of the segment mapped for a request that no cached block fits."""
-        if pool.small:
-            return SMALL_BUFFER
-        if rounded < MIN_LARGE_ALLOC:
-            return LARGE_BUFFER
-        return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+        return segment_size(pool.small, rounded)
 
     def _refit_block(self, pool: Pool, block: Block) -> Block:
         """Replace the best-fit ``block`` (out of the free set) by another; see ``_refit``."""
@@ -441,14 +437,6 @@ class CachingAllocator(AllocatorSettings, AllocatorReadings):
         else:
             pools = (self._small, self._large)
         return (pools[0] if small else pools[1]), rounded
-
-    def _split_fit(self, key: int, rounded: int) -> bool:
-        """torch's ``max_split_size`` rule for a best-fit candidate of size ``key >> 64``."""
-        bsize = key >> KEY_SHIFT
-        limit = self._max_split
-        if rounded < limit and bsize >= limit:
-            return False
-        return not (rounded >= limit and bsize >= rounded + LARGE_BUFFER)
 
     def _release_oversize(self, pool: Pool, rounded: int) -> bool:
         """torch's ``release_available_cached_blocks``: free oversize cached segments."""
