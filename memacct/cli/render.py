@@ -32,27 +32,45 @@ def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) 
         return
     console = _console()
     budget = plan.budget
+    # Lines of text go out as they are (a pipe gets them whole, not folded at the table's
+    # width with trailing spaces); only the table is laid out by rich.
     if budget is None or budget.source == "profile":
-        console.print(plan.report(), markup=False)
+        click.echo(plan.report())
     else:
-        console.print(plan.verdict, markup=False)
+        click.echo(plan.verdict)
         for suggestion in plan.suggestions:
-            console.print(f"  - {suggestion}", markup=False)
+            click.echo(f"  - {suggestion}")
     # What the plan assumed (the library logs it too, but only the command line prints).
     for note in plan.notes:
-        console.print(f"note: {note}", markup=False)
+        click.echo(f"note: {note}")
     if budget is not None:
+        click.echo(_title(plan, result) + ": device memory")  # the table's title, unpadded
         console.print(_breakdown_table(plan, result))
     if plan.fits and budget is not None:
-        console.print(
-            f"plan: {plan.num_blocks:,} blocks of {plan.block_size} tokens "
-            f"({plan.num_tokens:,} tokens, {format_gib(plan.kv_cache_used_bytes)} of "
-            f"kv_cache_size {format_gib(plan.kv_cache_bytes)}); maximum concurrency for "
-            f"{plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",
-            markup=False,
+        click.echo(
+            f"plan: {_blocks(plan)} ({plan.num_tokens:,} tokens, "
+            f"{format_gib(plan.kv_cache_used_bytes)} of kv_cache_size "
+            f"{format_gib(plan.kv_cache_bytes)}); maximum concurrency for "
+            f"{plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x"
         )
     if plot_path is not None:
-        console.print(f"plot written to {plot_path}", markup=False)
+        click.echo(f"plot written to {plot_path}")
+
+
+def _blocks(plan: Any) -> str:
+    """The cache's units as the engine counts them: vLLM's blocks, SGLang's token slots."""
+    if plan.block_size == 1:
+        return f"{plan.num_blocks:,} token slots"
+    return f"{plan.num_blocks:,} blocks of {plan.block_size} tokens"
+
+
+def _target_label(plan: Any) -> str:
+    """``target_allocation`` with what set it, in the engine's own terms."""
+    budget = plan.budget
+    if budget is not None and plan.target_allocation != budget.target_allocation:
+        return "target_allocation (the rest + --kv-cache-memory-bytes)"
+    flag = "mem_fraction_static" if plan.engine == "sglang" else "gpu_memory_utilization"
+    return f"target_allocation ({flag} {plan.gpu_memory_utilization:g})"
 
 
 def _title(plan: Any, result: Any) -> str:
@@ -71,7 +89,7 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
     present), each with its share of the device and the JSON field it comes from."""
     from memacct.plot import FIELDS, KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown, term_label
 
-    table = Table(title=_title(plan, result) + ": device memory")
+    table = Table()
     for column, justify in (("part", "left"), ("GiB", "right"), ("share", "right"),
                             ("JSON field", "left")):  # fmt: skip
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -82,8 +100,7 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
 
     row("device total", total, "total_memory")
     budget = plan.budget
-    row(f"target_allocation (gpu_memory_utilization {plan.gpu_memory_utilization:g})",
-        plan.target_allocation or 0, "target_allocation")  # fmt: skip
+    row(_target_label(plan), plan.target_allocation or 0, "target_allocation")
     for label, value in breakdown(plan, result):
         if label == KV_CACHE_PARTS[0]:
             if plan.fits:
