@@ -166,6 +166,25 @@ def test_a_figure_keeps_its_printed_precision() -> None:
     assert abs(fig.bytes - 8.11 * 2**30) < 1
 
 
+_HALF_H100 = str(int((Decimal("39.19") * 2**30).to_integral_value()))
+
+
+@pytest.mark.parametrize(("total", "flag"), [("79.19", {"device": "h100-80gb"}),
+                                             ("39.19", {"device_memory": _HALF_H100})])
+def test_a_named_device_is_planned_for_where_its_total_agrees(
+    total: str, flag: dict[str, str]
+) -> None:
+    from memacct.explain.request import plan_request
+
+    reading = read_log(
+        f"GPU 0: NVIDIA H100 80GB HBM3\nFree memory on device (30.00/{total} GiB) on startup. "
+        "Desired GPU memory utilization is (0.9, 30.00 GiB)."
+    )
+    flags = plan_request(reading).flags
+    assert {k: flags[k] for k in flag} == flag
+    assert len({"device", "device_memory"} & set(flags)) == 1
+
+
 def test_a_budget_given_in_bytes_is_planned_in_bytes() -> None:
     from memacct.explain.request import plan_request
 

@@ -67,7 +67,7 @@ def release(version: str | None) -> str | None:
 
 def _engine_version(reading: LogReading, notes: list[str]) -> str | None:
     from memacct.engines import get_engine
-    from memacct.engines.base import check_release
+    from memacct.engines.accepts import check_release
 
     chosen = release(reading.engine_version)
     newest = get_engine(reading.engine).version
@@ -83,27 +83,38 @@ def _engine_version(reading: LogReading, notes: list[str]) -> str | None:
     return chosen
 
 
-def _device(reading: LogReading, device: str | None, device_memory: str | None,
-            notes: list[str]) -> dict[str, Any]:  # fmt: skip
+def _named_device(name: str) -> Any:
+    """The preset a device name resolves to (``"NVIDIA A100-SXM4-40GB"``: its size first),
+    or None."""
     from memacct.devices import resolve_device
 
+    size = re.search(r"(\d+)\s*GB", name)
+    for word in re.findall(r"[A-Za-z]*\d+[A-Za-z]*", name):
+        for guess in ([f"{word}-{size.group(1)}gb"] if size else []) + [word]:
+            try:
+                return resolve_device(guess)
+            except MemacctError:
+                continue
+    return None
+
+
+def _device(reading: LogReading, device: str | None, device_memory: str | None,
+            notes: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The device flag: the user's, else the device the log names where its total agrees
+    with the log's (within 1%: the preset also carries the engine's defaults for it, such
+    as vLLM's batch sizes on H100-class parts), else the log's total, else its name."""
     if device is not None:
         return {"device": device}
     if device_memory is not None:
         return {"device_memory": device_memory}
     total = reading.bytes("total_memory")
+    named = _named_device(reading.device or "")
+    if named is not None and (total is None or abs(named.total_bytes - total) <= 0.01 * total):
+        notes.append(f"device: {named.name}, as the log names it ({reading.device})")
+        return {"device": named.name}
     if total is not None and total > 0:
         notes.append(f"device: the log's total memory, {reading.figures['total_memory'].text()}")
         return {"device_memory": str(total)}
-    name = reading.device or ""
-    size = re.search(r"(\d+)\s*GB", name)
-    for word in re.findall(r"[A-Za-z]*\d+[A-Za-z]*", name):
-        # "A100-SXM4-40GB": the 40 GB part before the family's default.
-        for guess in ([f"{word}-{size.group(1)}gb"] if size else []) + [word]:
-            try:
-                return {"device": resolve_device(guess).name}
-            except MemacctError:
-                continue
     notes.append("the log gives neither the device's total nor its name: pass --device or "
                  "--device-memory (planned for the engine's reference device)")  # fmt: skip
     return {}
