@@ -124,13 +124,13 @@ def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
 
 
 def test_a_refusal_is_one_line_under_300_characters_naming_module_and_family() -> None:
-    config = {**load("llama-3.1-8b"), "architectures": ["PanguEmbeddedForCausalLM"],
-              "model_type": "openpangu"}
+    config = {**load("llama-3.1-8b"), "architectures": ["IQuestLoopCoderForCausalLM"],
+              "model_type": "iquest_loopcoder"}
     with pytest.raises(ConfigError) as caught:
         KVCacheSpec.from_hf_config(config)
     message = str(caught.value)
     assert "\n" not in message and len(message) < 300, message
-    for part in ("PanguEmbeddedForCausalLM", "vLLM module openpangu", "three",
+    for part in ("IQuestLoopCoderForCausalLM", "vLLM module iquest_loopcoder", "no rule",
                  "--assume-full-attention", "docs/architectures.md"):
         assert part in message
     assert nearest_family("qwen3_5_mtp") == "qwen3_5"
@@ -457,3 +457,26 @@ def test_sparse_mla_keeps_a_latent_and_an_indexer_cache_per_layer() -> None:
 def test_a_modelopt_nvfp4_checkpoint_with_an_fp8_kv_scheme_stores_fp8() -> None:
     spec = KVCacheSpec.from_hf_config(new_config("llama-nvfp4-kv-fp8"))
     assert spec.kv_dtype == "fp8_e4m3" and spec.kv_dtype_bytes == 1
+
+
+def test_decilm_block_configs_give_each_layer_its_kv_heads_or_no_cache() -> None:
+    blocks = [{"attention": {"n_heads_in_group": 8, "no_op": False}, "ffn": {}},
+              {"attention": {"no_op": True}, "ffn": {}},
+              {"attention": {"n_heads_in_group": 4, "no_op": False}, "ffn": {}}]
+    config = {**load("llama-3.1-8b"), "architectures": ["DeciLMForCausalLM"],
+              "model_type": "nemotron-nas", "num_hidden_layers": 3, "block_configs": blocks}
+    layers = KVCacheSpec.from_hf_config(config, tensor_parallel_size=2).layers
+    assert [getattr(x, "kv_heads", None) for x in layers] == [2, None, 4]
+    with pytest.raises(ConfigError, match="replace_with_linear"):
+        KVCacheSpec.from_hf_config({**config, "block_configs": [
+            {"attention": {"replace_with_linear": True}}] * 3})
+
+
+def test_openpangu_cycles_its_windows_and_refuses_sink_attention() -> None:
+    config = {**load("llama-3.1-8b"), "architectures": ["PanguEmbeddedForCausalLM"],
+              "model_type": "openpangu", "num_hidden_layers": 4,
+              "interleaved_sliding_window": [4096, None]}
+    layers = KVCacheSpec.from_hf_config(config).layers
+    assert [x.window for x in layers] == [4096, None, 4096, None]
+    with pytest.raises(ConfigError, match="param_sink_number"):
+        KVCacheSpec.from_hf_config({**config, "param_sink_number": 128})

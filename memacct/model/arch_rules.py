@@ -75,6 +75,8 @@ class Rule:
         defaults: ``(key, value)`` of the layer-shaping keys whose value the config
             class supplies when ``config.json`` leaves them out (transformers' class
             defaults), read as if written.
+        layer_keys: the key the decoder-layer count is read from, where the model file
+            reads another than ``num_hidden_layers`` (LongCat-Flash: ``num_layers``).
     """
 
     layout: str
@@ -86,6 +88,7 @@ class Rule:
     prefix_caching: bool = True
     pipeline_parallel: bool = True
     defaults: tuple[tuple[str, object], ...] = ()
+    layer_keys: tuple[str, ...] | None = None
 
 
 _MODELS = "vllm/model_executor/models"
@@ -155,6 +158,24 @@ RULES: dict[str, Rule] = {
                          frozenset({"index_topk", "index_head_dim", "index_topk_freq",
                                     "index_topk_pattern", "index_skip_topk_offset",
                                     "index_n_heads", "v_head_dim"})),
+    # longcat_flash.py: two DeepseekV2MLAAttention per decoder layer, config.num_layers
+    # layers (LongcatFlashConfig.num_hidden_layers is 2 x num_layers).
+    "longcat_flash": Rule("longcat_flash", "exact", f"{_MODELS}/longcat_flash.py (read; "
+                          "the golden generator finds no spec in it: not run); "
+                          "transformers LongcatFlashConfig", frozenset({"num_layers",
+                                                                         "v_head_dim"}),
+                          layer_keys=("num_layers",)),
+    # nemotron_nas.py (DeciLM, Llama-Nemotron Super/Ultra): per-layer block_configs.
+    "nemotron_nas": Rule("block_configs", "exact", f"{_MODELS}/nemotron_nas.py (read, not "
+                         "run here: the config class is the checkpoint's remote code)",
+                         frozenset({"block_configs"})),
+    # openpangu.py: PanguUltraMoE is MLA, PanguEmbedded / PanguProMoEV2 standard attention
+    # with interleaved_sliding_window; a config with param_sink_number > 0 runs
+    # StaticSinkAttention (sink tokens in the cache), which this rule does not size.
+    "openpangu": Rule("openpangu", "exact", f"{_MODELS}/openpangu.py (read, not run here: "
+                      "the config classes are the checkpoints' remote code)",
+                      frozenset({"interleaved_sliding_window", "v_head_dim"}),
+                      refuse_if="param_sink_number"),
     # step1.py / step3p5.py: num_attention_groups KV heads; Step-3.5 slides per layer_types.
     "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no "
                   f"transformers class)", frozenset({"num_attention_groups"})),
@@ -234,6 +255,9 @@ RULES["glm4_moe_lite"] = replace(RULES["deepseek_v2"], source=f"{_MODELS}/glm4_m
 # transformers AfmoeConfig: sliding_window defaults to 1024.
 RULES["afmoe"] = replace(RULES["afmoe"], reads=frozenset({"global_attn_every_n_layers"}),
                          defaults=(("sliding_window", 1024),))
+# longcat_flash_ngram.py builds longcat_flash.py's FlashModel (n-gram embeddings aside).
+RULES["longcat_flash_ngram"] = replace(RULES["longcat_flash"], source=f"{_MODELS}/"
+                                       "longcat_flash_ngram.py (FlashModel of longcat_flash.py)")
 # Gemma3nForCausalLM does not declare SupportsPP in vLLM 0.33 (gemma3n.py).
 RULES["gemma3n"] = replace(RULES["gemma3n"], pipeline_parallel=False)
 # Modules vLLM 0.33 renamed or moved, read by the rule of the module they came from.
@@ -254,10 +278,7 @@ REFUSED: dict[str, str] = {
                      "ernie_mtp", "longcat_flash_mtp", "glm4_moe_mtp", "medusa",
                      "openpangu_mtp", "qwen3_next_mtp"), _DRAFT),
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
-    "nemotron_nas": "per-layer block_configs (DeciLM): no rule yet",
-    "longcat_flash": "two attention blocks per layer: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
-    "openpangu": "three different architectures share this file: no rule yet",
     "hunyuan_vision": "HunYuan's text part: no rule yet",
     "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
@@ -283,7 +304,7 @@ _MULTIMODAL: dict[str, str] = {
         "internvl", "h2ovl", "nvlm_d", "skyworkr1v", "nemotron_vl", "ovis", "ovis2_5",
         "bagel", "deepseek_ocr", "isaac", "rvl", "bee", "kimi_audio", "midashenglm",
         "glmasr", "audioflamingo3", "nano_nemotron_vl", "dots_ocr", "paddleocr_vl",
-        "hyperclovax_vision", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
+        "hyperclovax_vision", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "kimi_k25",
     ), ""),
 }  # fmt: skip
 _MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up is the "

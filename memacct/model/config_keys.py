@@ -76,6 +76,8 @@ LAYOUT_READS: dict[str, frozenset[str]] = {
     "kimi_linear": frozenset({"linear_attn_config", "is_kda_layer", "is_linear_attn"}),
     "lfm2": frozenset({"conv_L_cache", "conv_dim"}),
     "gemma4": frozenset({"use_bidirectional_attention"}),
+    "sparse_mla": frozenset({"index_topk", "index_head_dim", "index_topk_freq",
+                             "index_topk_pattern", "index_skip_topk_offset"}),
     "mamba": frozenset(MAMBA1_KEYS),
     "mamba2": frozenset(MAMBA2_KEYS),
 }
@@ -84,6 +86,7 @@ LAYOUT_READS: dict[str, frozenset[str]] = {
 NOT_CACHE_SHAPING: dict[str, str] = {
     "q_lora_rank": "MLA's query compression: the cache keeps only the KV latent",
     "qk_nope_head_dim": "MLA's query/key part without RoPE: absorbed, not cached",
+    "qk_nope_dim": "MLA's query/key part without RoPE (openPangu's name): not cached",
     "mla_use_nope": "MLA's query path",
     "mamba_conv_bias": "a bias of the conv weights, not the conv state",
     "use_conv_bias": "a bias of the conv weights, not the conv state",
@@ -131,6 +134,7 @@ MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
 
 # Keys that only matter once a rule's refuse_if key is set (the rule refuses first).
 REFUSED_WITH: dict[str, frozenset[str]] = {
+    "param_sink_number": frozenset({"param_sink_of_head_dim"}),
     "index_topk": frozenset({"index_head_dim", "index_n_heads", "index_skip_topk_offset",
                              "index_topk_freq", "index_topk_pattern"}),
 }

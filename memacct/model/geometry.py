@@ -272,7 +272,7 @@ def spec_fields(
     """
     rule = resolve_rule(cfg, assume_full_attention=assume_full_attention)
     _check_pipeline(cfg, rule, pp)
-    num_layers = cfg.required(LAYER_KEYS, MAX_LAYERS)
+    num_layers = cfg.required(rule.layer_keys or LAYER_KEYS, MAX_LAYERS)
     attention_free = rule.layout in ATTENTION_FREE
     num_heads = ((cfg.integer(HEAD_KEYS, MAX_HEADS) or 1) if attention_free
                  else cfg.required(HEAD_KEYS, MAX_HEADS))

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from memacct.errors import ConfigError
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.model.attention_geometry import ATTENTION_GEOMETRY, gemma4_layer_types
 from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, ModelConfig
 from memacct.model.layers import (
     ChunkedLocalAttention,
@@ -180,20 +181,6 @@ def _typed(cfg: ModelConfig, n: int, layer_types: object, span: int | None) -> l
     return kinds
 
 
-def gemma4_layer_types(cfg: ModelConfig, n: int) -> list[str]:
-    """Gemma 4's ``layer_types`` as ``Gemma4TextConfig.__post_init__`` leaves them: every
-    6th layer full when none are listed, and the last layer forced to full attention."""
-    layer_types = cfg.get("layer_types")
-    if layer_types is None:
-        layer_types = ["sliding_attention" if (i + 1) % 6 else "full_attention"
-                       for i in range(n)]  # fmt: skip
-    if not isinstance(layer_types, list) or len(layer_types) != n:
-        raise ConfigError(
-            f"{cfg.source}: layer_types must list one type per layer ({n}): fix layer_types"
-        )
-    return [*layer_types[:-1], "full_attention"]
-
-
 def _gemma4(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """Gemma 4: sliding or full per ``layer_types``; the window is ``sliding_window``
     (halved plus one under ``use_bidirectional_attention: "all"``, as the class does)."""
@@ -327,6 +314,48 @@ def _sparse_mla(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return slots
 
 
+def _block_configs(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """DeciLM / Nemotron-NAS (nemotron_nas.py): ``block_configs[i].attention`` is a no-op
+    (no cache) or attention with ``num_attention_heads // n_heads_in_group`` KV heads."""
+    blocks = cfg.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != n:
+        raise ConfigError(f"{cfg.source}: block_configs must list one block per layer ({n})")
+    heads = cfg.required(("num_attention_heads",), MAX_HEADS)
+    slots: list[list[Kind]] = []
+    for i, block in enumerate(blocks):
+        attention = block.get("attention") if isinstance(block, dict) else None
+        if not isinstance(attention, dict):
+            raise ConfigError(f"{cfg.source}: block_configs[{i}].attention must be an object")
+        if attention.get("replace_with_linear"):
+            raise ConfigError(
+                f"{cfg.source}: block_configs[{i}].attention.replace_with_linear is set, "
+                f"which vLLM's nemotron_nas.py does not build: fix block_configs")
+        if attention.get("no_op"):
+            slots.append([_NONE])
+            continue
+        group = cfg.check_int(f"block_configs[{i}].attention.n_heads_in_group",
+                              attention.get("n_heads_in_group"), high=heads)
+        slots.append([("gqa", heads // group)])
+    return slots
+
+
+def _openpangu(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """openPangu (openpangu.py): MLA where the config has ``kv_lora_rank``; otherwise
+    ``interleaved_sliding_window``, one window for every layer or a list cycled over them
+    (``layer_idx % len``, null: full), else full attention."""
+    windows = cfg.get("interleaved_sliding_window")
+    if cfg.get("kv_lora_rank") is not None or windows is None:
+        return _each([_FULL] * n)
+    if not isinstance(windows, list):
+        windows = [windows]
+    if not windows:
+        raise ConfigError(f"{cfg.source}: interleaved_sliding_window is an empty list")
+    spans = [cfg.check_int("interleaved_sliding_window", w, high=MAX_POSITIONS) if w else None
+             for w in windows]
+    return _each([("sliding", span) if (span := spans[i % len(spans)]) else _FULL
+                  for i in range(n)])
+
+
 def _plamo3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """PLaMo-3 (plamo3.py): layer ``i`` slides over ``sliding_window[i]`` when the config
     lists one window per layer (vLLM renames the list ``interleaved_sliding_window``), full
@@ -349,6 +378,9 @@ LAYOUTS: dict[str, Layout] = {
     "step3": _decoder,
     "plamo3": _plamo3,
     "sparse_mla": _sparse_mla,
+    "block_configs": _block_configs,
+    "openpangu": _openpangu,
+    "longcat_flash": lambda cfg, n: [[_FULL, _FULL] for _ in range(n)],
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,
     "bamba": _bamba,
@@ -364,72 +396,11 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-KVHeadsPerRank = Callable[[int], int]
 # fp8_ds_mla's bytes per token (mla_attention.py state_content_bytes): fp8 latent, scales
 # and a bf16 RoPE part.
 SPARSE_MLA_FP8_ROW = 656
 # Layouts without attention: every layer keeps a recurrent state only.
 ATTENTION_FREE = frozenset({"mamba", "mamba2"})
-
-
-def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
-                      ) -> dict[str, tuple[int, int, int]]:
-    """Gemma 4's two geometries (``Gemma4TextConfig.per_layer_config``, read by gemma4.py's
-    decoder layer): full layers take ``global_head_dim`` (class default 512) and, when
-    ``attention_k_eq_v`` is true, ``num_global_key_value_heads``; sliding layers keep
-    ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins."""
-    global_head = cfg.integer(("global_head_dim",), MAX_DIM) or 512
-    global_kv = kv_heads
-    if cfg.get("attention_k_eq_v") is True:
-        global_kv = cfg.integer(("num_global_key_value_heads",), MAX_HEADS) or kv_heads
-    written = cfg.get("per_layer_config")
-    if isinstance(written, dict) and written:
-        n = cfg.required(("num_hidden_layers",), MAX_LAYERS)
-        full = {i for i, t in enumerate(gemma4_layer_types(cfg, n)) if t == "full_attention"}
-        if {int(k) for k in written if str(k).isdigit()} != full:
-            raise ConfigError(
-                f"{cfg.source}: per_layer_config overrides other layers than the full-"
-                f"attention ones of layer_types, which memacct's Gemma 4 rule does not size: "
-                f"fix per_layer_config or layer_types"
-            )
-        entries = [v for v in written.values() if isinstance(v, dict)]
-        heads = {v.get("head_dim", head) for v in entries}
-        kvs = {v.get("num_key_value_heads", kv_heads) for v in entries}
-        if len(heads) != 1 or len(kvs) != 1:
-            raise ConfigError(
-                f"{cfg.source}: per_layer_config gives the overridden layers more than one "
-                f"geometry, which memacct's Gemma 4 rule does not size: fix per_layer_config"
-            )
-        global_head = cfg.check_int("per_layer_config.head_dim", heads.pop(), high=MAX_DIM)
-        global_kv = cfg.check_int("per_layer_config.num_key_value_heads", kvs.pop(),
-                                  high=MAX_HEADS)
-    return {"full": (per_rank(global_kv), global_head, global_head),
-            "sliding": (per_rank(kv_heads), head, head)}
-
-
-def _step_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
-                    ) -> dict[str, tuple[int, int, int]]:
-    """Step-1 and Step-3.5 (step1.py, step3p5.py): ``num_attention_groups`` KV heads (Step-1:
-    else ``num_key_value_heads``, else 1), on full and sliding layers alike."""
-    groups = cfg.integer(("num_attention_groups", "num_key_value_heads"), MAX_HEADS) or 1
-    return {"full": (per_rank(groups), head, head), "sliding": (per_rank(groups), head, head)}
-
-
-def _step3_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
-                     ) -> dict[str, tuple[int, int, int]]:
-    """Step-3 (step3_text.py): one KV head of ``head_dim`` per layer (``num_kv_heads=1``),
-    replicated on every rank."""
-    return {"full": (per_rank(1), head, head)}
-
-
-# Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
-# KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
-ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
-                                       dict[str, tuple[int, int, int]]]] = {
-    "gemma4": _gemma4_attention,
-    "step": _step_attention,
-    "step3": _step3_attention,
-}
 
 
 def _attention(i: int, kind: str, size: int | None, geo: Geometry, target: int | None
@@ -438,6 +409,12 @@ def _attention(i: int, kind: str, size: int | None, geo: Geometry, target: int |
         return MLAAttention(layer=i, latent_size=geo.latent, dtype_bytes=geo.kv_bytes,
                             row_bytes=geo.latent_row_bytes, shares_kv_with=target)
     heads, head, head_v = geo.attention.get(kind, geo.attention["full"])
+    if kind == "gqa" and size is not None:  # this layer's own KV heads (DeciLM)
+        heads = max(1, size // geo.tp)
+        if (size % geo.tp if size >= geo.tp else geo.tp % size):
+            raise InvalidInputError(
+                f"tensor_parallel_size {geo.tp} neither divides nor is a multiple of the "
+                f"{size} KV heads of layer {i}: use a tensor_parallel_size that divides {size}")
     if geo.latent is not None:  # a latent layer that slides: one latent row per token
         heads, head, head_v = 1, geo.latent, 0
     common = dict(layer=i, kv_heads=heads, head_size=head, head_size_v=head_v,

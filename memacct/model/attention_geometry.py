@@ -1,0 +1,92 @@
+"""Attention geometry per layer kind, for families whose kinds differ in heads or head size.
+
+Most families give every attention layer the geometry of
+:func:`memacct.model.geometry.spec_fields`; the layouts here give each kind its own
+``(KV heads per rank, head size, V head size)``, as their vLLM model files build them:
+Gemma 4's per-layer configuration, Step-1/3.5's attention groups, Step-3's single KV head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memacct.errors import ConfigError
+from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelConfig
+
+__all__ = ["ATTENTION_GEOMETRY", "KVHeadsPerRank", "gemma4_layer_types"]
+
+KVHeadsPerRank = Callable[[int], int]
+
+
+def gemma4_layer_types(cfg: ModelConfig, n: int) -> list[str]:
+    """Gemma 4's ``layer_types`` as ``Gemma4TextConfig.__post_init__`` leaves them: every
+    6th layer full when none are listed, and the last layer forced to full attention."""
+    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        layer_types = ["sliding_attention" if (i + 1) % 6 else "full_attention"
+                       for i in range(n)]  # fmt: skip
+    if not isinstance(layer_types, list) or len(layer_types) != n:
+        raise ConfigError(
+            f"{cfg.source}: layer_types must list one type per layer ({n}): fix layer_types"
+        )
+    return [*layer_types[:-1], "full_attention"]
+
+
+def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                      ) -> dict[str, tuple[int, int, int]]:
+    """Gemma 4's two geometries (``Gemma4TextConfig.per_layer_config``, read by gemma4.py's
+    decoder layer): full layers take ``global_head_dim`` (class default 512) and, when
+    ``attention_k_eq_v`` is true, ``num_global_key_value_heads``; sliding layers keep
+    ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins."""
+    global_head = cfg.integer(("global_head_dim",), MAX_DIM) or 512
+    global_kv = kv_heads
+    if cfg.get("attention_k_eq_v") is True:
+        global_kv = cfg.integer(("num_global_key_value_heads",), MAX_HEADS) or kv_heads
+    written = cfg.get("per_layer_config")
+    if isinstance(written, dict) and written:
+        n = cfg.required(("num_hidden_layers",), MAX_LAYERS)
+        full = {i for i, t in enumerate(gemma4_layer_types(cfg, n)) if t == "full_attention"}
+        if {int(k) for k in written if str(k).isdigit()} != full:
+            raise ConfigError(
+                f"{cfg.source}: per_layer_config overrides other layers than the full-"
+                f"attention ones of layer_types, which memacct's Gemma 4 rule does not size: "
+                f"fix per_layer_config or layer_types"
+            )
+        entries = [v for v in written.values() if isinstance(v, dict)]
+        heads = {v.get("head_dim", head) for v in entries}
+        kvs = {v.get("num_key_value_heads", kv_heads) for v in entries}
+        if len(heads) != 1 or len(kvs) != 1:
+            raise ConfigError(
+                f"{cfg.source}: per_layer_config gives the overridden layers more than one "
+                f"geometry, which memacct's Gemma 4 rule does not size: fix per_layer_config"
+            )
+        global_head = cfg.check_int("per_layer_config.head_dim", heads.pop(), high=MAX_DIM)
+        global_kv = cfg.check_int("per_layer_config.num_key_value_heads", kvs.pop(),
+                                  high=MAX_HEADS)
+    return {"full": (per_rank(global_kv), global_head, global_head),
+            "sliding": (per_rank(kv_heads), head, head)}
+
+
+def _step_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                    ) -> dict[str, tuple[int, int, int]]:
+    """Step-1 and Step-3.5 (step1.py, step3p5.py): ``num_attention_groups`` KV heads (Step-1:
+    else ``num_key_value_heads``, else 1), on full and sliding layers alike."""
+    groups = cfg.integer(("num_attention_groups", "num_key_value_heads"), MAX_HEADS) or 1
+    return {"full": (per_rank(groups), head, head), "sliding": (per_rank(groups), head, head)}
+
+
+def _step3_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                     ) -> dict[str, tuple[int, int, int]]:
+    """Step-3 (step3_text.py): one KV head of ``head_dim`` per layer (``num_kv_heads=1``),
+    replicated on every rank."""
+    return {"full": (per_rank(1), head, head)}
+
+
+# Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
+# KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
+ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
+                                       dict[str, tuple[int, int, int]]]] = {
+    "gemma4": _gemma4_attention,
+    "step": _step_attention,
+    "step3": _step3_attention,
+}
