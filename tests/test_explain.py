@@ -93,6 +93,14 @@ def test_a_release_is_read_where_an_environment_dump_names_it(
     assert (reading.engine, reading.engine_version) == (engine, version)
 
 
+def test_vllm_mindspore_is_told_by_its_cpu_binding_line() -> None:
+    reading = read_log(
+        "INFO 05-01 10:00:00 [worker.py:150] bind process 4242 in rank 0 to cpu: [0, 1, 2]\n"
+        "INFO 05-01 10:00:09 [gpu_worker.py:230] Available KV cache memory: 20.50 GiB\n"
+    )
+    assert (reading.engine, reading.era) == ("vllm-mindspore", "V1")
+
+
 def test_the_logged_terms_are_bytes_and_v0_activation_is_the_peak_less_the_weights() -> None:
     reading = read_log((DATA / "vllm-10517-llama31-8b-rtx3090-20k.log").read_text())
     logged = reading.logged

@@ -174,7 +174,9 @@ def detect_engine(text: str) -> str:
     sglang, vllm = len(_SGLANG_LINES.findall(text)), len(_VLLM_LINES.findall(text))
     if sglang > vllm or (not vllm and _SGLANG_WORDS.search(text)):
         return "sglang"
-    if re.search(r"vllm[_-]mindspore|\bmindspore\.", text):
+    # vllm-mindspore binds each worker to CPUs and says so ("bind process %d in rank %d to
+    # cpu: %s", vllm_mindspore/worker/worker.py); its module paths name it too.
+    if re.search(r"vllm[_-]mindspore|\bmindspore\.|bind process \d+ in rank \d+ to cpu", text):
         return "vllm-mindspore"
     v1 = re.search(r"Available KV cache memory|GPU KV cache size|EngineCore", text)
     # vllm-ascend's V1 model runner prints "Loading model weights took %.4f GB" and nothing
