@@ -80,7 +80,7 @@ def test_the_release_gates_are_what_each_releases_parser_registers() -> None:
     first = {flag: _first(table, lambda r, flag=flag: r["flags"][flag])
              for flag in emit_check_releases.FLAGS}  # fmt: skip
     assert {flag: since for flag, since in first.items() if since is not None} == FLAG_SINCE
-    from memacct.engines.base import KV_CACHE_DTYPES
+    from memacct.engines.accepts import KV_CACHE_DTYPES
 
     dtypes = {name: _first(table, lambda r, name=name: name in r["kv_cache_dtypes"])
               for name in KV_CACHE_DTYPES["vllm"]}  # fmt: skip

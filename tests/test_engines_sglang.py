@@ -221,7 +221,7 @@ def test_offline_sglang_refuses_fp8_with_the_accepted_names() -> None:
 
 
 def test_the_modelled_release_is_data_and_another_is_refused() -> None:
-    from memacct.engines.base import check_release
+    from memacct.engines.accepts import check_release
 
     assert getattr(get_engine("sglang").kv, "releases", None) == SGLANG_RELEASES == ("0.5.23",)
     check_release("sglang", "0.5.23")

@@ -235,7 +235,7 @@ def test_vllm_ascend_enforce_eager_is_taken_and_graphs_beyond_the_headroom_are_f
 
 
 def test_vllm_ascend_names_its_releases_and_their_vllm_beside_a_refusal() -> None:
-    from memacct.engines.base import check_release
+    from memacct.engines.accepts import check_release
 
     check_release("vllm-ascend", "0.23.0")
     for release in ("0.18.0", "0.33"):

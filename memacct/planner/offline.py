@@ -88,7 +88,7 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
         InvalidInputError: an unknown device, or one the engine does not run on.
     """
     from memacct.devices import DEVICE_INFO, memory_notes, resolve_device
-    from memacct.engines.base import ENGINE_VENDORS
+    from memacct.engines.accepts import ENGINE_VENDORS
 
     vendors = ENGINE_VENDORS.get(options.engine)
     if options.device_memory is not None:

@@ -101,7 +101,7 @@ class PlanOptions:
 
     def __post_init__(self) -> None:
         from memacct.engines import ENGINE_MODULES
-        from memacct.engines.base import (
+        from memacct.engines.accepts import (
             check_block_size,
             check_kv_cache_dtype_name,
             check_release,

@@ -26,7 +26,8 @@ from memacct._log import logger
 from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
-from memacct.engines.base import KVLayout, KVSettings, check_block_size
+from memacct.engines.accepts import check_block_size
+from memacct.engines.base import KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN

@@ -39,7 +39,7 @@ __all__ = [
 SGLANG_VERSION = "0.5.23"
 SGLANG_RELEASES: tuple[str, ...] = (SGLANG_VERSION,)
 """The SGLang releases whose pool code these rules were read from (an unmodelled release is
-refused with this list, :func:`memacct.engines.base.check_release`)."""
+refused with this list, :func:`memacct.engines.accepts.check_release`)."""
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 
