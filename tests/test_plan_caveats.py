@@ -71,3 +71,9 @@ def test_the_verdict_claims_no_more_requests_than_the_engine_runs() -> None:
     assert plan.max_concurrency > 256
     assert plan.verdict.startswith("fits: 256 concurrent requests of 1,024 tokens, the "
                                    "engine's max_num_seqs")
+
+
+def test_the_shortfall_is_one_figure_in_the_verdict_and_the_plan() -> None:
+    plan = plan_offline("llama-3.1-70b", device="h100")
+    assert not plan.fits
+    assert f"the target is {plan.shortfall_bytes / 2**30:.2f}GiB short of" in plan.verdict

@@ -139,6 +139,11 @@ def refused_plan(
             suggestions.append((gap + 2, f"lower --kv-cache-memory-bytes to at most {gib(kv)}"))
     else:
         why = _why(opts, est, refusal, kv, total, max_len)
+        if kv < 0 and not auto:
+            # The table's shortfall, said once in the verdict too: what the target lacks for
+            # the rest and one request.
+            why += (f"; the target is {gib(gap)} short of the rest and one request of "
+                    f"{max_len:,} tokens")
         if refusal.estimated_max_model_len is not None and kv > 0 and not (
                 est.weights_memory >= est.requested_memory):  # fmt: skip
             best = refusal.estimated_max_model_len
