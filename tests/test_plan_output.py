@@ -44,3 +44,11 @@ def test_a_cache_set_by_its_size_names_no_utilization(capsys: pytest.CaptureFixt
     label = "target_allocation (the rest + --kv-cache-memory-bytes)"
     assert any(label in line for line in lines)
     assert not any("gpu_memory_utilization 0.9" in line for line in lines)
+
+
+def test_capacity_json_says_nothing_it_was_not_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = json.loads("\n".join(_out([*PLAN[:3], "--device", "h100,l4", "--json"], capsys)))
+    assert [(r["refusal"], r["serves_min_concurrency"]) for r in rows] == [(None, None)] * 2
+    rows = json.loads("\n".join(_out([*PLAN[:3], "--device", "h100,l4", "--json",
+                                      "--min-concurrency", "2"], capsys)))  # fmt: skip
+    assert sorted(r["serves_min_concurrency"] for r in rows) == [False, True]

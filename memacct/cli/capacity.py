@@ -62,7 +62,9 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
             {"format_version": PLAN_FORMAT_VERSION, "device": row.device,
              "tensor_parallel_size": row.tensor_parallel_size,
              "fits": row.plan is not None and row.plan.fits,
-             "serves_min_concurrency": row is marked, "refusal": row.refusal,
+             # Null where not asked (no --min-concurrency) or not refused.
+             "serves_min_concurrency": None if wanted is None else row is marked,
+             "refusal": row.refusal or None,
              "plan": None if row.plan is None else row.plan.model_dump(mode="json")}
             for row in rows
         ], indent=2))  # fmt: skip
