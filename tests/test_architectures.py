@@ -480,3 +480,17 @@ def test_openpangu_cycles_its_windows_and_refuses_sink_attention() -> None:
     assert [x.window for x in layers] == [4096, None, 4096, None]
     with pytest.raises(ConfigError, match="param_sink_number"):
         KVCacheSpec.from_hf_config({**config, "param_sink_number": 128})
+
+
+def test_bailing_and_alice_hybrids_place_their_linear_layers_as_vllm_does() -> None:
+    base = {**load("llama-3.1-8b"), "num_hidden_layers": 5, "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64, "head_dim": 128, "layer_group_size": 2}
+    v25 = KVCacheSpec.from_hf_config({**base, "architectures": ["BailingMoeV2_5ForCausalLM"],
+                                      "model_type": "bailing_moe_linear"})
+    assert [x.kind for x in v25.layers] == ["mamba", "mla", "mamba", "mla", "mamba"]
+    v3 = KVCacheSpec.from_hf_config({**base, "architectures": ["BailingMoeV3ForCausalLM"],
+                                     "model_type": "bailing_moe_v3",
+                                     "short_conv_kernel_size": 4})
+    # _is_kda_layer: MLA every 2nd layer and past the last whole group (layer 4).
+    assert [x.kind for x in v3.layers] == ["mamba", "mla", "mamba", "mla", "mla"]
+    assert v3.layers[0].state_bytes == 3 * 32 * 128 * 3 * 2 + 32 * 128 * 128 * 4

@@ -176,6 +176,18 @@ RULES: dict[str, Rule] = {
                       "the config classes are the checkpoints' remote code)",
                       frozenset({"interleaved_sliding_window", "v_head_dim"}),
                       refuse_if="param_sink_number"),
+    # alice_ai.py: Kimi delta attention where layer_types says linear_attention (its flat
+    # linear_* keys adapted to KimiLinearConfig), Qwen3-Next attention elsewhere; no PP
+    # (AliceAIForCausalLMConfig.verify_and_update_config).
+    "alice_ai": replace(_state("decoder", "alice_ai", "none (read, not run: no config class "
+                               "in transformers 5.19)", *GDN_KEYS), pipeline_parallel=False),
+    "bailing_moe_linear": _state("bailing_linear", "bailing_moe_linear", "none (read, not "
+                                 "run: remote-code config)", "layer_group_size", "v_head_dim"),
+    # BailingMoeV3MLAAttention's getattr defaults: kv_lora_rank 512, qk_rope_head_dim 64.
+    "bailing_moe_v3": replace(_state("bailing_v3", "bailing_moe_v3", "none (read, not run: "
+                                     "remote-code config)", "layer_group_size",
+                                     "short_conv_kernel_size", "v_head_dim"),
+                              defaults=(("kv_lora_rank", 512), ("qk_rope_head_dim", 64))),
     # step1.py / step3p5.py: num_attention_groups KV heads; Step-3.5 slides per layer_types.
     "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no "
                   f"transformers class)", frozenset({"num_attention_groups"})),

@@ -119,6 +119,9 @@ NOT_CACHE_SHAPING: dict[str, str] = {
     "prefix_dense_sliding_window_pattern": "Cohere2MoeConfig derives layer_types from it, "
                                            "which a published config writes",
     "linear_attn_config": "read by the Kimi-Linear rule itself",
+    "kda_lower_bound": "Kimi delta attention's gate bound, not its state",
+    "kda_safe_gate": "Kimi delta attention's gate, not its state",
+    "no_kda_lora": "Kimi delta attention's projection weights, not its state",
     "index_topk": "DeepSeek-V3.2's sparse attention: a rule refuses it (refuse_if)",
 }
 

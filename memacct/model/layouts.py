@@ -138,6 +138,7 @@ _STATE_TYPES: dict[tuple[str, str], str] = {
     ("lfm2", "conv"): "short_conv",
     ("lfm2_moe", "conv"): "short_conv",
     ("olmo_hybrid", "linear_attention"): "gdn",
+    ("alice_ai", "linear_attention"): "kda_flat",
 }
 # layer_types entries an engine reads otherwise than their name: rnj1.py gives its
 # "chunked_attention" layers per_layer_sliding_window = sliding_window (a sliding window).
@@ -356,6 +357,24 @@ def _openpangu(cfg: ModelConfig, n: int) -> list[list[Kind]]:
                   for i in range(n)])
 
 
+def _bailing_linear(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Bailing-MoE V2.5 (bailing_moe_linear.py is_linear_layer): lightning attention where
+    ``(i + 1) % layer_group_size`` (class default 1: none), MLA elsewhere."""
+    group = cfg.integer(("layer_group_size",), MAX_LAYERS, low=0)
+    group = 1 if group is None else group
+    return _each([("linear", None) if group > 0 and (i + 1) % group else _FULL
+                  for i in range(n)])
+
+
+def _bailing_v3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Bailing-MoE V3 (bailing_moe_v3.py _is_kda_layer): Kimi delta attention unless
+    ``(i + 1) % layer_group_size == 0`` or ``i`` is past the last whole group; MLA there."""
+    group = cfg.required(("layer_group_size",), MAX_LAYERS)
+    whole = n // group * group
+    return _each([_FULL if (i + 1) % group == 0 or i >= whole else ("kda_heads", None)
+                  for i in range(n)])
+
+
 def _plamo3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """PLaMo-3 (plamo3.py): layer ``i`` slides over ``sliding_window[i]`` when the config
     lists one window per layer (vLLM renames the list ``interleaved_sliding_window``), full
@@ -380,6 +399,8 @@ LAYOUTS: dict[str, Layout] = {
     "sparse_mla": _sparse_mla,
     "block_configs": _block_configs,
     "openpangu": _openpangu,
+    "bailing_linear": _bailing_linear,
+    "bailing_v3": _bailing_v3,
     "longcat_flash": lambda cfg, n: [[_FULL, _FULL] for _ in range(n)],
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,

@@ -154,6 +154,28 @@ def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
 
 
+def _kda_flat(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # alice_ai.py: kda_state_shape(num_heads=linear_num_key_heads,
+    # head_dim=linear_key_head_dim, conv_kernel_size=linear_conv_kernel_dim), kda dtypes.
+    heads = cfg.required(("linear_num_key_heads",), MAX_HEADS)
+    head_dim = cfg.required(("linear_key_head_dim",), MAX_DIM)
+    kernel = cfg.required(("linear_conv_kernel_dim",), MAX_DIM)
+    _check_divides(cfg, geo.tp, {"KDA heads": heads})
+    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
+    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+
+
+def _kda_heads(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # bailing_moe_v3.py: kda_state_shape(num_attention_heads, head_dim,
+    # conv_kernel_size=short_conv_kernel_size).
+    heads = cfg.required(("num_attention_heads",), MAX_HEADS)
+    head_dim = cfg.required(("head_dim",), MAX_DIM)
+    kernel = cfg.required(("short_conv_kernel_size",), MAX_DIM)
+    _check_divides(cfg, geo.tp, {"KDA heads": heads})
+    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
+    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+
+
 STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
     tuple[int, int], ...]]]] = {
     "gdn": (GatedDeltaNetState, _gdn),
@@ -162,4 +184,6 @@ STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple
     "short_conv": (ShortConvState, _short_conv),
     "linear": (LinearAttentionState, _linear),
     "kda": (KimiDeltaState, _kda),
+    "kda_flat": (KimiDeltaState, _kda_flat),
+    "kda_heads": (KimiDeltaState, _kda_heads),
 }
