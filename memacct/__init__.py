@@ -110,11 +110,20 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memacct' has no attribute {name!r}")
     from importlib import import_module
 
+    module = _LAZY.get(name)
+    if module is None:
+        # A submodule (memacct.errors, memacct.registry, ...), as an attribute of the package
+        # the way importing it eagerly made it one.
+        if name.startswith("_"):
+            raise AttributeError(f"module 'memacct' has no attribute {name!r}")
+        try:
+            return import_module(f"memacct.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"memacct.{name}":
+                raise
+            raise AttributeError(f"module 'memacct' has no attribute {name!r}") from None
     value = getattr(import_module(module), name)
     globals()[name] = value  # once imported, an ordinary attribute
     return value

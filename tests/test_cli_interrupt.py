@@ -42,7 +42,8 @@ def test_importing_memacct_imports_only_its_version() -> None:
                           timeout=60, check=True)  # fmt: skip
     assert proc.stdout.strip() == "['memacct', 'memacct._version']"
     # The names are all there on first use.
-    code = "import memacct; print(memacct.get_backend.__module__, memacct.MemacctError.__name__)"
+    code = ("import memacct; print(memacct.get_backend.__module__, memacct.MemacctError.__name__,"
+            " memacct.errors.__name__, hasattr(memacct, 'nosuch'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)  # fmt: skip
-    assert proc.stdout.split() == ["memacct.registry", "MemacctError"]
+    assert proc.stdout.split() == ["memacct.registry", "MemacctError", "memacct.errors", "False"]
