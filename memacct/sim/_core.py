@@ -168,9 +168,7 @@ class CachingAllocator(AllocatorSettings, AllocatorReadings):
         else:
             pool = self._large
         key = pool.free.pop_ceiling(rounded << KEY_SHIFT)
-        if key >= 0 and self._max_split < NO_LIMIT and not split_fits(
-            key >> KEY_SHIFT, rounded, self._max_split
-        ):
+        if key >= 0 and self._max_split < NO_LIMIT and not self._split_fit(key, rounded):
             pool.free.add(key)
             key = -1
         if key >= 0:
@@ -437,6 +435,10 @@ class CachingAllocator(AllocatorSettings, AllocatorReadings):
         else:
             pools = (self._small, self._large)
         return (pools[0] if small else pools[1]), rounded
+
+    def _split_fit(self, key: int, rounded: int) -> bool:
+        """torch's ``max_split_size`` rule for a best-fit candidate of size ``key >> 64``."""
+        return split_fits(key >> KEY_SHIFT, rounded, self._max_split)
 
     def _release_oversize(self, pool: Pool, rounded: int) -> bool:
         """torch's ``release_available_cached_blocks``: free oversize cached segments."""
