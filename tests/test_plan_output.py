@@ -52,3 +52,11 @@ def test_capacity_json_says_nothing_it_was_not_asked(capsys: pytest.CaptureFixtu
     rows = json.loads("\n".join(_out([*PLAN[:3], "--device", "h100,l4", "--json",
                                       "--min-concurrency", "2"], capsys)))  # fmt: skip
     assert sorted(r["serves_min_concurrency"] for r in rows) == [False, True]
+
+
+def test_a_capacity_table_keeps_each_devices_memory_caveats(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN[:3], "--device", "dgx-spark,h100", "--tensor-parallel-size", "1,2"]) == 0
+    err = capsys.readouterr().err
+    assert "note: gb10-128gb: unified memory:" in err
+    assert "note: h100-80gb:" not in err

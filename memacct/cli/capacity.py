@@ -28,6 +28,19 @@ __all__ = ["capacity_cmd"]
 MARK = "<- smallest serving"
 
 
+def _device_notes(device: str, opts: PlanOptions) -> tuple[str, ...]:
+    """What a plan on ``device`` assumes about memory it shares with the CPU and OS (each
+    row's plan carries it; the table says it once per device)."""
+    from memacct.devices import memory_notes, resolve_device
+    from memacct.errors import InvalidInputError
+
+    try:
+        info = resolve_device(device)
+    except InvalidInputError:  # a device given by its size: nothing known about it
+        return ()
+    return memory_notes(info, opts.engine, opts.gpu_memory_utilization)
+
+
 def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, ...],
                  degrees: tuple[int, ...], flags: dict[str, Any],
                  notes: tuple[str, ...] = ()) -> None:
@@ -71,6 +84,9 @@ def capacity_cmd(config: dict[str, Any], opts: PlanOptions, devices: tuple[str, 
     else:
         for note in notes:
             click.echo(f"note: {note}", err=True)
+        for device in dict.fromkeys(row.device for row in rows):  # unified memory, ...
+            for note in _device_notes(device, opts):
+                click.echo(f"note: {device}: {note}", err=True)
         _console().print(_table(rows, opts, marked, wanted))
         if wanted is not None:
             click.echo(
