@@ -60,7 +60,7 @@ def test_every_path_prints_one_schema_with_its_format_version(
         argv = ["--profile", str(_profile(tmp_path))]
     data = _json(capsys, ["plan", "--model", "qwen2.5-7b", *argv])
     plan = memacct.KVCachePlan.model_validate(data)
-    assert data["format_version"] == memacct.planner.result.PLAN_FORMAT_VERSION == 3
+    assert data["format_version"] == memacct.planner.result.PLAN_FORMAT_VERSION == 4
     assert plan.fits and "groups" in data and "budget" in data and "verdict" in data
 
 

@@ -205,7 +205,7 @@ def test_capacity_json_rows_carry_the_format_version(capsys: pytest.CaptureFixtu
                         "--json"], capsys)  # fmt: skip
     rows = json.loads(out)
     assert code == 0 and len(rows) == 4
-    assert all(row["format_version"] == row["plan"]["format_version"] == 3 for row in rows)
+    assert all(row["format_version"] == row["plan"]["format_version"] == 4 for row in rows)
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])

@@ -113,3 +113,47 @@ def test_a_deployment_that_changes_the_config_does_not_take_the_plans_reading(
     handed = startup.estimate(config, total_memory=80 * GiB, device_name="h100-80gb",
                               settings=settings, model=model, spec=spec)  # fmt: skip
     assert handed == alone
+
+
+def test_a_plan_holds_its_budget_and_layout_and_shows_their_figures() -> None:
+    """One result type: the plan nests the budget and the engine's layout; the figures
+    plans always had (weights_memory, num_blocks ...) are read from them, not stored twice."""
+    import json
+
+    from memacct import plan_offline
+    from memacct.planner.plan_json import BUDGET_VIEWS, FLAT_KEYS, LAYOUT_VIEWS
+    from memacct.planner.result import KVCachePlan
+
+    plan = plan_offline("qwen2.5-7b", device="h100-80gb")
+    assert plan.budget is not None
+    assert not set(KVCachePlan.model_fields) & {*BUDGET_VIEWS, *LAYOUT_VIEWS}
+    assert plan.layout.tensor_pages  # the manager's own layout, tensors and all
+    assert (plan.weights_memory, plan.non_kv_cache_memory, plan.total_memory) == (
+        plan.budget.weights_memory, plan.budget.non_kv_cache_memory, plan.budget.total_memory)
+    assert (plan.num_blocks, plan.max_concurrency, plan.engine_notes) == (
+        plan.layout.num_blocks, plan.layout.max_concurrency, plan.layout.notes)
+    data = json.loads(plan.model_dump_json())
+    # The JSON readers know, key for key and in order, then the layout itself.
+    assert list(data) == [*FLAT_KEYS, "layout"]
+    assert data["format_version"] == 4 and data["num_blocks"] == 63591
+    assert KVCachePlan.model_validate_json(plan.model_dump_json()) == plan
+
+
+def test_a_format_3_plan_loads_and_an_edited_budget_figure_is_refused() -> None:
+    import json
+
+    from memacct import plan_offline
+    from memacct.errors import ConfigError
+    from memacct.models import load_model_json
+    from memacct.planner.result import KVCachePlan
+
+    plan = plan_offline("qwen2.5-7b", device="h100-80gb")
+    data = json.loads(plan.model_dump_json())
+    del data["layout"]
+    data["format_version"] = 3
+    old = load_model_json(KVCachePlan, json.dumps(data), "plan.json")
+    assert (old.num_blocks, old.kv_tokens, old.weights_memory, old.groups) == (
+        plan.num_blocks, plan.kv_tokens, plan.weights_memory, plan.groups)
+    data["weights_memory"] += 1
+    with pytest.raises(ConfigError, match="weights_memory .* inconsistent"):
+        load_model_json(KVCachePlan, json.dumps(data), "plan.json")

@@ -623,7 +623,7 @@ def test_a_version_2_plan_still_loads(tmp_path: Path) -> None:
     spec = LLAMA
     plan = plan_kv_cache(None, spec, kv_cache_memory_bytes=GiB, max_model_len=4096)
     data = json.loads(plan.model_dump_json())
-    assert data["format_version"] == 3
+    assert data["format_version"] == 4
     for key in ("model", "budget", "fits", "verdict", "suggestions", "shortfall_bytes"):
         del data[key]
     data["format_version"] = 2

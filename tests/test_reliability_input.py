@@ -302,6 +302,7 @@ def test_plan_file_with_absurd_numbers_that_add_up_is_a_config_error(tmp_path: P
     data = plan.model_dump(mode="json")
     huge = 10**400
     data.update(total_memory=4 * huge, target_allocation=2 * huge)
+    data["budget"].update(total_memory=4 * huge, target_allocation=2 * huge)  # their owner
     data["kv_cache_bytes"] = 2 * huge - data["non_kv_cache_memory"]
     reserve = data.get("allocator_reserve_bytes", 0)
     data["num_blocks"] = (data["kv_cache_bytes"] - reserve) // data["block_bytes"]

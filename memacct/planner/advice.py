@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from memacct.engines.base import KVLayout
 from memacct.errors import InsufficientMemoryError, MemacctError
 from memacct.model.spec import KVCacheSpec
 from memacct.planner.budget import MemoryBudget
@@ -162,18 +163,20 @@ def refused_plan(
                                       more_ranks=override is not None or more_ranks)
     closing = sorted((s for s in suggestions if s[0] >= gap), key=lambda s: -s[0])
     layout_blocks = max(0, kv) // block_bytes
+    per_request = -(-request // block_bytes) or 1
+    # What the engine would build of this budget, serving no request: the plan's layout.
+    layout = KVLayout(
+        engine=est.engine, engine_version=est.version, budget_bytes=max(0, kv),
+        block_size=block_size, block_bytes=block_bytes, num_blocks=layout_blocks,
+        max_model_len=max_len, blocks_per_request=per_request,
+        kv_tokens=layout_blocks * block_size, max_concurrency=0.0,
+    )  # fmt: skip
     return KVCachePlan(
-        engine=est.engine, engine_version=est.version, total_memory=total,
-        gpu_memory_utilization=budget.gpu_memory_utilization, target_allocation=target,
-        non_kv_cache_memory=budget.non_kv_cache_memory, weights_memory=budget.weights_memory,
-        activation_peak=budget.activation_peak,
-        non_allocator_increase=budget.non_allocator_increase,
-        cudagraph_memory=budget.cudagraph_memory, kv_cache_bytes=kv, block_size=block_size,
-        block_bytes=block_bytes, num_blocks=layout_blocks, num_tokens=layout_blocks * block_size,
-        kv_tokens=layout_blocks * block_size, kv_cache_used_bytes=layout_blocks * block_bytes,
-        max_model_len=max_len, max_num_batched_tokens=est.max_num_batched_tokens,
-        max_num_seqs=est.max_num_seqs, blocks_per_request=-(-request // block_bytes) or 1,
-        request_bytes=(-(-request // block_bytes) or 1) * block_bytes, max_concurrency=0.0,
+        engine=est.engine, engine_version=est.version, target_allocation=target,
+        kv_cache_bytes=kv, num_tokens=layout_blocks * block_size,
+        kv_cache_used_bytes=layout_blocks * block_bytes,
+        max_num_batched_tokens=est.max_num_batched_tokens, max_num_seqs=est.max_num_seqs,
+        request_bytes=per_request * block_bytes, layout=layout,
         spec=spec, notes=budget.notes, model=opts.model_name, budget=budget, fits=False,
         verdict=f"does not fit: {why}", suggestions=tuple(text for _, text in closing),
         shortfall_bytes=gap,

@@ -9,28 +9,39 @@ memacct's own lines, then the lines the engine itself logs (vLLM 0.33:
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from memacct.checks import FROZEN, check_int
-from memacct.engines.base import KVGroup, KVLayout
+from memacct.engines.base import KVLayout
 from memacct.errors import InvalidInputError
 from memacct.jsonfile import JsonFile
 from memacct.model.spec import KVCacheSpec
-from memacct.models import TruthSource, non_kv_sum
+from memacct.models import TruthSource
 from memacct.planner.budget import MemoryBudget
+from memacct.planner.plan_json import PlanFigures, flat_plan, nested_plan
 from memacct.units import format_gib
 
 __all__ = [
     "PLAN_FORMAT_VERSION", "Agreement", "KVCachePlan", "Provenance", "fits_verdict",
 ]
 
-PLAN_FORMAT_VERSION = 3
-"""3: the plan carries its non-KV budget (``budget``) and its verdict (``fits``, ``verdict``,
-``suggestions``); a plan that does not fit has no blocks. Version 2 plans still load."""
+PLAN_FORMAT_VERSION = 4
+"""4: the plan holds its budget and the engine's layout (``layout``, after the flat keys)
+and shows their figures, never a copy (:mod:`memacct.planner.plan_json`); 3: it carries
+its non-KV budget (``budget``) and its verdict (``fits``, ``verdict``, ``suggestions``); a
+plan that does not fit has no blocks. Versions 2 and 3 still load."""
 
-_READS_FORMATS = (2, PLAN_FORMAT_VERSION)
+_READS_FORMATS = (2, 3, PLAN_FORMAT_VERSION)
 
 _NAME_WIDTH = 23  # the column vLLM's "Memory profiling results" block aligns values at
 
@@ -130,7 +141,7 @@ def fits_verdict(max_concurrency: float, max_model_len: int, used_bytes: int,
     )
 
 
-class KVCachePlan(JsonFile):
+class KVCachePlan(JsonFile, PlanFigures):
     """How much of a device the KV cache gets, in bytes, blocks and tokens, and why (contract).
 
     Sizes are bytes, for one rank. ``kv_cache_bytes`` is the budget;
@@ -204,38 +215,20 @@ class KVCachePlan(JsonFile):
     format_version: int = Field(default=PLAN_FORMAT_VERSION, strict=True)
     engine: str = "vllm"
     engine_version: str
-    total_memory: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     target_allocation: int | None = Field(default=None, ge=0)
-    non_kv_cache_memory: int = Field(default=0, ge=0)
-    weights_memory: int = Field(default=0, ge=0)
-    activation_peak: int = Field(default=0, ge=0)
-    non_allocator_increase: int = 0
     kv_cache_bytes: int
-    block_size: int = Field(gt=0)
-    block_bytes: int = Field(gt=0)
-    num_blocks: int = Field(ge=0)
     num_tokens: int = Field(ge=0)
-    kv_tokens: int = Field(ge=0)
     kv_cache_used_bytes: int = Field(ge=0)
-    max_model_len: int = Field(gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
     async_scheduling: bool = True
-    blocks_per_request: int = Field(gt=0)
     request_bytes: int = Field(gt=0)
-    max_concurrency: float = Field(ge=0.0)
-    max_running_requests: int | None = Field(default=None, gt=0)
-    groups: tuple[KVGroup, ...] = ()
-    stage_blocks: tuple[int, ...] = ()
-    engine_notes: tuple[str, ...] = ()
+    layout: KVLayout
     profile_duration_s: float | None = Field(default=None, ge=0.0)
     spec: KVCacheSpec
     provenance: Provenance | None = None
     agreement: Agreement | None = None
     allocator_reserve_bytes: int = Field(default=0, ge=0)
-    cudagraph_memory: int = Field(default=0, ge=0)
-    retained_memory: int = Field(default=0, ge=0)
     allocator_limit: int | None = Field(default=None, gt=0)
     notes: tuple[str, ...] = ()
     model: str = ""
@@ -244,6 +237,25 @@ class KVCachePlan(JsonFile):
     verdict: str = ""
     suggestions: tuple[str, ...] = ()
     shortfall_bytes: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """The budget's and the layout's figures given by name (a file, the planner's
+        keywords) into the objects that hold them (:func:`plan_json.nested_plan`)."""
+        return nested_plan(data) if isinstance(data, Mapping) else data
+
+    @model_serializer(mode="wrap")
+    def _flat(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        """Every figure under its flat name, as plans have always been written."""
+        include, exclude = info.include, info.exclude
+
+        def wanted(name: str) -> bool:
+            return (include is None or name in include) and (exclude is None or name not in exclude)
+
+        return flat_plan(handler(self), lambda name: getattr(self, name), wanted)
 
     @model_validator(mode="after")
     def _consistent(self) -> KVCachePlan:
@@ -261,9 +273,6 @@ class KVCachePlan(JsonFile):
         if self.fits and self.shortfall_bytes:
             raise ValueError("a plan that fits has no shortfall")
         checks = [
-            ("non_kv_cache_memory", self.non_kv_cache_memory,
-             non_kv_sum(self.weights_memory, self.activation_peak, self.non_allocator_increase,
-                        self.cudagraph_memory, self.retained_memory)),
             ("kv_cache_used_bytes", self.kv_cache_used_bytes, self.num_blocks * self.block_bytes),
             ("num_tokens", self.num_tokens, self.num_blocks * self.block_size),
             ("request_bytes", self.request_bytes, self.blocks_per_request * self.block_bytes),
@@ -294,24 +303,11 @@ class KVCachePlan(JsonFile):
             raise ValueError("num_blocks must equal the agreed minimum")
         return self
 
-    def layout(self) -> KVLayout:
-        """The engine's KV cache this plan holds, as the engine's manager describes it."""
-        return KVLayout(
-            engine=self.engine, engine_version=self.engine_version,
-            budget_bytes=self.kv_cache_bytes - self.allocator_reserve_bytes,
-            block_size=self.block_size, block_bytes=self.block_bytes,
-            num_blocks=self.num_blocks, stage_blocks=self.stage_blocks,
-            max_model_len=self.max_model_len, blocks_per_request=self.blocks_per_request,
-            kv_tokens=self.kv_tokens, max_concurrency=self.max_concurrency,
-            groups=self.groups, notes=self.engine_notes,
-            max_running_requests=self.max_running_requests,
-        )
-
     def engine_lines(self) -> list[str]:
         """The lines the engine itself logs about this KV cache."""
         from memacct.engines import get_engine
 
-        return get_engine(self.engine).kv.log_lines(self.layout())
+        return get_engine(self.engine).kv.log_lines(self.layout)
 
     def report(self) -> str:
         """The seed's "Memory profiling results" block, memacct's lines, then the engine's.
@@ -412,7 +408,7 @@ class KVCachePlan(JsonFile):
                 f"budget of {self.kv_cache_bytes} bytes ({self.kv_cache_bytes // self.block_bytes}"
                 f" blocks)"
             )
-        layout = get_engine(self.engine).kv.resize(self.layout(), num_blocks)
+        layout = get_engine(self.engine).kv.resize(self.layout, num_blocks)
         data = self.model_dump()
         data.update(
             num_blocks=num_blocks,
