@@ -16,12 +16,12 @@ which builds on this module (plugins import it from :mod:`memacct`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from memacct.errors import BackendError, InvalidInputError, MemacctError
+from memacct.errors import BackendError, InvalidInputError
 from memacct.models import TruthSource
 
 __all__ = [
@@ -37,8 +37,6 @@ __all__ = [
     "allocator_settings",
     "as_base_backend",
     "backend_code",
-    "backend_errors",
-    "call_backend",
     "factory_availability",
     "factory_priority",
     "get_quirks",
@@ -400,38 +398,10 @@ def backend_code(backend: object) -> str:
     return f"{type(backend).__module__}.{type(backend).__qualname__}"
 
 
-@contextmanager
-def backend_errors(backend: DeviceBackend, doing: str) -> Iterator[None]:
-    """Around every call into a backend plugin: its own exception becomes a :class:`BackendError`.
-
-    The message names the backend, what it was doing (``doing``: "failed to read
-    device 0", "failed in empty_cache()") and the plugin's class. memacct's own errors
-    (a device index out of range) and ``BaseException`` s that are not ``Exception`` s
-    (``KeyboardInterrupt``) pass through.
-    """
-    try:
-        yield
-    except MemacctError:
-        raise
-    except Exception as exc:
-        # Whatever the plugin's module is called (a plugin module is named memacct_<x> too).
-        raise BackendError(
-            f"backend {backend.name!r} {doing}: {type(exc).__name__}: {exc} (raised in the "
-            f"plugin {backend_code(backend)})"
-        ) from exc
 
 
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 
-def call_backend(
-    backend: DeviceBackend, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-) -> _T:
-    """``method(*args)`` of ``backend`` inside :func:`backend_errors`, named by the call."""
-    name = getattr(method, "__name__", "a method")
-    with backend_errors(backend, f"failed in {name}({', '.join(map(repr, args))})"):
-        return method(*args, **kwargs)
 
 
 def factory_availability(factory: object) -> Availability:

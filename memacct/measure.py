@@ -9,9 +9,9 @@ from memacct.backend import (
     BaseBackend,
     DeviceBackend,
     as_base_backend,
-    backend_errors,
     validate_backend,
 )
+from memacct.backend_calls import backend_errors
 from memacct.errors import BackendError, InvalidInputError
 from memacct.models import MAX_BYTES, MemorySnapshot
 

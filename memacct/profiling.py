@@ -31,11 +31,10 @@ from memacct.backend import (
     allocator_settings,
     as_base_backend,
     backend_code,
-    backend_errors,
-    call_backend,
     get_quirks,
     is_out_of_memory,
 )
+from memacct.backend_calls import backend_errors, call_backend
 from memacct.errors import (
     BackendError,
     InvalidInputError,

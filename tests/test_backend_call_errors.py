@@ -1,7 +1,7 @@
 """A plugin's own exception in any call the profiler makes is a BackendError (issue 23, row 2).
 
 ``snapshot()`` names the plugin and what failed; the profiling session's calls (start,
-regions, stop) go through the same wrapper, ``memacct.backend.call_backend``.
+regions, stop) go through the same wrapper, ``memacct.backend_calls.call_backend``.
 """
 
 from __future__ import annotations
