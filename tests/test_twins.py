@@ -91,3 +91,17 @@ def test_a_config_without_a_length_key_plans_vllms_2048_on_every_path() -> None:
     assert any("none of vLLM's length keys" in note for note in offline.notes)
     # A config with a length key keeps it.
     assert ModelConfig(load_model_preset("qwen2.5-7b"), "x").default_max_model_len == 32768
+
+
+@pytest.mark.parametrize("engine", engine_names())
+def test_a_kv_plan_without_a_device_takes_the_batch_the_engines_offline_plan_takes(
+    engine: str,
+) -> None:
+    """Without a profile or a device, plan_kv_cache assumes the batch of the engine's own
+    default device and length rule (vllm-ascend: an Ascend part's 2048/256, was the H100's
+    8192/1024; vllm-mindspore: V0's max(max_model_len, 2048), was 2048)."""
+    spec = KVCacheSpec.from_hf_config(load_model_preset("qwen2.5-7b"))
+    kv = memacct.plan_kv_cache(None, spec, kv_cache_memory_bytes=20 * GiB, engine=engine)
+    offline = memacct.plan_offline("qwen2.5-7b", engine=engine)
+    assert (kv.max_num_batched_tokens, kv.max_num_seqs) == (
+        offline.max_num_batched_tokens, offline.max_num_seqs)

@@ -345,11 +345,14 @@ class StartupModel:
         device_name: str,
         max_num_batched_tokens: int | None = None,
         max_num_seqs: int | None = None,
+        *,
+        max_model_len: int | None = None,
     ) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) the engine runs with on this device when
-        it is given these (``None``: its default): the one rule every plan path follows.
-        Here each unset one takes :meth:`defaults`'s value; an engine whose defaults depend
-        on each other overrides it (vLLM clamps a defaulted ``max_num_seqs``)."""
+        it is given these (``None``: its default) for requests of ``max_model_len``: the one
+        rule every plan path follows. Here each unset one takes :meth:`defaults`'s value; an
+        engine whose defaults depend on each other or on the length overrides it (vLLM
+        clamps a defaulted ``max_num_seqs``; vllm-mindspore's V0 batch covers a request)."""
         tokens, seqs = self.defaults(total_memory, device_name)
         return max_num_batched_tokens or tokens, max_num_seqs or seqs
 

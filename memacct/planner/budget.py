@@ -114,12 +114,13 @@ class MemoryBudget(BaseModel):
 def batch_defaults_for(
     engine: Engine, result: ProfileResult | None, budget: MemoryBudget | None,
     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
 ) -> tuple[int, int]:
     """The batch a plan assumes: the one given, else what the budget or the profile
     recorded, else the engine's own rule (:meth:`StartupModel.batch`, the one the offline
-    start-up follows) for the profiled device, or for
-    :data:`memacct.devices.REFERENCE_DEVICE` when there is none."""
-    from memacct.devices import DEVICE_INFO, REFERENCE_DEVICE
+    start-up follows) for the profiled device, or for the device an offline plan of the
+    engine takes when none is named (:attr:`Engine.default_device`)."""
+    from memacct.devices import DEVICE_INFO
 
     startup = engine.startup if engine.startup is not None else get_engine("vllm").startup
     if budget is not None:
@@ -130,10 +131,11 @@ def batch_defaults_for(
         total, name = result.after.total, ""
     else:
         tokens = seqs = None
-        reference = DEVICE_INFO[REFERENCE_DEVICE]
+        reference = DEVICE_INFO[engine.default_device]
         total, name = reference.total_bytes, reference.name
     batch: tuple[int, int] = startup.batch(
-        total, name, max_num_batched_tokens or tokens, max_num_seqs or seqs
+        total, name, max_num_batched_tokens or tokens, max_num_seqs or seqs,
+        max_model_len=max_model_len,
     )
     return batch
 

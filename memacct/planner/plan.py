@@ -189,7 +189,9 @@ def plan_kv_cache(
             "plan_kv_cache needs a profile (result) or the KV-cache budget: pass "
             "kv_cache_memory_bytes"
         )
-    default_tokens, default_seqs = batch_defaults_for(chosen, result, estimated, batched, seqs)
+    default_tokens, default_seqs = batch_defaults_for(
+        chosen, result, estimated, batched, seqs, max_len if max_len > 0 else None
+    )
     settings = KVSettings(
         block_size=block,
         max_model_len=max_len,

@@ -121,6 +121,8 @@ class VllmStartup(BatchDefaults):
         max_num_batched_tokens: int | None = None,
         max_num_seqs: int | None = None,
         version: tuple[int, int] | None = None,
+        *,
+        max_model_len: int | None = None,
     ) -> tuple[int, int]:
         """``vllm serve``'s batch: each unset one takes the device's default
         (:func:`batch_defaults`), and a defaulted ``max_num_seqs`` is clamped to

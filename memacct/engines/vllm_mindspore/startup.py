@@ -121,6 +121,20 @@ class VllmMindsporeStartup(StartupModel):
         known = VllmMindsporeSettings.__dataclass_fields__
         return VllmMindsporeSettings(**{k: v for k, v in common.items() if k in known})
 
+    def batch(
+        self,
+        total_memory: int,
+        device_name: str,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        *,
+        max_model_len: int | None = None,
+    ) -> tuple[int, int]:
+        """vLLM 0.7.3 V0's batch without chunked prefill: a defaulted
+        ``max_num_batched_tokens`` holds one request, ``max(max_model_len, 2048)``."""
+        tokens = max_num_batched_tokens or max(max_model_len or 0, _V0_MIN_BATCHED_TOKENS)
+        return tokens, max_num_seqs or _V0_MAX_NUM_SEQS
+
     # sampler_peak: StartupModel's 0, as the graph's LM head runs on the last token only.
 
     def graph(self, config: Mapping[str, Any], s: StartupSettings, max_len: int) -> Any:
@@ -168,8 +182,8 @@ class VllmMindsporeStartup(StartupModel):
             )
         # vLLM's default length (its V0 _get_and_verify_max_len reads the same keys and 2048).
         max_len = s.max_model_len or ModelConfig.of(request.model or config).default_max_model_len
-        seqs = s.max_num_seqs or _V0_MAX_NUM_SEQS
-        tokens = s.max_num_batched_tokens or max(max_len, _V0_MIN_BATCHED_TOKENS)
+        tokens, seqs = self.batch(total_memory, request.device_name, s.max_num_batched_tokens,
+                                  s.max_num_seqs, max_model_len=max_len)  # fmt: skip
         graph = self.graph(config, s, max_len)
         load = deepseek_v3_load if isinstance(graph, DeepseekV3Graph) else qwen2_load
         trace = (
