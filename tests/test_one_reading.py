@@ -48,6 +48,16 @@ def test_a_plan_reads_its_model_once(
     assert readings["KVCacheSpec.from_hf_config"] == 1, readings
 
 
+@pytest.mark.parametrize(("engine", "device"), [("sglang", "h100-80gb"),
+                                                ("vllm-ascend", "ascend-910b-64gb")])  # fmt: skip
+def test_every_engines_plan_reads_its_model_once(
+    engine: str, device: str, readings: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--model", "qwen2.5-7b", "--device", device, "--engine", engine]) == 0
+    capsys.readouterr()
+    assert readings == {"ModelConfig": 1, "KVCacheSpec.from_hf_config": 1}
+
+
 @pytest.mark.parametrize("name", ["qwen2.5-7b", "deepseek-v3", "gpt-oss-20b", "gemma-3-12b",
                                   "mixtral-8x7b", "llama-3.1-8b-fp8"])  # fmt: skip
 def test_the_handed_down_reading_changes_no_term(name: str) -> None:

@@ -200,7 +200,7 @@ class SglangStartup(BatchDefaults):
             )
         weights = request.weights
         if weights is None:
-            weights = estimate_weights(config, tensor_parallel_size=tp)
+            weights = estimate_weights(request.model or config, tensor_parallel_size=tp)
         context = CONTEXT_BYTES[0] if tp == 1 else CONTEXT_BYTES[1]
         # The pool is (free before loading) x fraction - weights, and the free memory before
         # loading is the total less the context: total x fraction - weights - context x fraction.
