@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,15 @@ def test_no_module_imports_another_modules_private_name(tmp_path: Path) -> None:
         "from memacct.model.config import ModelConfig, _hidden\nfrom memacct.sim._core import _ok\n"
     )
     assert _private_imports(tmp_path) == ["tools/t.py: from memacct.model.config import _hidden"]
+
+
+def test_the_architecture_doc_names_each_module_and_only_paths_that_exist() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert [p for p in re.findall(r"memacct/[\w/]+\.py", doc) if not (ROOT / p).is_file()] == []
+    named = set(re.findall(r"`([\w.]+)`", doc))
+    globs = ("*.py", "model/**/*.py", "planner/*.py", "engines/*.py", "engines/vllm/*.py")
+    files = sorted({p for pattern in globs for p in (ROOT / "memacct").glob(pattern)})
+    assert len(files) > 60
+    unnamed = [str(p.relative_to(ROOT)) for p in files
+               if not p.stem.startswith("_") and p.stem not in named]  # fmt: skip
+    assert unnamed == []
