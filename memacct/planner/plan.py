@@ -27,7 +27,7 @@ from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
 from memacct.engines import get_engine
 from memacct.engines.accepts import check_block_size
-from memacct.engines.base import KVLayout, KVSettings
+from memacct.engines.base import KVBlock, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.io import atomic_write_text, read_text
 from memacct.model.config import NO_LENGTH_MAX_MODEL_LEN
@@ -49,7 +49,14 @@ from memacct.planner.refusals import (
 from memacct.planner.result import KVCachePlan, Provenance, fits_verdict
 from memacct.units import format_gib
 
-__all__ = ["load_profile", "make_plan", "plan_from_budget", "plan_kv_cache", "save_profile"]
+__all__ = [
+    "load_profile",
+    "make_plan",
+    "plan_from_budget",
+    "plan_from_profile",
+    "plan_kv_cache",
+    "save_profile",
+]
 
 
 def save_profile(result: ProfileResult, path: str | os.PathLike[str]) -> Path:
@@ -210,41 +217,38 @@ def plan_kv_cache(
         plan = make_plan(None, spec, layout, settings, kv_override, None, None, (), 0)
         logger.info("%s", plan.report())
         return plan
+    plan = plan_from_profile(result, spec, settings, engine, utilization, kv_override,
+                             blocks_override)  # fmt: skip
+    trusted = unrecorded_notes(result, spec, max_num_batched_tokens=batched, max_num_seqs=seqs)
+    if trusted:
+        plan = plan.model_copy(update={"notes": (*plan.notes, *trusted)})
+    for warning in result.warnings:
+        logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
+    logger.info("%s", plan.report())
+    return plan
 
+
+def plan_from_profile(
+    result: ProfileResult,
+    spec: KVCacheSpec,
+    settings: KVSettings,
+    engine: str,
+    utilization: float,
+    kv_override: int | None,
+    blocks_override: int | None,
+) -> KVCachePlan:
+    """The plan of a measured profile: the target less what the profile measured (or an
+    override's cache), within the allocator's limit, with the allocator's rounding and the
+    fragmentation allowance kept free, handed to the engine's KV-cache manager.
+
+    Raises:
+        InsufficientMemoryError: as :func:`plan_kv_cache` says, naming the numbers and the fix.
+    """
+    kv_engine = get_engine(engine).kv
     pool = kv_engine.block(spec, settings)
-    block_bytes = pool.block_bytes
-    total = result.after.total
-    non_kv = result.non_kv_cache_memory
-    overrides: tuple[str, ...] = ()
-    if kv_override is None and blocks_override is None:
-        target = int(total * utilization)
-        if result.baseline.free < target:
-            raise InsufficientMemoryError(free_at_start_message(result, utilization, target))
-        kv_bytes = target - non_kv
-        if kv_bytes < block_bytes:
-            raise InsufficientMemoryError(
-                no_memory_message(result, utilization, target, pool.block_size, block_bytes)
-            )
-    else:
-        if kv_override is not None:
-            overrides = (f"kv_cache_memory_bytes={kv_override}",)
-            kv_bytes = kv_override
-            if kv_bytes < block_bytes:
-                raise InsufficientMemoryError(
-                    f"kv_cache_memory_bytes={kv_override} is less than one block of "
-                    f"{pool.block_size} tokens ({block_bytes} bytes at {spec.bytes_per_token} "
-                    f"bytes per token): give at least {block_bytes} bytes"
-                )
-        else:
-            assert blocks_override is not None
-            overrides = (f"num_gpu_blocks_override={blocks_override}",)
-            kv_bytes = blocks_override * block_bytes
-        target = non_kv + kv_bytes
-        check_override_fits(result, overrides[0], kv_bytes, target)
-        logger.warning(
-            "%s overrides gpu_memory_utilization=%s: the KV cache gets %s (%d blocks)",
-            overrides[0], utilization, format_gib(kv_bytes), kv_bytes // block_bytes,
-        )
+    kv_bytes, target, overrides = _profile_kv_bytes(
+        result, spec, pool, utilization, kv_override, blocks_override
+    )
     limit_note = ""
     room = allocator_room(result)
     if room is not None and kv_bytes > room:
@@ -254,14 +258,14 @@ def plan_kv_cache(
         limit_note = allocator_limit_note(result, utilization, kv_bytes, room)
         logger.warning("memacct: %s", limit_note)
         kv_bytes = room
-        target = non_kv + kv_bytes
+        target = result.non_kv_cache_memory + kv_bytes
     budget, reserve = (0, 0) if kv_bytes <= 0 else allocator_budget(kv_bytes, spec, pool, result)
-    if budget < block_bytes:
+    if budget < pool.block_bytes:
         if limit_note:
             raise InsufficientMemoryError(
-                limit_too_small_message(result, room or 0, pool.block_size, block_bytes))
+                limit_too_small_message(result, room or 0, pool.block_size, pool.block_bytes))
         raise InsufficientMemoryError(
-            no_memory_message(result, utilization, target, pool.block_size, block_bytes)
+            no_memory_message(result, utilization, target, pool.block_size, pool.block_bytes)
         )
     try:
         layout = kv_engine.plan(spec, budget, settings)
@@ -273,15 +277,52 @@ def plan_kv_cache(
             f"{LIMIT_FIX}",
             estimated_max_model_len=exc.estimated_max_model_len,
         ) from None
-    plan = make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
-                      reserve, limit_note)
-    trusted = unrecorded_notes(result, spec, max_num_batched_tokens=batched, max_num_seqs=seqs)
-    if trusted:
-        plan = plan.model_copy(update={"notes": (*plan.notes, *trusted)})
-    for warning in result.warnings:
-        logger.warning("memacct: the profile behind this plan is doubtful: %s", warning)
-    logger.info("%s", plan.report())
-    return plan
+    return make_plan(result, spec, layout, settings, kv_bytes, target, utilization, overrides,
+                     reserve, limit_note)  # fmt: skip
+
+
+def _profile_kv_bytes(
+    result: ProfileResult,
+    spec: KVCacheSpec,
+    pool: KVBlock,
+    utilization: float,
+    kv_override: int | None,
+    blocks_override: int | None,
+) -> tuple[int, int, tuple[str, ...]]:
+    """The KV budget a profile leaves at ``utilization``, or an override's, with the target
+    it makes and the override named; refused where the device cannot hold it."""
+    block_bytes = pool.block_bytes
+    non_kv = result.non_kv_cache_memory
+    if kv_override is None and blocks_override is None:
+        target = int(result.after.total * utilization)
+        if result.baseline.free < target:
+            raise InsufficientMemoryError(free_at_start_message(result, utilization, target))
+        kv_bytes = target - non_kv
+        if kv_bytes < block_bytes:
+            raise InsufficientMemoryError(
+                no_memory_message(result, utilization, target, pool.block_size, block_bytes)
+            )
+        return kv_bytes, target, ()
+    if kv_override is not None:
+        overrides = (f"kv_cache_memory_bytes={kv_override}",)
+        kv_bytes = kv_override
+        if kv_bytes < block_bytes:
+            raise InsufficientMemoryError(
+                f"kv_cache_memory_bytes={kv_override} is less than one block of "
+                f"{pool.block_size} tokens ({block_bytes} bytes at {spec.bytes_per_token} "
+                f"bytes per token): give at least {block_bytes} bytes"
+            )
+    else:
+        assert blocks_override is not None
+        overrides = (f"num_gpu_blocks_override={blocks_override}",)
+        kv_bytes = blocks_override * block_bytes
+    target = non_kv + kv_bytes
+    check_override_fits(result, overrides[0], kv_bytes, target)
+    logger.warning(
+        "%s overrides gpu_memory_utilization=%s: the KV cache gets %s (%d blocks)",
+        overrides[0], utilization, format_gib(kv_bytes), kv_bytes // block_bytes,
+    )
+    return kv_bytes, target, overrides
 
 
 def plan_from_budget(
