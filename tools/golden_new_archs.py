@@ -85,6 +85,60 @@ VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
                             "Step3TextForCausalLM"),
 }
 
+# Architectures whose config class is the checkpoint's remote code (no published config here):
+# LlamaConfig's defaults with the keys vLLM's model file reads, read by golden_vllm.py
+# --generic-configs as a plain PretrainedConfig. name -> (model type, architecture, keys).
+_LAYERS8 = {"num_hidden_layers": 8, "max_position_embeddings": 32768}
+_MOE = {"num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 1024,
+        "num_shared_experts": 1, "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
+        "routed_scaling_factor": 1.0, "moe_router_enable_expert_bias": True}
+_MLA = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128}
+SYNTHETIC: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "step1-synthetic": ("step1", "Step1ForCausalLM", {**_LAYERS8, "num_attention_groups": 4}),
+    "param2moe-synthetic": ("param2moe", "Param2MoEForCausalLM", {
+        **_LAYERS8, **_MOE, "head_dim": 128, "first_k_dense_replace": 1, "use_qk_norm": True,
+        "moe_shared_expert_intermediate_size": 1024, "score_function": "sigmoid",
+        "rope_theta": 10000.0}),
+    "openpangu-embedded-synthetic": ("openpangu", "PanguEmbeddedForCausalLM", {
+        **_LAYERS8, "interleaved_sliding_window": [4096, None], "rope_theta": 10000.0,
+        "bias": False, "qkv_bias": False, "sandwich_norm": False}),
+    "bailing-v2.5-synthetic": ("bailing_moe_linear", "BailingMoeV2_5ForCausalLM", {
+        **_LAYERS8, **_MOE, **_MLA, "layer_group_size": 4, "first_k_dense_replace": 1,
+        "moe_shared_expert_intermediate_size": 1024, "score_function": "sigmoid",
+        "attention_type": "mla", "router_dtype": "fp32", "use_bias": False,
+        "use_qkv_bias": False, "use_linear_silu": False, "linear_silu": False,
+        "partial_rotary_factor": 1.0, "rope_theta": 10000.0}),
+    "alice-ai-synthetic": ("alice_ai", "AliceAIForCausalLM", {
+        **_LAYERS8, **_MOE, "head_dim": 128, "shared_expert_intermediate_size": 1024,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] +
+                       ["linear_attention"] * 3 + ["full_attention"],
+        "linear_num_key_heads": 16, "linear_num_value_heads": 16, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "kda_allow_negative_eigenvalues": False, "router_score_function": "sigmoid",
+        "router_bias_correction": True, "block_attn_res_block_size": 4}),
+    "sarvam-mla-synthetic": ("sarvam", "SarvamMLAForCausalLM", {
+        **_LAYERS8, **_MOE, **_MLA, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "moe_shared_expert_intermediate_size": 1024, "score_function": "sigmoid",
+        "router_dtype": "fp32", "embedding_dropout": 0.0}),
+    # Rnj1 and Step-1: vLLM's fp8 rows agree (24 of 24 each); their bf16 rows fail to build
+    # in the emulation ("Chunked attention with lookback requires the Triton backend",
+    # "use_alibi_sqrt is not supported by backend FLASH_ATTN"), so the table leaves them out.
+    "rnj1-synthetic": ("rnj1", "Rnj1ForCausalLM", {
+        **_LAYERS8, "head_dim": 128, "sliding_window": 4096,
+        "layer_types": ["chunked_attention", "chunked_attention", "chunked_attention",
+                        "full_attention"] * 2,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "query_pre_attn_scalar": 128, "final_logit_softcapping": None,
+        "hidden_activation": "gelu_pytorch_tanh"}),
+    "plamo3-synthetic": ("plamo3", "Plamo3ForCausalLM", {
+        **_LAYERS8, "head_dim": 128, "sliding_window": [2048, 2048, 2048, None] * 2,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"] +
+                       ["sliding_attention"] * 3 + ["full_attention"],
+        "interleaved_sliding_window": [2048, 2048, 2048, None] * 2,
+        "sliding_window_pattern": 4, "rope_local_theta": 10000}),
+}
+
 # Keys a config states through another (a period instead of the list): left out of the
 # class's to_dict so the config carries only the key its checkpoint writes.
 DROPS: dict[str, tuple[str, ...]] = {
@@ -235,6 +289,11 @@ def main() -> int:
         data, source = vllm_class_defaults(module, cls)
         configs[name] = {**data, **FIXES.get(name, {}), "architectures": [arch]}
         sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
+    for name, (model_type, arch, keys) in SYNTHETIC.items():
+        data, defaults = class_defaults("llama")
+        configs[name] = {**data, **keys, "model_type": model_type, "architectures": [arch]}
+        sources[name] = (f"synthetic: {defaults} with the keys vLLM's {model_type}.py reads "
+                         f"(its config class is remote code; no published config here)")
     for name, (base, source, overrides) in SIZED.items():
         data, defaults = class_defaults(base)
         arch = next(a for m, a in DEFAULTS.values() if m == base)

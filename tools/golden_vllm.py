@@ -67,6 +67,7 @@ from golden_tables import merge_tables, rejection, write_table
 from golden_vllm_specs import CLASSES, PP_SUPPORTED, build_specs, kv_dtype, model_specs, text_config
 from golden_vllm_standins import (
     emulate_h100,
+    register_generic_configs,
     stub_extension,
     stub_kernel_checks,
     stub_ops,
@@ -316,12 +317,16 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--merge", nargs="*", default=None,
                         help="join tables written by runs over parts of a grid's models")
+    parser.add_argument("--generic-configs", nargs="*", default=[],
+                        help="model types read as a plain PretrainedConfig (remote-code "
+                             "config classes)")
     parser.add_argument("--stub-vision", action="store_true",
                         help="stand in for torchvision (text classes of multimodal files)")
     args = parser.parse_args()
     if args.merge:
         return merge_tables([Path(p) for p in args.merge], Path(args.out))
     v = import_vllm(args.vllm_src, stub_vision=args.stub_vision)
+    register_generic_configs(args.generic_configs)
     if not str(v["version"]).startswith("0.33"):
         print(f"warning: vLLM {v['version']} imported, expected 0.33", file=sys.stderr)
     grid = {"main": MAIN_GRID, "aside": ASIDE_GRID, "new": NEW_GRID}[args.grid]

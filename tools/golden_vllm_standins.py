@@ -301,3 +301,18 @@ def stub_kernel_checks() -> None:
 
     workspace.init_workspace_manager(torch.device("meta"))
     torch.accelerator.empty_cache = lambda: None  # no accelerator: nothing cached
+
+
+def register_generic_configs(model_types: list[str]) -> None:
+    """Model types whose config class is the checkpoint's remote code: read as a plain
+    ``PretrainedConfig`` carrying the config.json keys as attributes (what vLLM's model
+    file reads), so vLLM's own model code can be built for them without remote code."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    for model_type in model_types:
+        cls = type(f"Generic_{model_type}_Config", (PretrainedConfig,),
+                   {"model_type": model_type})
+        try:
+            AutoConfig.register(model_type, cls)
+        except ValueError:  # transformers already has one
+            pass

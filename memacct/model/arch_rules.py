@@ -172,17 +172,18 @@ RULES: dict[str, Rule] = {
     # openpangu.py: PanguUltraMoE is MLA, PanguEmbedded / PanguProMoEV2 standard attention
     # with interleaved_sliding_window; a config with param_sink_number > 0 runs
     # StaticSinkAttention (sink tokens in the cache), which this rule does not size.
-    "openpangu": Rule("openpangu", "exact", f"{_MODELS}/openpangu.py (read, not run here: "
-                      "the config classes are the checkpoints' remote code)",
+    "openpangu": Rule("openpangu", "exact", f"{_MODELS}/openpangu.py (remote-code configs: "
+                      "run on a synthetic PanguEmbedded config; Ultra's MLA read, not run)",
                       frozenset({"interleaved_sliding_window", "v_head_dim"}),
                       refuse_if="param_sink_number"),
     # alice_ai.py: Kimi delta attention where layer_types says linear_attention (its flat
     # linear_* keys adapted to KimiLinearConfig), Qwen3-Next attention elsewhere; no PP
     # (AliceAIForCausalLMConfig.verify_and_update_config).
-    "alice_ai": replace(_state("decoder", "alice_ai", "none (read, not run: no config class "
-                               "in transformers 5.19)", *GDN_KEYS), pipeline_parallel=False),
-    "bailing_moe_linear": _state("bailing_linear", "bailing_moe_linear", "none (read, not "
-                                 "run: remote-code config)", "layer_group_size", "v_head_dim"),
+    "alice_ai": replace(_state("decoder", "alice_ai", "none (remote code; run on a synthetic "
+                               "config)", *GDN_KEYS), pipeline_parallel=False),
+    "bailing_moe_linear": _state("bailing_linear", "bailing_moe_linear", "none (remote "
+                                 "code; run on a synthetic config)", "layer_group_size",
+                                 "v_head_dim", "group_norm_size"),
     # BailingMoeV3MLAAttention's getattr defaults: kv_lora_rank 512, qk_rope_head_dim 64.
     "bailing_moe_v3": replace(_state("bailing_v3", "bailing_moe_v3", "none (read, not run: "
                                      "remote-code config)", "layer_group_size",
@@ -199,8 +200,8 @@ RULES: dict[str, Rule] = {
     "step3_text": Rule("step3", "exact", f"{_MODELS}/step3_text.py; vLLM's Step3TextConfig",
                        frozenset({"share_q_dim"})),
     # plamo3.py: per-layer windows (interleaved_sliding_window), full where null.
-    "plamo3": Rule("plamo3", "exact", f"{_MODELS}/plamo3.py (read, not run: no "
-                   f"transformers class)", frozenset({"interleaved_sliding_window"})),
+    "plamo3": Rule("plamo3", "exact", f"{_MODELS}/plamo3.py (remote-code config: run on "
+                   f"a synthetic one)", frozenset({"interleaved_sliding_window"})),
     "llama4": Rule("llama4", "exact", f"{_MODELS}/llama4.py; transformers Llama4TextConfig",
                    frozenset({"no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size"})),

@@ -362,7 +362,7 @@ def _bailing_linear(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     ``(i + 1) % layer_group_size`` (class default 1: none), MLA elsewhere."""
     group = cfg.integer(("layer_group_size",), MAX_LAYERS, low=0)
     group = 1 if group is None else group
-    return _each([("linear", None) if group > 0 and (i + 1) % group else _FULL
+    return _each([("bailing_lightning", None) if group > 0 and (i + 1) % group else _FULL
                   for i in range(n)])
 
 

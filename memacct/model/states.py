@@ -176,6 +176,18 @@ def _kda_heads(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
 
 
+def _bailing_lightning(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
+    # bailing_linear_attn.py: the lightning state of _linear; its local RMS norm asserts
+    # tp <= group_norm_size (default 1) and that tp divides it.
+    group = cfg.integer(("group_norm_size",), MAX_HEADS) or 1
+    if geo.tp > group or group % geo.tp:
+        raise InvalidInputError(
+            f"tensor_parallel_size {geo.tp} does not divide the group_norm_size {group} of "
+            f"{cfg.source} (vLLM's Bailing linear attention needs it): use a "
+            f"tensor_parallel_size that divides {group}")
+    return _linear(cfg, geo)
+
+
 STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple[
     tuple[int, int], ...]]]] = {
     "gdn": (GatedDeltaNetState, _gdn),
@@ -185,5 +197,6 @@ STATES: dict[str, tuple[type[LayerSpec], Callable[[ModelConfig, Geometry], tuple
     "linear": (LinearAttentionState, _linear),
     "kda": (KimiDeltaState, _kda),
     "kda_flat": (KimiDeltaState, _kda_flat),
+    "bailing_lightning": (LinearAttentionState, _bailing_lightning),
     "kda_heads": (KimiDeltaState, _kda_heads),
 }

@@ -112,7 +112,9 @@ def _hybrid_block_size(
     state_page = max(x.state_bytes or 0 for x in states)
     per_token = attention[0].bytes_per_token
     align = max(_KERNEL_BLOCK, settings.block_size)
-    if settings.enable_prefix_caching and any(x.state_kind == "gdn" for x in states):
+    # Kimi delta attention runs as KimiGatedDeltaNetAttention, a GatedDeltaNetAttention
+    # (mamba_type GDN_ATTN, vllm/model_executor/layers/mamba/gdn/base.py): GDN's alignment.
+    if settings.enable_prefix_caching and any(x.state_kind in ("gdn", "kda") for x in states):
         align = math.lcm(align, _GDN_CHECKPOINT_ALIGNMENT)
     block = align * -(-state_page // (align * per_token))
     block = _KERNEL_BLOCK * -(-block // _KERNEL_BLOCK)
