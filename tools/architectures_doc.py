@@ -98,6 +98,26 @@ MiMo-V2-Flash's sliding layers (`hybrid_layer_pattern[i] == 1`) use
 `num_key_value_heads`, `head_dim` and `v_head_dim` (`mimo_v2_flash.py`). The
 position limit follows `_get_and_verify_max_len` of `vllm/config/model.py`
 (`ModelConfig.position_limit`).
+
+vLLM 0.33's 2026 families (rules in `memacct/model/layouts.py`,
+`attention_geometry.py`, `states.py`): Qwen3.5 / OLMo-Hybrid gated delta nets where
+`layer_types` says `linear_attention` (Qwen3.5 and Qwen3-Next derive it from
+`full_attention_interval`, default 4, as their config classes do; AFMoE derives its
+sliding layers from `global_attn_every_n_layers` the same way); Gemma 4's full layers
+take `global_head_dim` (default 512) and, with `attention_k_eq_v`,
+`num_global_key_value_heads` (`Gemma4TextConfig.per_layer_config`); DeepSeek-V3.2 and
+GLM-5 keep a sparse-MLA latent and an indexer K cache (`index_head_dim` fp8 values plus
+a float32 scale per 128) in every layer that runs its own top-k, and serve a quantized
+KV dtype as `fp8_ds_mla` (656 bytes); Mamba, Mamba-2 and FalconMamba are attention-free
+(state-only groups, prefix caching off: one block a request); LongCat-Flash keeps two
+MLA blocks per layer; DeciLM's `block_configs` give each layer its KV heads or none;
+Step-1 / Step-3.5 read `num_attention_groups`, Step-3 one KV head. Rows whose source
+says "synthetic" were checked by running vLLM's model code on a config built from
+LlamaConfig's defaults and the keys the model file reads (the config class is the
+checkpoint's remote code); "read, not run" rows were read in the model file only.
+Every layer-shaping key a vLLM model file reads (`memacct/model/vllm_config_keys.json`,
+`tools/vllm_config_keys.py`) is read by its rule or named as shaping no cache
+(`memacct/model/config_keys.py`, checked by `tests/test_config_keys.py`).
 """
 
 

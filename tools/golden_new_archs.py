@@ -76,6 +76,7 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "deepseek-v3.2-default": ("deepseek_v32", "DeepseekV32ForCausalLM"),
     "glm-5-default": ("glm_moe_dsa", "GlmMoeDsaForCausalLM"),
     "llama-nvfp4-kv-fp8": ("llama", "LlamaForCausalLM"),
+    "axk1-default": ("axk1", "AXK1ForCausalLM"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
