@@ -10,10 +10,13 @@ One subpackage per engine, each behind the same interface
   profile run allocates, graph capture, memory outside the allocator, its
   defaults per device class, how it rounds the budget).
 
-Shared by every engine: :mod:`memacct.engines.forward` (the allocation trace
-of a dummy forward pass, whose peaks the offline start-up estimates take) and
-:mod:`memacct.planner.offline` (the plan without a device). An engine start on
-the simulated device is the harness's (``memacct_bench.simulate_engine_start``).
+Shared by every engine: :mod:`memacct.engines.base` (the interfaces),
+:mod:`memacct.engines.accepts` (what each engine accepts), :mod:`memacct.engines.deployment`
+and :mod:`memacct.engines.forward` (the allocation trace of a dummy forward pass, whose
+peaks the offline start-up estimates take). This floor imports the model's reading
+(:mod:`memacct.model`) and the core, never the planner: the plan without a device
+(:mod:`memacct.planner.offline`) is a floor above and calls the engines. An engine start
+on the simulated device is the harness's (``memacct_bench.simulate_engine_start``).
 
 A new engine is a new subpackage registered in :data:`ENGINE_MODULES`, never
 a branch in the planner.
