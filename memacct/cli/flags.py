@@ -37,7 +37,7 @@ def _flags() -> dict[str, str]:
     names.pop("model_name")
     names.pop("flashinfer_sampler_env")
     names.pop("checkpoint")
-    names.update(allow_mismatch="--allow-mismatch", truth_source="--truth-source",
+    names.update(allow_mismatch="--allow-mismatch",
                  name="--backend", kv_cache_memory_bytes="--kv-cache-memory-bytes",
                  min_concurrency="--min-concurrency", model="--model", revision="--revision",
                  tensor_parallel_sizes="--tensor-parallel-size", devices="--device")  # fmt: skip
