@@ -47,8 +47,9 @@ Gemma 3 (read off 0.33.0 ``gemma3_mm.py`` and ``siglip.py``): 256 tokens per ima
 (``mm_tokens_per_image``), 64 x 64 SigLIP patches each, the SigLIP layer's working set
 (:func:`_gemma3_item`).
 
-Other multimodal families are planned without the encoder pass, and the plan says so
-(:func:`unmodelled_note`).
+Qwen3-VL (:func:`_qwen3_item`); LLaVA with a CLIP tower, PaliGemma and InternVL
+(:mod:`memacct.engines.vllm.mm.items`). Other multimodal families are planned without the
+encoder pass, and the plan says so (:func:`unmodelled_note`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
+from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -83,7 +85,16 @@ DEFAULT_MIN_PIXELS = 3136
 MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
-_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
+_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
+             "paligemma", "internvl_chat")  # fmt: skip
+
+MODELLED_MODULES = {
+    "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
+    "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
+    "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
+}  # fmt: skip
+"""vLLM modules whose encoder pass is modelled here (their tower weights are in
+:mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
 _ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "visual",
                  "speech_config")  # fmt: skip
 
@@ -99,14 +110,20 @@ class EncoderProfile:
 
 
 def modelled(config: Mapping[str, Any]) -> bool:
-    """Whether memacct models this config's encoder pass (Qwen2-VL, Qwen2.5-VL, Gemma 3)."""
-    return str(config.get("model_type", "")) in _FAMILIES and isinstance(
-        config.get("vision_config"), Mapping)  # fmt: skip
+    """Whether memacct models this config's encoder pass (:data:`_FAMILIES`; LLaVA with a
+    CLIP tower only)."""
+    kind = str(config.get("model_type", ""))
+    vision = config.get("vision_config")
+    if kind not in _FAMILIES or not isinstance(vision, Mapping):
+        return False
+    return kind != "llava" or vision.get("model_type", "clip_vision_model") == "clip_vision_model"
 
 
 _PROCESSOR_KEYS = {
     "qwen2_vl": ("max_pixels", "min_pixels"), "qwen2_5_vl": ("max_pixels", "min_pixels"),
     "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
+    "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
+    "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -133,8 +150,9 @@ def unapplied_notes(config: Mapping[str, Any], mm: Multimodal) -> tuple[str, ...
         if key not in keys:
             close = difflib.get_close_matches(key, keys, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
+            reads = ", ".join(keys) or "none of them"
             notes.append(f"--mm-processor-kwargs {key} not applied: the {config['model_type']} "
-                         f"processor's encoder pass reads {', '.join(keys)}{hint}")
+                         f"processor's encoder pass reads {reads}{hint}")
     return tuple(notes)
 
 
@@ -259,20 +277,8 @@ def _per_patch_bytes(config: Mapping[str, Any], version: tuple[int, int] | None,
     return per_patch + values * dtype_bytes
 
 
-@dataclass(frozen=True)
-class _Item:
-    """The largest dummy item of the profiled modality and what one patch of it costs."""
-
-    modality: str
-    tokens: int
-    patches: int
-    per_patch: int  # bytes at the encoder's peak, the dummy pixel values included
-    values: int  # pixel values per patch
-    out_hidden: int  # width of one encoder output token
-
-
 def _qwen_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
-               version: tuple[int, int] | None, dtype_bytes: int) -> _Item | None:  # fmt: skip
+               version: tuple[int, int] | None, dtype_bytes: int) -> Item | None:  # fmt: skip
     items = {m: item_tokens(config, mm, m, seq_len, version) for m in ("image", "video")
              if mm.count(m) > 0}  # fmt: skip
     if not items:
@@ -284,10 +290,51 @@ def _qwen_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
         vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
     out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", 1280)))
     per_patch = _per_patch_bytes(config, version, dtype_bytes)
-    return _Item(modality, *items[modality], per_patch, values, out_hidden)
+    return Item(modality, *items[modality], per_patch, values, out_hidden)
 
 
-def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> _Item | None:
+QWEN3_IMAGE_PIXELS = (65536, 16777216)
+"""Qwen3-VL's published ``preprocessor_config.json`` ``size``: (``shortest_edge``,
+``longest_edge``) in pixels; ``--mm-processor-kwargs`` ``min_pixels`` / ``max_pixels``
+replace them (``Qwen2VLProcessingInfo._get_vision_size``)."""
+
+
+def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
+    """Qwen3-VL (vLLM 0.33 ``qwen3_vl.py``): the largest image of ``longest_edge`` pixels
+    factored as Qwen2-VL's (``get_image_size_with_most_features``, unit ``patch_size x
+    spatial_merge_size`` = 32); a video's budget item is two frames at ``longest_edge //
+    temporal_patch_size`` of the video processor (25,165,824 // 2), fewer tokens than the
+    image, so an image is profiled while images are allowed. Per patch: the vision block of
+    0.33 (11 attention widths, or 3 widths and ``linear_fc1``'s output and activation, 2
+    intermediate widths), ``cos`` / ``sin`` (head_dim values), and the deepstack features
+    held from their blocks on (``deepstack_visual_indexes`` x ``out_hidden_size`` per merged
+    token); each output token is ``out_hidden_size x (1 + deepstack)`` wide."""
+    if mm.count("image") <= 0:
+        return None
+    vision = _vision(config)
+    patch, merge = int(vision.get("patch_size", 16)), int(vision.get("spatial_merge_size", 2))
+    kwargs, size = mm.mm_processor_kwargs, mm.size("image")
+    min_pixels = int(kwargs.get("min_pixels", QWEN3_IMAGE_PIXELS[0]))
+    max_pixels = int(kwargs.get("max_pixels", QWEN3_IMAGE_PIXELS[1]))
+    if "width" in size and "height" in size:
+        h, w = _smart_resize(size["height"], size["width"], patch * merge, min_pixels,
+                             max_pixels)  # fmt: skip
+    else:
+        h, w = _most_features(max_pixels, patch * merge)
+    patches = (h // patch) * (w // patch)
+    width = int(vision.get("hidden_size", 1152))
+    inner = int(vision.get("intermediate_size", 4304))
+    head_dim = width // int(vision.get("num_heads", 16))
+    deep = len(vision.get("deepstack_visual_indexes") or ())
+    out = int(vision.get("out_hidden_size", width))
+    values = int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2)) * (
+        patch * patch)  # fmt: skip
+    per = layer_bytes(width, inner, 11) + head_dim + values + deep * out // (merge * merge)
+    return Item("image", patches // (merge * merge), patches, per * dtype_bytes, values,
+                out * (1 + deep))  # fmt: skip
+
+
+def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
     """Gemma 3 (vLLM 0.33 ``gemma3_mm.py``): ``mm_tokens_per_image`` (256) per crop, one crop
     unless ``do_pan_and_scan`` (then ``pan_and_scan_max_num_crops`` + 1, 4 + 1 by default:
     ``Gemma3ProcessingInfo.get_num_image_tokens``, ``get_image_size_with_most_features``);
@@ -311,7 +358,7 @@ def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) ->
     per_patch = (max(7 * width, 3 * width + 2 * inner) + values) * dtype_bytes
     text = config.get("text_config")
     out_hidden = int((text if isinstance(text, Mapping) else config).get("hidden_size", width))
-    return _Item("image", tokens, crops * side * side, per_patch, values, out_hidden)
+    return Item("image", tokens, crops * side * side, per_patch, values, out_hidden)
 
 
 def encoder_profile(
@@ -342,8 +389,13 @@ def encoder_profile(
     text = config.get("text_config")
     positions = (text if isinstance(text, Mapping) else config).get("max_position_embeddings")
     seq_len = max_model_len or int(positions or 32768)
-    if str(config.get("model_type")) == "gemma3":
+    kind = str(config.get("model_type"))
+    if kind == "gemma3":
         item = _gemma3_item(config, mm, dtype_bytes)
+    elif kind in ("qwen3_vl", "qwen3_vl_moe"):
+        item = _qwen3_item(config, mm, dtype_bytes)
+    elif kind in ("llava", "paligemma", "internvl_chat"):
+        item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
     else:
         item = _qwen_item(config, mm, seq_len, version, dtype_bytes)
     if item is None:
@@ -352,7 +404,7 @@ def encoder_profile(
     budget = max(max_num_batched_tokens, item.tokens)
     per_prompt = max(1, min(mm.count(item.modality), seq_len // item.tokens))
     count = max(1, min(budget // item.tokens, max_num_seqs * per_prompt))
-    outputs = count * item.tokens * item.out_hidden * dtype_bytes
+    outputs = count * (item.out_tokens or item.tokens) * item.out_hidden * dtype_bytes
     pixels = count * item.patches * item.values * dtype_bytes
     peak = count * item.patches * item.per_patch
     note = (f"multimodal profile: {count} dummy {item.modality}(s) of {item.tokens:,} tokens "

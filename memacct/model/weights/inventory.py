@@ -32,6 +32,7 @@ from memacct.checks import check_int
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
 from memacct.model.geometry import kv_heads_of
+from memacct.model.towers import tower_tensors
 from memacct.model.weights.quant import QuantScheme, parse_quantization
 from memacct.model.weights.rules import (
     WeightTensor,
@@ -337,6 +338,12 @@ def formula_tensors(
             inv.linear(f"{p}.mlp.down_proj", h, di, "mlp")
     inv.add("model.norm.weight", "norms", (h,))
     inv.tensors.append(rotary_tensor(cfg))
+    tower = tower_tensors(raw)  # the tower rules of memacct/model/towers.py
+    if tower is not None:
+        for t in tower:
+            n = ceil_div(t.numel, tp) if t.split else t.numel
+            inv.add(t.name, "vision", (n,) if t.split else t.shape, n * inv.dt)
+        return inv.tensors
     vision = raw.get("vision_config")
     if isinstance(vision, Mapping):
         _vision(inv, vision, h, tp, str(raw.get("model_type", "")))

@@ -1,0 +1,114 @@
+"""The largest dummy item of fixed-resolution vision towers, as vLLM 0.33 profiles them.
+
+Read off vLLM 0.33.0's model files (``vllm/model_executor/models/``):
+
+* **LLaVA** (``llava.py``, ``LlavaProcessingInfo``): every image is resized to the CLIP
+  tower's ``image_size``; ``(image_size / patch_size)^2 + 1`` patches go through the tower
+  (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default`` feature
+  strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at 336 px;
+* **PaliGemma** (``paligemma.py``): ``(image_size / patch_size)^2`` SigLIP patches, as many
+  tokens (``siglip.py``, ``SiglipEncoderInfo``);
+* **InternVL** (``internvl.py``, ``BaseInternVLProcessingInfo.get_image_size_with_most_features``):
+  the largest image is tiled into ``max_dynamic_patch`` tiles (``--mm-processor-kwargs``
+  overrides it) plus a thumbnail where ``use_thumbnail``; each tile is ``image_size``
+  square, ``(image_size / patch_size)^2 + 1`` InternViT patches, ``(image_size /
+  patch_size)^2 x downsample_ratio^2`` tokens (``image_seq_length``). Video is supported
+  where the language model's tokenizer carries a video token (``ctx_video_token``: text
+  model types qwen2, qwen3, qwen3_moe, gpt_oss; their published tokenizers do): the budget
+  sizes a video as ``(max_model_len - one image's tokens) // image_seq_length`` frames
+  (``get_num_frames_with_most_features`` with one item per modality) while the profile's
+  dummy video (``get_dummy_encoder_profile_inputs``, counts ``{"video": 1}``) has
+  ``max_model_len // image_seq_length`` frames, one tile each.
+
+The tower's working set per patch is the encoder layer's (``clip.py``, ``siglip.py``,
+``intern_vit.py``): the residual, the first norm's output, the fused ``qkv`` (3 widths), the
+attention output and ``out_proj``'s: 7 widths (InternViT 8: the ``ls1`` product); or at the
+MLP the residual, the second norm's output and ``fc2``'s (3 widths; InternViT 4 with
+``ls2``) with ``fc1``'s output and its activation (2 intermediate widths). The dummy pixel
+values (3 x patch^2 values per patch) are in the model dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memacct.engines.deployment import Multimodal
+
+__all__ = ["Item", "fixed_tile_item", "layer_bytes"]
+
+_VIDEO_TEXT_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss"})
+"""``InternVLProcessingInfo.ctx_video_token``'s map: text model types with a video token."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """The largest dummy item of the profiled modality and what one patch of it costs."""
+
+    modality: str
+    tokens: int  # the budget's tokens per item (get_mm_max_tokens_per_item)
+    patches: int  # patches of the profile's dummy item through the tower
+    per_patch: int  # bytes at the encoder's peak, the dummy pixel values included
+    values: int  # pixel values per patch
+    out_hidden: int  # width of one encoder output token
+    out_tokens: int = 0  # tokens the dummy item encodes to (0: as ``tokens``)
+
+
+def layer_bytes(width: int, inner: int, attention: int = 7, mlp: int = 3) -> int:
+    """Elements per patch at a ViT layer's peak (the module notes)."""
+    return max(attention * width, mlp * width + 2 * inner)
+
+
+def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in ("text_config", "llm_config"):
+        section = config.get(key)
+        if isinstance(section, Mapping):
+            return section
+    return config
+
+
+def _int(section: Mapping[str, Any], key: str, default: int) -> int:
+    value = section.get(key, default)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
+                    dtype_bytes: int) -> Item | None:  # fmt: skip
+    """The largest item of LLaVA (CLIP), PaliGemma (SigLIP) or InternVL (InternViT) tiles
+    (``None``: no image or video allowed)."""
+    kind = str(config.get("model_type", ""))
+    vision = config.get("vision_config")
+    vision = vision if isinstance(vision, Mapping) else {}
+    width = _int(vision, "hidden_size", 1024)
+    inner = _int(vision, "intermediate_size", 4 * width)
+    patch = _int(vision, "patch_size", 14)
+    side = _int(vision, "image_size", 336) // patch
+    values = 3 * patch * patch
+    out_hidden = _int(_text(config), "hidden_size", width)
+    if kind != "internvl_chat":
+        if mm.count("image") <= 0:
+            return None
+        cls = 1 if kind == "llava" else 0
+        per = (layer_bytes(width, inner) + values) * dtype_bytes
+        return Item("image", side * side, side * side + cls, per, values, out_hidden)
+    ratio = float(config.get("downsample_ratio", 0.5))
+    tile_tokens = int(side * side * ratio * ratio)
+    kwargs = mm.mm_processor_kwargs
+    tiles = int(kwargs.get("max_dynamic_patch", _int(config, "max_dynamic_patch", 12)))
+    thumb = kwargs.get("use_thumbnail", config.get("use_thumbnail", True)) is True
+    tiles += 1 if thumb and tiles != 1 else 0
+    per = (layer_bytes(width, inner, 8, 4) + values) * dtype_bytes
+    tile_patches = side * side + 1
+    image = Item("image", tiles * tile_tokens, tiles * tile_patches, per, values, out_hidden)
+    video_ok = str(_text(config).get("model_type", "")) in _VIDEO_TEXT_TYPES
+    if not video_ok or mm.count("video") <= 0:
+        return image if mm.count("image") > 0 else None
+    with_image = image.tokens if mm.count("image") > 0 else 0
+    budget_frames = max(1, (seq_len - with_image) // tile_tokens)
+    frames = max(1, seq_len // tile_tokens)
+    video = Item("video", budget_frames * tile_tokens, frames * tile_patches, per, values,
+                 out_hidden, frames * tile_tokens)  # fmt: skip
+    if mm.count("image") <= 0 or video.tokens > image.tokens:
+        return video
+    return image
