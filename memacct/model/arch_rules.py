@@ -15,21 +15,13 @@ Nothing is guessed: an architecture without a rule is refused
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
 from typing import Literal
 
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
-from memacct.model.config_keys import (
-    GDN_KEYS,
-    MAMBA2_KEYS,
-    MODULE_NOT_CACHE_SHAPING,
-    is_layer_shaping,
-    rule_reads,
-)
+from memacct.model.config_keys import GDN_KEYS, MAMBA2_KEYS, rule_reads
+from memacct.model.vllm_tables import engine_keys, module_of, registry, removed
 
 __all__ = [
     "ASSUME_FULL_ATTENTION",
@@ -341,29 +333,6 @@ _TEXT_TYPES = {
 }  # fmt: skip
 
 
-@cache
-def registry() -> dict[str, dict[str, str]]:
-    """vLLM's registry tables: ``{table: {architecture: module}}`` (``vllm_registry.json``)."""
-    text = resources.files("memacct.model").joinpath("vllm_registry.json").read_text("utf-8")
-    tables: dict[str, dict[str, str]] = json.loads(text)["tables"]
-    return tables
-
-
-@cache
-def removed() -> dict[str, str]:
-    """Architectures vLLM no longer runs: ``{architecture: last version that ran it}``."""
-    text = resources.files("memacct.model").joinpath("vllm_registry.json").read_text("utf-8")
-    gone: dict[str, str] = json.loads(text).get("removed", {})
-    return gone
-
-
-def _module_of(architecture: str) -> str | None:
-    for table in registry().values():
-        if architecture in table:
-            return table[architecture]
-    return None
-
-
 def status_of(module: str, table: str = "text") -> tuple[str, str, str]:
     """``(status, rule or reason, source)`` of a vLLM module in a registry ``table``, for
     the generated doc (a multimodal architecture planned by a text rule is partial)."""
@@ -422,7 +391,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     """
     assume_full_attention = assume_full_attention or cfg.root.get(ASSUME_FULL_ATTENTION) is True
     arch = cfg.architecture
-    module = _module_of(arch) if arch else None
+    module = module_of(arch) if arch else None
     if module is None and arch is None:
         module = _text_module(cfg.model_type)
         if module is None and cfg.model_type is None:
@@ -437,7 +406,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
         module = _text_module(cfg.model_type) or (_MULTIMODAL[module] if flat else None) or None
     rule = RULES.get(module or "")
     reason = REFUSED.get(module or "", "no rule")
-    if arch is not None and _module_of(arch) is None:
+    if arch is not None and module_of(arch) is None:
         reason = ("not in the vLLM model registry memacct holds "
                   "(memacct/model/vllm_registry.json)")
         if arch in removed():
@@ -493,22 +462,11 @@ def rule_keys(rule: Rule) -> frozenset[str]:
     return rule_reads(rule.layout, rule.reads, [k for k, _ in rule.defaults], rule.refuse_if)
 
 
-@cache
-def engine_keys(module: str) -> frozenset[str]:
-    """The layer-shaping config keys vLLM 0.33's ``module`` reads (``vllm_config_keys.json``,
-    grepped from the model file by ``tools/vllm_config_keys.py``), less the ones that file
-    reads for no cache (``config_keys.MODULE_NOT_CACHE_SHAPING``)."""
-    text = resources.files("memacct.model").joinpath("vllm_config_keys.json").read_text("utf-8")
-    keys: list[str] = json.loads(text)["modules"].get(module, [])
-    ignored = MODULE_NOT_CACHE_SHAPING.get(module, {})
-    return frozenset(k for k in keys if is_layer_shaping(k) and k not in ignored)
-
-
 def unread_geometry_fields(cfg: ModelConfig, rule: Rule, mla: bool) -> list[str]:
     """Layer-shaping fields written in ``cfg`` that ``rule`` does not read: the named ones
     and those the architecture's vLLM model file reads (:func:`engine_keys`)."""
     read = rule_keys(rule) | (_MLA_FIELDS if mla else frozenset())
-    module = _module_of(cfg.architecture) if cfg.architecture else None
+    module = module_of(cfg.architecture) if cfg.architecture else None
     shaping = _GEOMETRY_FIELDS | engine_keys(module or "")
     return sorted(
         key for key in cfg.written_keys()
