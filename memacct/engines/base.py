@@ -222,8 +222,8 @@ class Engine:
         name: the engine's name (``"vllm"``, ``"vllm-ascend"``, ``"sglang"``).
         version: the engine release whose code the rules were taken from.
         kv: the engine's KV-cache manager (see ``docs/engines.md``).
-        startup: the engine's start-up model (see ``docs/engines.md``), or
-            ``None`` where memacct does not model it.
+        startup: the engine's start-up model (see ``docs/engines.md``); every engine
+            memacct plans has one.
         default_device: the device preset an offline plan that names none is made for
             (:data:`memacct.devices.REFERENCE_DEVICE`, an H100, for the GPU engines; an
             Ascend part for the Ascend-only engines), by a single plan and a capacity plan
@@ -233,7 +233,7 @@ class Engine:
     name: str
     version: str
     kv: KVManager
-    startup: Any = None
+    startup: StartupModel
     default_device: str = "h100-80gb"
 
 

@@ -14,7 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from memacct.checks import FROZEN
-from memacct.engines import get_engine
 from memacct.engines.base import Engine
 from memacct.models import ProfileResult, non_kv_sum
 from memacct.planner.refusals import device_of
@@ -122,7 +121,7 @@ def batch_defaults_for(
     engine takes when none is named (:attr:`Engine.default_device`)."""
     from memacct.devices import DEVICE_INFO
 
-    startup = engine.startup if engine.startup is not None else get_engine("vllm").startup
+    startup = engine.startup
     if budget is not None:
         tokens, seqs = budget.max_num_batched_tokens, budget.max_num_seqs
         total, name = budget.total_memory, budget.device
@@ -133,11 +132,10 @@ def batch_defaults_for(
         tokens = seqs = None
         reference = DEVICE_INFO[engine.default_device]
         total, name = reference.total_bytes, reference.name
-    batch: tuple[int, int] = startup.batch(
+    return startup.batch(
         total, name, max_num_batched_tokens or tokens, max_num_seqs or seqs,
         max_model_len=max_model_len,
     )
-    return batch
 
 
 _MEASURED_TERMS = ("weights_memory", "activation_peak", "non_allocator_increase",
