@@ -77,6 +77,7 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "glm-5-default": ("glm_moe_dsa", "GlmMoeDsaForCausalLM"),
     "llama-nvfp4-kv-fp8": ("llama", "LlamaForCausalLM"),
     "axk1-default": ("axk1", "AXK1ForCausalLM"),
+    "step-3.5-default": ("step3p5", "Step3p5ForCausalLM"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
@@ -165,6 +166,9 @@ FIXES: dict[str, dict[str, Any]] = {
         "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
         "kv_cache_scheme": {"type": "float", "num_bits": 8, "dynamic": False},
         "ignore": ["lm_head"]}},
+    "step-3.5-default": {"need_fp32_gate": True, "norm_expert_weight": True,
+                         "use_moe_router_bias": True, "rope_theta": 10000.0,
+                         "swiglu_limits": [0.0] * 45, "swiglu_limits_shared": [0.0] * 45},
     "hy-v3-default": {"first_k_dense_replace": 1, "expert_hidden_dim": 1536,
                       "route_norm": True},
     # step3_text.py splits a string; Step3TextConfig's default is a tuple of the same layers.
@@ -192,6 +196,9 @@ FIX_SOURCES = {
     "llama-nvfp4-kv-fp8": "a ModelOpt NVFP4 quantization_config with an FP8 kv_cache_scheme "
                           "(the keys vLLM's get_kv_cache_quant_algo_string reads) on the "
                           "class defaults",
+    "step-3.5-default": "need_fp32_gate, norm_expert_weight, use_moe_router_bias, rope_theta, "
+                        "swiglu_limits(_shared) set: vLLM's step3p5.py reads them, "
+                        "Step3p7TextConfig has none; router and MLP, not KV cache",
     "step-3-text-default": "moe_layers_enum written as the comma-separated string "
                            "step3_text.py parses (the class default is the tuple 4..59)",
     "lfm2-1.2b": "block_* sizes from LiquidAI/LFM2-1.2B's config.json (vLLM's lfm2.py reads "
