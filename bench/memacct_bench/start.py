@@ -50,6 +50,7 @@ from memacct_bench.workload import TransformerWorkload, replay
 __all__ = [
     "DEFAULT_CONTEXT_BYTES",
     "EngineStart",
+    "WeightsTerms",
     "make_device",
     "mxfp4_pad_for",
     "simulate_engine_start",
@@ -57,6 +58,41 @@ __all__ = [
 
 DEFAULT_CONTEXT_BYTES = 512 * MiB
 """This process's memory outside the allocator: a CUDA context with cuBLAS workspaces."""
+
+
+@dataclass(frozen=True)
+class WeightsTerms:
+    """The profile's ``weights_memory`` of a simulated start, term by term (bytes).
+
+    The offline plan (:func:`memacct.planner.offline.plan_offline`) charges ``parameters``
+    alone as its ``weights_memory``: the same inventory, to the byte. The simulated start
+    measures what the allocator gained between the baseline and the profile, which also
+    holds the two other terms, named here so that the two figures are compared term by term:
+
+    Attributes:
+        parameters: the model's weight inventory on this rank
+            (:meth:`~memacct_bench.workload.TransformerWorkload.parameter_tensors`).
+        step_buffers: the model runner's persistent step buffers (input ids, positions,
+            slot mapping, block table, sampling parameters:
+            :meth:`~memacct_bench.workload.TransformerWorkload.step_buffer_tensors`).
+            vLLM 0.33 allocates them in ``GPUModelRunner.__init__``, outside the
+            ``load_model`` window it charges as weights, and no term of its profile counts
+            them; memacct's profile charges them with the weights (its baseline precedes them).
+        allocator_rounding: what the allocator holds beyond the bytes requested for both, as
+            the profile's truth source counts it: under ``allocated_peak`` the allocated
+            blocks' rounding (a large block's unsplit remainder under 1 MiB, torch's
+            ``kSmallSize``), under ``reserved`` also the free rest of the segments
+            (``reserved_bytes - requested_bytes``, read from the allocator's statistics).
+    """
+
+    parameters: int
+    step_buffers: int
+    allocator_rounding: int
+
+    @property
+    def total(self) -> int:
+        """The three terms together: the profile's ``weights_memory``."""
+        return self.parameters + self.step_buffers + self.allocator_rounding
 
 
 @dataclass
@@ -70,6 +106,7 @@ class EngineStart:
         result: the profile memacct measured.
         workload: the model's allocation traces (weights, steps, KV cache).
         weights: pointers of the weight tensors and persistent buffers (kept live).
+        weights_terms: ``result.weights_memory`` term by term (:class:`WeightsTerms`).
     """
 
     device: SimDevice
@@ -78,6 +115,7 @@ class EngineStart:
     result: ProfileResult
     workload: TransformerWorkload
     weights: list[int] = field(default_factory=list, repr=False)
+    weights_terms: WeightsTerms | None = None
 
 
 def make_device(device: str | Mapping[str, Any] | int, allocator: str) -> SimDevice:
@@ -230,8 +268,21 @@ def simulate_engine_start(
             f"({format_gib(sum(tensors))}): lower max_num_batched_tokens or max_num_seqs"
         ) from exc
     result = session.result
+    terms = _weights_terms(workload, result)
     _stage(
         progress,
         f"profiled: non-KV memory {format_gib(result.non_kv_cache_memory)} ({result.truth_source})",
     )
-    return EngineStart(dev, backend, spec, result, workload, weights)
+    return EngineStart(dev, backend, spec, result, workload, weights, terms)
+
+
+def _weights_terms(workload: TransformerWorkload, result: ProfileResult) -> WeightsTerms:
+    """``result.weights_memory`` split into the inventory, the step buffers and the rounding.
+
+    After the profile (which frees everything it allocated and empties the cache) the
+    allocator holds the weights and buffers only, so the measured figure beyond the bytes
+    requested for them is the allocator's rounding (as the truth source counts it).
+    """
+    parameters = sum(workload.parameter_tensors())
+    buffers = sum(workload.step_buffer_tensors())
+    return WeightsTerms(parameters, buffers, result.weights_memory - parameters - buffers)

@@ -112,7 +112,7 @@ class TransformerWorkload(ForwardPass):
         The model's weight inventory (:meth:`parameter_tensors`), then the engine's
         persistent input buffers sized for ``max_num_batched_tokens`` and ``max_num_seqs``.
         """
-        return self.parameter_tensors() + self._persistent_buffers()
+        return self.parameter_tensors() + self.step_buffer_tensors()
 
     def parameter_tensors(self) -> list[int]:
         """Bytes of each tensor of the model's weight inventory on this rank, in load order.
@@ -128,8 +128,11 @@ class TransformerWorkload(ForwardPass):
         """The model's weight inventory on this rank (role, shape and bytes of each tensor)."""
         return self._weights
 
-    def _persistent_buffers(self) -> list[int]:
-        """vLLM's model runner keeps its step inputs in buffers sized for the budgets."""
+    def step_buffer_tensors(self) -> list[int]:
+        """Bytes of each persistent step buffer: vLLM's model runner keeps its step inputs in
+        buffers sized for the budgets, allocated once in its constructor (vLLM 0.33's
+        ``GPUModelRunner.__init__``, vllm/v1/worker/gpu_model_runner.py), outside the
+        ``load_model`` window whose allocated growth vLLM charges as ``model_memory_usage``."""
         t = self.max_num_batched_tokens
         n = self.max_num_seqs
         blocks_per_seq = -(-self.max_model_len // self.block_size)
