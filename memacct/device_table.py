@@ -98,6 +98,6 @@ EXTRA_PRESETS: tuple[dict[str, Any], ...] = (
          ("910c",), vendor="ascend"),
     _row("ascend-300i-duo-48gb", 42.0, "Huawei Atlas 300I Duo (one chip)", "derived",
          "48 GB LPDDR4X per chip (96 GB per card) x the 310P's 21/24", ("300i-duo", "300iduo"),
-         vendor="ascend"),
+         vendor="ascend", plugin_resource="huawei.com/Ascend310P"),
 )
 """The presets after the first table of :mod:`memacct.devices`, one dict of fields each."""

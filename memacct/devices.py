@@ -29,6 +29,7 @@ __all__ = [
     "DEVICE_PRESETS",
     "REFERENCE_DEVICE",
     "ROCM_QUANTIZATIONS",
+    "VENDOR_RESOURCES",
     "DeviceInfo",
     "check_device",
     "check_quantization",
@@ -64,6 +65,8 @@ class DeviceInfo:
             ROCm build does there follows from it (:attr:`fp8_dtype`, :attr:`fp8_weights`).
         multiprocessors: the GPU's SM count where it is 16 or fewer (Jetson AGX Orin), which
             keeps vLLM off FlashInfer's sampler (:attr:`flashinfer_sampler`); ``None``: more.
+        plugin_resource: the Kubernetes device plugin's resource name for this part where it
+            is not its vendor's (:attr:`device_resource`); ``""``: the vendor's.
     """
 
     name: str
@@ -78,6 +81,13 @@ class DeviceInfo:
     hbm_numa_node: bool = False
     gfx_arch: str | None = None
     multiprocessors: int | None = None
+    plugin_resource: str = ""
+
+    @property
+    def device_resource(self) -> str:
+        """The resource a pod requests this device by: :attr:`plugin_resource`, else the
+        vendor's device plugin's (:data:`VENDOR_RESOURCES`)."""
+        return self.plugin_resource or VENDOR_RESOURCES[self.vendor]
 
     @property
     def mxfp4_layout(self) -> str:
@@ -130,6 +140,17 @@ class DeviceInfo:
         """Whether an FP8 KV cache (``--kv-cache-dtype fp8``) is possible: vLLM stores one on
         CUDA and ROCm parts; vllm-ascend has no FP8 KV cache."""
         return self.vendor in ("nvidia", "amd")
+
+
+# The device plugins' resource names: NVIDIA's k8s-device-plugin and ROCm's (as vLLM's
+# docs/deployment/k8s.md requests them), and Huawei MindCluster's Ascend Device Plugin
+# (hiascend.com, MindCluster "Ascend Docker Runtime" user guide: huawei.com/Ascend910 for
+# the 910 series, huawei.com/Ascend310P for 310P chips, set on those presets).
+VENDOR_RESOURCES: dict[str, str] = {
+    "nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "ascend": "huawei.com/Ascend910",
+}
+"""The resource name each vendor's Kubernetes device plugin gives its devices."""
+_ASCEND_310P = "huawei.com/Ascend310P"
 
 
 def _gib(value: float) -> int:
@@ -296,6 +317,7 @@ _INFO: tuple[DeviceInfo, ...] = (
         "derived",
         "24 GB per chip less the driver's share",
         ("310p", "310p3"),
+        plugin_resource=_ASCEND_310P,
     ),
 )
 

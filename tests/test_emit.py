@@ -236,7 +236,8 @@ def test_the_pod_asks_for_each_rank_and_shared_memory_for_tensor_parallelism(
 
 
 @pytest.mark.parametrize(("device", "resource"), [("910b", "huawei.com/Ascend910"),
-                                                  ("ascend-310p-24gb", "huawei.com/Ascend310P")])
+                                                  ("ascend-310p-24gb", "huawei.com/Ascend310P"),
+                                                  ("300i-duo", "huawei.com/Ascend310P")])
 def test_the_ascend_device_plugin_resource(
     device: str, resource: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -327,13 +327,6 @@ def _for_release(version: str, flags: list[str]) -> list[str]:
     return flags
 
 
-# The device plugins' resource names: NVIDIA's k8s-device-plugin and ROCm's (as vLLM's
-# docs/deployment/k8s.md requests them), and Huawei MindCluster's Ascend Device Plugin
-# (hiascend.com, MindCluster "Ascend Docker Runtime" user guide: huawei.com/Ascend910 for
-# the 910 series, huawei.com/Ascend310P for 310P chips).
-_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
-_ASCEND_310P = ("310p", "300i")
-
 _SHM_BYTES = {"amd": 8 * 1024**3}
 """``/dev/shm`` for a pod of several ranks: vLLM's docs/deployment/k8s.md gives the
 shared-memory ``emptyDir`` (medium Memory) "for tensor parallel inference" 2Gi on NVIDIA
@@ -352,10 +345,7 @@ def _resource(device: str) -> tuple[str, Any]:
             "--emit k8s names the pod's device resource after a device preset: plan with "
             "--device (h100, 910b, ...) rather than --device-memory or a budget alone"
         ) from None
-    if info.vendor == "ascend":
-        chip = "Ascend310P" if any(key in info.name for key in _ASCEND_310P) else "Ascend910"
-        return f"huawei.com/{chip}", info
-    return _RESOURCES[info.vendor], info
+    return info.device_resource, info
 
 
 def _gi(value: int) -> str:
