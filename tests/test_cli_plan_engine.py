@@ -48,8 +48,10 @@ def test_a_refused_budget_names_the_engines_estimate(capsys: pytest.CaptureFixtu
 def test_the_sampler_flag_and_vllms_variable_shape_the_offline_plan(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # 0.11.1-0.16 sort by default (0.9.0-0.11.0 take FlashInfer, as their vllm-openai image
+    # installs it: releases.default_sampler).
     base = ["plan", "--model", "qwen2.5-7b", "--device", "a100-80gb", "--engine-version",
-            "0.10.1", "--json"]  # fmt: skip
+            "0.11.1", "--json"]  # fmt: skip
     monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
     plans = {}
     for extra in ([], ["--sampler", "flashinfer"]):
