@@ -312,7 +312,5 @@ def register_generic_configs(model_types: list[str]) -> None:
     for model_type in model_types:
         cls = type(f"Generic_{model_type}_Config", (PretrainedConfig,),
                    {"model_type": model_type})
-        try:
+        with contextlib.suppress(ValueError):  # transformers already has one
             AutoConfig.register(model_type, cls)
-        except ValueError:  # transformers already has one
-            pass
