@@ -1,0 +1,147 @@
+"""Multimodal towers tensor by tensor (memacct/model/towers.py) and the encoder profile pass of
+Qwen3-VL, LLaVA, PaliGemma and InternVL (memacct/engines/vllm/mm/items.py, multimodal.py).
+
+Tower counts are checked against ``tests/data/golden/vllm-0.33-towers.json``: vLLM 0.33's
+own model classes built on the meta device by ``tools/golden_towers.py`` (published
+configs, cited there), and against published parameter counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memacct.engines.deployment import Multimodal
+from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
+from memacct.errors import ConfigError
+from memacct.model.towers import tower_params, tower_tensors
+from memacct.model.weights.inventory import formula_tensors
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "golden" / "vllm-0.33-towers.json")
+                    .read_text(encoding="utf-8"))["rows"]  # fmt: skip
+
+
+def _config(name: str) -> dict[str, Any]:
+    config: dict[str, Any] = GOLDEN[name]["config"]
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in GOLDEN.items() if "tower_params" in r))
+def test_tower_weights_match_the_tower_vllm_builds(name: str) -> None:
+    assert tower_params(_config(name)) == GOLDEN[name]["tower_params"]
+
+
+def test_clip_vit_l_336_matches_its_published_count() -> None:
+    # openai/clip-vit-large-patch14-336: 427,944,193 parameters in all, of which the text
+    # tower (123,060,480), visual_projection (1024 x 768), text_projection (768 x 768) and
+    # logit_scale (1) leave the vision model its 303,507,456. Every layer built
+    # (vision_feature_layer -1), projector excluded.
+    cfg = {**_config("llava-1.5-7b"), "vision_feature_layer": -1}
+    vision = sum(t.numel for t in tower_tensors(cfg) or () if t.name.startswith("vision_"))
+    assert vision == 427_944_193 - 123_060_480 - 1024 * 768 - 768 * 768 - 1
+    # LLaVA builds 23 of the 24 layers (vision_feature_layer -2) and no post_layernorm.
+    full = tower_params(cfg)
+    # One layer: attention 4h^2 + 4h, two LayerNorms 4h, MLP 2hi + i + h; post_layernorm 2h.
+    assert full - tower_params(_config("llava-1.5-7b")) == 12 * 1024**2 + 9 * 1024 + 4096 + 2048
+
+
+def test_whisper_large_v3_encoder_matches_its_published_count() -> None:
+    # openai/whisper-large-v3: 1,543,490,560 parameters; its decoder (51,866 x 1280 tokens,
+    # 448 positions, 32 layers of self and cross attention, MLP of 5120, 3 LayerNorms each,
+    # a final LayerNorm) is 906,521,600, leaving the encoder 636,968,960.
+    h, f = 1280, 5120
+    layer = 2 * (4 * h * h + 3 * h) + 2 * h * f + f + h + 3 * 2 * h
+    decoder = 51866 * h + 448 * h + 32 * layer + 2 * h
+    cfg = _config("qwen2-audio-7b")
+    encoder = sum(t.numel for t in tower_tensors(cfg) or () if t.name.startswith("audio_"))
+    assert encoder == 1_543_490_560 - decoder
+
+
+def test_gemma3_and_internvit_match_their_published_sizes() -> None:
+    # Gemma 3 technical report (arXiv 2503.19786, table 1): a 417M-parameter vision encoder.
+    gemma = sum(t.numel for t in tower_tensors(_config("gemma-3-4b")) or ()
+                if t.name.startswith("vision_"))  # fmt: skip
+    assert round(gemma / 1e6) == 417
+    # OpenGVLab/InternViT-300M-448px-V2_5: InternViT-300M (InternVL 2.5 report, 0.3B).
+    vit = sum(t.numel for t in tower_tensors(_config("internvl3-8b")) or ()
+              if t.name.startswith("vision_"))  # fmt: skip
+    assert 300e6 <= vit < 310e6
+
+
+def test_tensor_parallelism_splits_the_linear_layers_and_keeps_the_rest_whole() -> None:
+    cfg = {**_config("qwen3-vl-8b"), "text_config": {**_config("qwen3-vl-8b")["text_config"],
+                                                     "num_hidden_layers": 2}}  # fmt: skip
+    tower = [t for t in formula_tensors(cfg) if t.role == "vision"]
+    halves = [t for t in formula_tensors(cfg, tensor_parallel_size=2) if t.role == "vision"]
+    whole = sum(t.numel for t in tower_tensors(cfg) or () if not t.split)
+    one, two = sum(t.nbytes for t in tower), sum(t.nbytes for t in halves)
+    assert one == 2 * tower_params(cfg)  # bfloat16
+    assert two == pytest.approx(whole * 2 + (one - whole * 2) / 2, abs=1024)
+    # Qwen2-Audio's encoder is transformers' Qwen2AudioEncoder (nn.Linear): whole per rank.
+    audio = {**_config("qwen2-audio-7b")}
+    audio["text_config"] = {**audio["text_config"], "num_hidden_layers": 2}
+    a1 = sum(t.nbytes for t in formula_tensors(audio) if t.role == "vision")
+    a2 = sum(t.nbytes for t in formula_tensors(audio, tensor_parallel_size=2)
+             if t.role == "vision")  # fmt: skip
+    assert a1 == a2
+
+
+def test_a_bad_tower_size_names_the_key() -> None:
+    cfg = _config("paligemma-3b-224")
+    bad = {**cfg, "vision_config": {**cfg["vision_config"], "hidden_size": "1152"}}
+    with pytest.raises(ConfigError, match="hidden_size"):
+        tower_tensors(bad)
+    assert tower_tensors({"model_type": "mistral3"}) is None
+
+
+def _pass(cfg: dict[str, Any], mm: Multimodal | None = None, **kw: int) -> Any:
+    args = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "max_model_len": 32768}
+    args.update(kw)
+    return encoder_profile(cfg, mm or Multimodal(), dtype_bytes=2, version=(0, 33), **args)
+
+
+def test_qwen3_vl_profiles_one_image_of_its_longest_edge() -> None:
+    # longest_edge 16,777,216 px over 32 x 32 merged units: 16,384 tokens, a 4096 x 4096
+    # image of 65,536 16-px patches; the budget max(8192, 16384) holds one.
+    cfg = _config("qwen3-vl-8b")
+    p = _pass(cfg)
+    assert "1 dummy image(s) of 16,384 tokens (65,536 patches)" in p.note
+    per = max(11 * 1152, 3 * 1152 + 2 * 4304) + 72 + 1536 + 3 * 4096 // 4
+    assert p.peak_bytes == 65536 * per * 2
+    # The deepstack features make each output token 4 x out_hidden_size wide.
+    assert p.held_bytes == 16384 * 4 * 4096 * 2 + 65536 * 1536 * 2
+    smaller = _pass(cfg, Multimodal(mm_processor_kwargs={"max_pixels": 1024 * 1024}))
+    assert "1,024 tokens" in smaller.note
+    assert _pass(cfg, Multimodal(limit_mm_per_prompt={"image": 4}),
+                 max_num_batched_tokens=65536).note.startswith("multimodal profile: 4 ")
+
+
+def test_llava_and_paligemma_encode_fixed_size_images() -> None:
+    # LLaVA 1.5: 577 CLIP patches, 576 tokens (class token dropped); 8192 // 576 = 14 images.
+    p = _pass(_config("llava-1.5-7b"))
+    assert "14 dummy image(s) of 576 tokens (577 patches)" in p.note
+    assert p.peak_bytes == 14 * 577 * (3 * 1024 + 2 * 4096 + 3 * 14 * 14) * 2
+    pg = _pass(_config("paligemma-3b-224"))
+    assert "32 dummy image(s) of 256 tokens (256 patches)" in pg.note
+    assert modelled(_config("llava-1.5-7b"))
+    siglip = {**_config("llava-1.5-7b"), "vision_config": {"model_type": "siglip_vision_model"}}
+    assert not modelled(siglip)
+
+
+def test_internvl_profiles_video_frames_where_its_tokenizer_has_a_video_token() -> None:
+    cfg = _config("internvl3-8b")  # Qwen2.5 language model: <|video_pad|>
+    p = _pass(cfg)
+    # The budget's video: (32768 - 13 x 256) // 256 = 115 frames; the dummy: 128 frames.
+    assert "1 dummy video(s) of 29,440 tokens (131,200 patches)" in p.note
+    image = _pass(cfg, Multimodal(limit_mm_per_prompt={"video": 0}))
+    # 12 tiles and a thumbnail of 448 px: 13 x 256 tokens, 13 x 1025 patches.
+    assert "2 dummy image(s) of 3,328 tokens (13,325 patches)" in image.note
+    fewer = _pass(cfg, Multimodal(limit_mm_per_prompt={"video": 0},
+                                  mm_processor_kwargs={"max_dynamic_patch": 6}))  # fmt: skip
+    assert "of 1,792 tokens" in fewer.note
+    internlm = {**cfg, "llm_config": {**cfg["llm_config"], "model_type": "internlm2"}}
+    assert "image(s) of 3,328 tokens" in _pass(internlm).note
+    notes = unapplied_notes(cfg, Multimodal(mm_processor_kwargs={"max_dynamic_patches": 6}))
+    assert notes and "max_dynamic_patch" in notes[0]

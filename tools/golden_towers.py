@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Golden tower weights: vLLM 0.33 builds each multimodal model and counts its tower's parameters.
+
+Run by hand in the throwaway vLLM environment (never in ``make test``)::
+
+    /tmp/vllmenv/bin/python tools/golden_towers.py --vllm-src /tmp/vllm033/src
+
+For every config of :data:`MODELS` (the published ``config.json`` sections that shape the
+tower, cited by Hub id; the language model cut to one layer, which the tower does not
+read), vLLM's own model class is built on the meta device at TP 1 as
+``tools/golden_vllm_specs.py`` builds it (``EngineArgs.create_engine_config``,
+``initialize_model`` under the stand-ins of ``golden_vllm_standins.py``), and the elements
+of every parameter outside the language model are summed: the tower and projector as vLLM
+holds them (LLaVA's tower cut at ``vision_feature_layer``, no pooling heads).
+``tests/test_multimodal_towers.py`` checks :func:`memacct.model.towers.tower_params` against
+the table this writes (``tests/data/golden/vllm-0.33-towers.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "data" / "golden" / "vllm-0.33-towers.json"
+
+_SIGLIP_400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+                "num_attention_heads": 16, "patch_size": 14}
+_QWEN3_VIT = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+              "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+              "in_channels": 3, "num_position_embeddings": 2304, "hidden_act":
+              "gelu_pytorch_tanh", "deepstack_visual_indexes": [8, 16, 24],
+              "model_type": "qwen3_vl"}
+_INTERNVIT_300M = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                   "num_attention_heads": 16, "image_size": 448, "patch_size": 14,
+                   "qkv_bias": True, "qk_normalization": False, "norm_type": "layer_norm",
+                   "layer_norm_eps": 1e-6, "hidden_act": "gelu", "use_flash_attn": False,
+                   "drop_path_rate": 0.0, "dropout": 0.0, "attention_dropout": 0.0,
+                   "initializer_factor": 1.0, "num_channels": 3,
+                   "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b"}
+
+
+def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
+    text = {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 1,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "vocab_size": 151936, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000, "tie_word_embeddings": False,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20],
+                             "mrope_interleaved": True},
+            "model_type": "qwen3_vl_moe_text" if moe else "qwen3_vl_text"}
+    if moe:
+        text.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768,
+                    decoder_sparse_step=1, norm_topk_prob=True)
+    return text
+
+
+MODELS: dict[str, dict[str, Any]] = {
+    # llava-hf/llava-1.5-7b-hf config.json
+    "llava-1.5-7b": {
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+        "image_token_index": 32000, "projector_hidden_act": "gelu",
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+                          "intermediate_size": 4096, "num_hidden_layers": 24,
+                          "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+                          "projection_dim": 768},
+        "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "vocab_size": 32064, "max_position_embeddings": 4096},
+    },
+    # google/paligemma-3b-pt-224 config.json
+    "paligemma-3b-224": {
+        "architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",
+        "image_token_index": 257152,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 224, "projection_dim": 2048},
+        "text_config": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                        "num_hidden_layers": 1, "num_attention_heads": 8,
+                        "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 257216},
+    },
+    # google/gemma-3-4b-it config.json
+    "gemma-3-4b": {
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "mm_tokens_per_image": 256, "image_token_index": 262144,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 896, "vision_use_head": False},
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                        "intermediate_size": 10240, "num_hidden_layers": 1,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "vocab_size": 262208, "sliding_window": 1024},
+    },
+    # Qwen/Qwen3-VL-8B-Instruct config.json (vision_config; out_hidden_size 4096)
+    "qwen3-vl-8b": {
+        "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+        "image_token_id": 151655, "video_token_id": 151656,
+        "vision_config": {**_QWEN3_VIT, "out_hidden_size": 4096},
+        "text_config": _qwen_text(4096),
+    },
+    # Qwen/Qwen3-VL-30B-A3B-Instruct config.json (out_hidden_size 2048)
+    "qwen3-vl-30b-a3b": {
+        "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+        "image_token_id": 151655, "video_token_id": 151656,
+        "vision_config": {**_QWEN3_VIT, "out_hidden_size": 2048, "model_type": "qwen3_vl_moe"},
+        "text_config": _qwen_text(2048, moe=True),
+    },
+    # OpenGVLab/InternVL3-8B config.json (InternViT-300M-448px-V2_5, Qwen2.5-7B)
+    "internvl3-8b": {
+        "architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+        "downsample_ratio": 0.5, "select_layer": -1, "template": "internvl2_5",
+        "ps_version": "v2", "max_dynamic_patch": 12, "min_dynamic_patch": 1,
+        "use_thumbnail": True, "dynamic_image_size": True, "force_image_size": 448,
+        "vision_config": _INTERNVIT_300M,
+        "llm_config": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                       "hidden_size": 3584, "intermediate_size": 18944,
+                       "num_hidden_layers": 1, "num_attention_heads": 28,
+                       "num_key_value_heads": 4, "vocab_size": 151674,
+                       "max_position_embeddings": 32768},
+    },
+    # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
+    "qwen2-audio-7b": {
+        "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
+        "audio_token_index": 151646,
+        "audio_config": {"model_type": "qwen2_audio_encoder", "d_model": 1280,
+                         "encoder_layers": 32, "encoder_attention_heads": 20,
+                         "encoder_ffn_dim": 5120, "num_mel_bins": 128,
+                         "max_source_positions": 1500},
+        "text_config": {"model_type": "qwen2", "hidden_size": 4096, "intermediate_size": 11008,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 32, "vocab_size": 156032},
+    },
+}
+"""Published configs (the tower's sections verbatim, the language model cut to one layer)."""
+
+
+def register_internvl_config() -> None:
+    """InternVL's config class is the checkpoint's remote code: a stand-in holding the
+    vision section as a plain ``PretrainedConfig`` and the language model's through
+    transformers' own class, the attributes vLLM's ``internvl.py`` reads."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    class InternVLChatStandIn(PretrainedConfig):
+        model_type = "internvl_chat"
+
+        def __init__(self, vision_config: Any = None, llm_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            vision = dict(vision_config or {})
+            self.vision_config = PretrainedConfig(**vision)
+            llm = dict(llm_config or {"model_type": "qwen2"})
+            self.llm_config = AutoConfig.for_model(**llm)
+            self.text_config = self.llm_config
+
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("internvl_chat", InternVLChatStandIn)
+
+
+def tower_count(raw: dict[str, Any]) -> int:
+    """Elements of every parameter vLLM 0.33 builds outside the language model."""
+    import torch
+    from golden_vllm_standins import meta_values, patch_parallel_groups
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    patch_parallel_groups(1)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "config.json").write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
+        args = EngineArgs(model=folder, skip_tokenizer_init=True, load_format="dummy",
+                          max_model_len=4096, enforce_eager=True, trust_remote_code=True,
+                          runner="generate", tensor_parallel_size=1)
+        vllm_config = args.create_engine_config()
+        vllm_config.device_config.device = torch.device("meta")
+        with set_default_torch_dtype(vllm_config.model_config.dtype), torch.device("meta"), \
+                meta_values():
+            model = initialize_model(vllm_config=vllm_config, prefix="")
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not name.startswith(("language_model.", "model.language_model.")))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--vllm-src", default="/tmp/vllm033/src")
+    parser.add_argument("--models", nargs="*", default=sorted(MODELS))
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tools"))
+    from golden_vllm import import_vllm
+
+    version = import_vllm(args.vllm_src, stub_vision=True)["version"]
+    register_internvl_config()
+    old = json.loads(OUT.read_text()) if OUT.exists() else {}
+    rows: dict[str, Any] = dict(old.get("rows", {}))
+    for name in args.models:
+        try:
+            rows[name] = {"config": MODELS[name], "tower_params": tower_count(MODELS[name])}
+        except Exception as exc:
+            traceback.print_exc()
+            rows[name] = {"config": MODELS[name], "error": f"{type(exc).__name__}: {exc}"[:300]}
+        print(name, rows[name].get("tower_params", rows[name].get("error")), flush=True)
+    OUT.write_text(json.dumps({"vllm": version, "rows": dict(sorted(rows.items()))},
+                              indent=1) + "\n")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
