@@ -310,6 +310,8 @@ _MULTIMODAL: dict[str, str] = {
         "bagel", "deepseek_ocr", "isaac", "rvl", "bee", "kimi_audio", "midashenglm",
         "glmasr", "audioflamingo3", "nano_nemotron_vl", "dots_ocr", "paddleocr_vl",
         "hyperclovax_vision", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "kimi_k25",
+        # hyperclovax_vision_v2.py builds its text_config's registered model.
+        "hyperclovax_vision_v2",
     ), ""),
 }  # fmt: skip
 _MULTIMODAL_NOTE = ("KV cache from the text part's rule; the encoder's start-up is the "
