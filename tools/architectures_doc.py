@@ -16,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from memacct.engines.vllm.multimodal import MODELLED_MODULES  # noqa: E402
 from memacct.model.arch_rules import registry, status_of  # noqa: E402
 
 DOC = ROOT / "docs" / "architectures.md"
@@ -121,6 +122,43 @@ Every layer-shaping key a vLLM model file reads (`memacct/model/vllm_config_keys
 """
 
 
+_TOWERS = {
+    "qwen2_vl": ("Qwen2-VL ViT and merger", "weights/inventory.py"),
+    "qwen2_5_vl": ("Qwen2.5-VL ViT and merger", "weights/inventory.py"),
+    "qwen3_vl": ("Qwen3-VL ViT, merger and deepstack mergers", "towers.py"),
+    "qwen3_vl_moe": ("Qwen3-VL ViT, merger and deepstack mergers", "towers.py"),
+    "gemma3_mm": ("SigLIP and the soft-embedding projector", "towers.py"),
+    "paligemma": ("SigLIP and the linear projector", "towers.py"),
+    "llava": ("CLIP up to vision_feature_layer and the two-layer projector; a SigLIP or "
+              "Pixtral tower is partial", "towers.py"),
+    "internvl": ("InternViT up to select_layer and mlp1", "towers.py"),
+}
+"""The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
+
+_CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava"}
+"""Towers whose parameter count vLLM 0.33's own model class confirmed
+(tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
+
+
+def _multimodal(module: str, status: str, what: str, source: str) -> tuple[str, str, str]:
+    """A multimodal row: exact where the text part is planned and both the tower's weights
+    and the encoder's profile pass are modelled; else what is not modelled."""
+    if status != "partial" or not what.startswith("KV cache from the text part"):
+        return status, what, source
+    if module not in MODELLED_MODULES or module not in _TOWERS:
+        return status, ("KV cache from the text part's rule; the encoder's profile pass and "
+                        "the tower's weights are not modelled (the KV figure is an upper "
+                        "bound)"), source
+    tower, where = _TOWERS[module]
+    checked = ("tower count checked against vLLM 0.33's model class" if module in _CHECKED
+               else "tower read from the model file, not built here (remote-code config)")
+    what = (f"KV cache from the text part's rule; tower: {tower} (memacct/model/{where}); "
+            f"encoder pass: {MODELLED_MODULES[module]}'s largest dummy item, budget and "
+            f"activation peak (memacct/engines/vllm/multimodal.py, read from the model "
+            f"file); {checked}")
+    return "exact", what, source
+
+
 def render() -> str:
     """The page, from the rules."""
     lines = [_HEADER]
@@ -133,6 +171,8 @@ def render() -> str:
         mine: Counter[str] = Counter()
         for arch, module in sorted(rows.items()):
             status, what, source = status_of(module, table)
+            if table == "multimodal":
+                status, what, source = _multimodal(module, status, what, source)
             mine[status] += 1
             lines.append(f"| `{arch}` | `{module}` | {status} | {what} | {source} |")
         counts += mine
