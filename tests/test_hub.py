@@ -281,7 +281,8 @@ def test_without_huggingface_hub_a_hub_id_asks_for_it_or_uses_the_preset(
     for name in [m for m in sys.modules if m.split(".")[0] == "huggingface_hub"]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails, as uninstalled
-    with pytest.raises(ModelSourceError, match=r"needs huggingface_hub: pip install huggingface_hub"):
+    needs = r"needs huggingface_hub: pip install huggingface_hub"
+    with pytest.raises(ModelSourceError, match=needs):
         quiet(REPO)
     source = quiet("meta-llama/Llama-3.1-8B-Instruct")
     assert source.origin == "preset" and source.config == load_model_preset("llama-3.1-8b")

@@ -587,8 +587,8 @@ def test_an_offline_plan_is_the_estimate_through_the_one_planner() -> None:
     from memacct.engines.base import StartupSettings
     from memacct.engines.vllm.startup import STARTUP
     from memacct.planner import load_model_preset
-    from memacct.planner.offline import plan_offline
     from memacct.planner.budget import MemoryBudget
+    from memacct.planner.offline import plan_offline
 
     config = load_model_preset("qwen2.5-7b")
     offline = plan_offline(config, device="h100-80gb")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from memacct.cli import main
 from memacct_bench.bench import run_benchmark, summarize
 from memacct_bench.generator import MIXES, generate_scenario, generate_scenarios
 from memacct_bench.scenario import Scenario, ScenarioSetup, find_oracle
+
+from memacct.cli import main
 
 
 def test_a_generated_scenario_depends_on_its_seed_and_index_alone() -> None:

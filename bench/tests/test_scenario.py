@@ -8,12 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from memacct.cli import main
-from memacct.errors import ConfigError
-from memacct.models import TruthSource
-from memacct.planner import load_model_preset
-from memacct.units import GiB, MiB
 from memacct_bench import scenario as scenario_module
 from memacct_bench import simulate_engine_start
 from memacct_bench.bench import load_scenarios, render_markdown, run_benchmark, summarize
@@ -26,6 +20,12 @@ from memacct_bench.scenario import (
     run_scenarios,
     start_engine,
 )
+
+from memacct.cli import main
+from memacct.errors import ConfigError
+from memacct.models import TruthSource
+from memacct.planner import load_model_preset
+from memacct.units import GiB, MiB
 
 ISSUE_EXAMPLE: dict[str, Any] = {
     "name": "qwen7b-mindspore-mixed", "device": "ascend-910b-64gb", "allocator": "mindspore",
