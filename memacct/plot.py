@@ -157,7 +157,7 @@ def plot_plan(
     plan that does not fit, by how much; its bar then runs past the device's end,
     which a red line marks. ``result`` is the plan's profile (``None`` offline).
     """
-    path, plt = _pyplot(path)
+    path, plt = pyplot_for(path)
     from matplotlib.patches import Patch
 
     parts = [(label, value) for label, value in breakdown(plan, result) if value > 0]
@@ -212,11 +212,12 @@ def plot_plan(
         frameon=False,
     )
     fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(parts) > 8), 1, 1))
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
-def _pyplot(path: str | Path) -> tuple[Path, Any]:
-    """The checked path and matplotlib's pyplot (imported here: ``memacct[plot]``)."""
+def pyplot_for(path: str | Path) -> tuple[Path, Any]:
+    """The checked path and matplotlib's pyplot (imported here: ``memacct[plot]``); every
+    drawing (this module's, :mod:`memacct.explain.plot`) starts here."""
     path = Path(path)
     if path.suffix.lower() not in {".png", ".svg"}:
         raise InvalidInputError(f"plot file {str(path)!r} must end in .png or .svg")
@@ -233,7 +234,8 @@ def _pyplot(path: str | Path) -> tuple[Path, Any]:
     return path, plt
 
 
-def _save(fig: Any, plt: Any, path: Path) -> Path:
+def save_figure(fig: Any, plt: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` in its suffix's format at once (atomically) and close it."""
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format=path.suffix.lower()[1:])
@@ -247,7 +249,7 @@ def plot_capacity(rows: list[Any], path: str | Path, title: str = "",
     """A capacity plan as one chart: the requests served at once per device, one bar per
     tensor-parallel degree (:func:`memacct.planner.offline.plan_capacity`); a configuration
     that does not fit is marked with a cross, the ``marked`` one outlined."""
-    path, plt = _pyplot(path)
+    path, plt = pyplot_for(path)
     devices = list(dict.fromkeys(row.device for row in rows))
     degrees = list(dict.fromkeys(row.tensor_parallel_size for row in rows))
     width = 0.8 / max(1, len(degrees))
@@ -278,7 +280,7 @@ def plot_capacity(rows: list[Any], path: str | Path, title: str = "",
                              f"{marked.tensor_parallel_size}"))  # fmt: skip
     ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _small(n: int) -> str:

@@ -23,7 +23,7 @@ def plot_terms(columns: list[tuple[str, dict[str, Any]]], path: str | Path,
                title: str = "") -> Path:  # fmt: skip
     """Grouped bars, one group per memory term and one bar per column (``(label, terms)``:
     a log's logged terms, a plan's); a term a column lacks is left out of its group."""
-    path, plt = _plot._pyplot(path)
+    path, plt = _plot.pyplot_for(path)
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
     width = 0.8 / max(1, len(columns))
     hatches = ("", "//", "..")
@@ -47,4 +47,4 @@ def plot_terms(columns: list[tuple[str, dict[str, Any]]], path: str | Path,
                for i in range(len(columns))]  # fmt: skip
     ax.legend(handles, [label for label, _ in columns], fontsize=8, frameon=False)
     fig.tight_layout()
-    return _plot._save(fig, plt, path)
+    return _plot.save_figure(fig, plt, path)
