@@ -59,8 +59,20 @@ def _number(fig: Figure) -> int | float:
 
 
 @dataclass(frozen=True)
-class LogReading:
-    """A start-up log, read.
+class Setup:
+    """What a log says before any memory figure: engine, release, era, settings, device."""
+
+    engine: str
+    engine_version: str | None
+    era: str | None
+    settings: dict[str, Any]
+    settings_from: tuple[str, ...]
+    device: str | None
+
+
+@dataclass(frozen=True)
+class LogReading(Setup):
+    """A start-up log, read: its :class:`Setup` and its figures.
 
     Attributes:
         name: where the log came from (a path, ``-``).
@@ -79,12 +91,6 @@ class LogReading:
     """
 
     name: str
-    engine: str
-    engine_version: str | None
-    era: str | None
-    settings: dict[str, Any]
-    settings_from: tuple[str, ...]
-    device: str | None
     figures: dict[str, Figure]
     found: tuple[Found, ...]
     ranks: tuple[int, ...] = ()
@@ -228,18 +234,6 @@ _DEVICE = re.compile(
     r"(?P<name>(?:NVIDIA|AMD|Ascend|Tesla)[\w \-]*?|Ascend\w+)(?:\s*\(x\d+\)|\s*$|,|\))",
     re.MULTILINE,
 )
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What a log says before any memory figure: engine, release, era, settings, device."""
-
-    engine: str
-    engine_version: str | None
-    era: str | None
-    settings: dict[str, Any]
-    settings_from: tuple[str, ...]
-    device: str | None
 
 
 def read_setup(text: str, lines: list[Line] | None = None) -> Setup:
