@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
@@ -46,6 +46,9 @@ PROFILE_FORMAT_VERSION = 1
 MAX_BYTES = 2**60
 """The largest size a model accepts, bytes (1 EiB): far beyond any device, so a larger
 number is a corrupt or hand-edited file, refused before any arithmetic overflows on it."""
+
+_Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+"""A size in bytes as the files hold it: 0 up to :data:`MAX_BYTES`."""
 
 
 class TruthSource(str, enum.Enum):
@@ -105,13 +108,13 @@ class MemorySnapshot(BaseModel):
     device: int = Field(ge=0)
     timestamp: float
     total: int = Field(gt=0, le=MAX_BYTES)
-    free: int = Field(ge=0, le=MAX_BYTES)
-    used: int = Field(ge=0, le=MAX_BYTES)
-    allocated: int = Field(ge=0, le=MAX_BYTES)
-    allocated_peak: int = Field(ge=0, le=MAX_BYTES)
-    reserved: int = Field(ge=0, le=MAX_BYTES)
-    reserved_peak: int = Field(ge=0, le=MAX_BYTES)
-    non_allocator: int = Field(ge=0, le=MAX_BYTES)
+    free: _Bytes
+    used: _Bytes
+    allocated: _Bytes
+    allocated_peak: _Bytes
+    reserved: _Bytes
+    reserved_peak: _Bytes
+    non_allocator: _Bytes
     other_processes: int | None = Field(default=None, ge=0, le=MAX_BYTES)
 
     @model_validator(mode="after")
@@ -369,12 +372,12 @@ class ProfileResult(JsonFile):
     baseline: MemorySnapshot
     before: MemorySnapshot
     after: MemorySnapshot
-    weights_memory: int = Field(ge=0, le=MAX_BYTES)
-    activation_peak: int = Field(ge=0, le=MAX_BYTES)
-    allocated_peak_increase: int = Field(ge=0, le=MAX_BYTES)
-    reserved_peak_increase: int = Field(ge=0, le=MAX_BYTES)
-    non_allocator_increase: int = Field(ge=0, le=MAX_BYTES)
-    non_kv_cache_memory: int = Field(ge=0, le=MAX_BYTES)
+    weights_memory: _Bytes
+    activation_peak: _Bytes
+    allocated_peak_increase: _Bytes
+    reserved_peak_increase: _Bytes
+    non_allocator_increase: _Bytes
+    non_kv_cache_memory: _Bytes
     truth_source: TruthSource
     requested_truth_source: TruthSource = TruthSource.ALLOCATED_PEAK
     truth_source_reason: str = ""
