@@ -50,7 +50,8 @@ _FROZEN = FROZEN
 
 
 _FROM_OUTCOME = {"truth_source_reason", "planned_kv_bytes", "oracle_kv_bytes", "efficiency",
-                 "oom", "oom_at", "refused", "duration_s"}  # fmt: skip
+                 "oom", "oom_at", "refused", "duration_s",
+                 "fragmentation_allowance"}  # fmt: skip
 """The fields of a :class:`ScenarioOutcome` a :class:`BenchRow` carries under the same names."""
 
 
@@ -73,6 +74,8 @@ class BenchRow(BaseModel):
         oom_at: where.
         refused: the planner's refusal (0 blocks planned), if it refused.
         duration_s: wall time of this row (the oracle search shared between truth sources).
+        fragmentation_allowance: what ``auto`` kept free beyond the resolved source's peak
+            (its margin below that source; 0 for a fixed source).
     """
 
     model_config = _FROZEN
@@ -92,6 +95,14 @@ class BenchRow(BaseModel):
     oom_at: str | None = None
     refused: str | None = None
     duration_s: float = 0.0
+    fragmentation_allowance: int = 0
+
+    @property
+    def resolved_as(self) -> str:
+        """The resolved source, with the allowance ``auto`` charged on top where it did."""
+        if not self.fragmentation_allowance:
+            return self.resolved_truth_source
+        return f"{self.resolved_truth_source} + {_gib(self.fragmentation_allowance)} GiB allowance"
 
     @classmethod
     def from_outcome(cls, scenario: Scenario, outcome: ScenarioOutcome) -> BenchRow:
@@ -321,7 +332,7 @@ def _section_lines(section: BenchSection, level: str = "##") -> list[str]:
             lines.append(
                 f"| {r.scenario} | {r.utilization:.4g} | {r.truth_source} | "
                 f"{_gib(r.planned_kv_bytes)} | {_gib(r.oracle_kv_bytes)} | {r.efficiency:.4f} | "
-                f"{oom} | {r.resolved_truth_source} |"
+                f"{oom} | {r.resolved_as} |"
             )
     if not section.every_row and not listed:
         lines += ["", "auto is within the margin of the best safe fixed truth source everywhere."]

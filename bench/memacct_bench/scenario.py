@@ -73,6 +73,9 @@ class ScenarioOutcome(BaseModel):
         efficiency: ``planned_kv_bytes / oracle_kv_bytes``.
         non_kv_cache_memory: the profile's non-KV memory, bytes.
         duration_s: wall time of the run, oracle search included.
+        fragmentation_allowance: what ``auto`` keeps free beyond the resolved source's peak
+            (``ProfileResult.fragmentation_allowance``; 0 for a fixed source): the margin by
+            which its plan is below that source's.
     """
 
     model_config = _FROZEN
@@ -92,6 +95,7 @@ class ScenarioOutcome(BaseModel):
     efficiency: float = Field(ge=0.0)
     non_kv_cache_memory: int = Field(ge=0)
     duration_s: float = Field(ge=0.0)
+    fragmentation_allowance: int = Field(default=0, ge=0)
 
 
 def hold_to_budget(scenario: Scenario, dev: SimDevice) -> str | None:
@@ -381,6 +385,7 @@ def run_scenarios(
             refused=a.refused,
             efficiency=planned / oracle.kv_bytes if oracle.kv_bytes else 0.0,
             non_kv_cache_memory=a.result.non_kv_cache_memory,
+            fragmentation_allowance=a.result.fragmentation_allowance,
             duration_s=a.elapsed_s + shared_s / len(attempts),
         )
         outcomes.append(outcome)
