@@ -84,6 +84,11 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_NUMBER_RULES: dict[str, tuple[re.Pattern[str], dict[str, int], dict[str, int], str]] = {
+    "vllm": (_VLLM_NUMBER, _DECIMAL, _BINARY, "vllm/utils/argparse_utils.py"),
+    "sglang": (_SGLANG_NUMBER, _SI, _IEC, "sglang/srt/utils/common.py"),
+}
+"""Each parser's number pattern, decimal and binary suffixes, and where it defines them."""
 
 
 def _family(engine: str) -> str:
@@ -112,22 +117,13 @@ def parse_engine_int(engine: str, option: str, text: str) -> int | None:
     if option == "max_model_len" and family == "vllm" and value.lower() == "auto":
         return -1
     flag = engine_flag(engine, option)
-    if family == "vllm":
-        match = _VLLM_NUMBER.fullmatch(value)
-        if match is None:
-            return None
-        number, suffix = match.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        binary, scale = _BINARY, "vllm/utils/argparse_utils.py"
-    else:
-        match = _SGLANG_NUMBER.fullmatch(value)
-        if match is None:
-            return None
-        number, suffix = match.groups()
-        if suffix in _SI:
-            return int(float(number) * _SI[suffix])
-        binary, scale = _IEC, "sglang/srt/utils/common.py"
+    pattern, decimal, binary, scale = _NUMBER_RULES[family]
+    match = pattern.fullmatch(value)
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    if suffix in decimal:
+        return int(float(number) * decimal[suffix])
     if "." in number:
         raise InvalidInputError(
             f"{flag} {text!r}: {engine} takes no decimals with the binary suffix {suffix} "

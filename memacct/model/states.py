@@ -139,9 +139,18 @@ def _linear(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     return ((heads // geo.tp * head_dim * head_dim, geo.model_bytes),)
 
 
+def _kda_state(cfg: ModelConfig, geo: Geometry, heads: int, head_dim: int,
+               kernel: int) -> tuple[tuple[int, int], ...]:
+    """mamba_utils.py kda_state_shape / kda_state_dtype: a conv state of q, k and v
+    (3 x heads x head_dim / tp x (kernel - 1)) in the model dtype, heads / tp x hd x hd in
+    fp32; each model reads the three sizes from its own keys."""
+    _check_divides(cfg, geo.tp, {"KDA heads": heads})
+    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
+    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+
+
 def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
-    # mamba_utils.py kda_state_shape / kda_state_dtype: a conv state of q, k and v
-    # (3 x heads x head_dim / tp x (kernel - 1)) in the model dtype, heads / tp x hd x hd in fp32.
+    # Kimi-Linear: linear_attn_config's num_heads, head_dim, short_conv_kernel_size.
     section = linear_config(cfg)
     heads = cfg.check_int("linear_attn_config.num_heads", section.get("num_heads"),
                           high=MAX_HEADS)
@@ -149,9 +158,7 @@ def _kda(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
                              high=MAX_DIM)
     kernel = cfg.check_int("linear_attn_config.short_conv_kernel_size",
                            section.get("short_conv_kernel_size", 4), high=MAX_DIM)
-    _check_divides(cfg, geo.tp, {"KDA heads": heads})
-    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
-    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+    return _kda_state(cfg, geo, heads, head_dim, kernel)
 
 
 def _kda_flat(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
@@ -160,9 +167,7 @@ def _kda_flat(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     heads = cfg.required(("linear_num_key_heads",), MAX_HEADS)
     head_dim = cfg.required(("linear_key_head_dim",), MAX_DIM)
     kernel = cfg.required(("linear_conv_kernel_dim",), MAX_DIM)
-    _check_divides(cfg, geo.tp, {"KDA heads": heads})
-    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
-    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+    return _kda_state(cfg, geo, heads, head_dim, kernel)
 
 
 def _kda_heads(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
@@ -171,9 +176,7 @@ def _kda_heads(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
     heads = cfg.required(("num_attention_heads",), MAX_HEADS)
     head_dim = cfg.required(("head_dim",), MAX_DIM)
     kernel = cfg.required(("short_conv_kernel_size",), MAX_DIM)
-    _check_divides(cfg, geo.tp, {"KDA heads": heads})
-    conv = 3 * heads * head_dim // geo.tp * (kernel - 1)
-    return ((conv, geo.model_bytes), (heads // geo.tp * head_dim * head_dim, 4))
+    return _kda_state(cfg, geo, heads, head_dim, kernel)
 
 
 def _bailing_lightning(cfg: ModelConfig, geo: Geometry) -> tuple[tuple[int, int], ...]:
