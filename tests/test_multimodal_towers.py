@@ -93,7 +93,7 @@ def test_a_bad_tower_size_names_the_key() -> None:
     bad = {**cfg, "vision_config": {**cfg["vision_config"], "hidden_size": "1152"}}
     with pytest.raises(ConfigError, match="hidden_size"):
         tower_tensors(bad)
-    assert tower_tensors({"model_type": "mistral3"}) is None
+    assert tower_tensors({"model_type": "idefics3"}) is None
 
 
 def _pass(cfg: dict[str, Any], mm: Multimodal | None = None, **kw: int) -> Any:
@@ -128,6 +128,16 @@ def test_llava_and_paligemma_encode_fixed_size_images() -> None:
     assert modelled(_config("llava-1.5-7b"))
     siglip = {**_config("llava-1.5-7b"), "vision_config": {"model_type": "siglip_vision_model"}}
     assert not modelled(siglip)
+
+
+def test_mistral3_and_pixtral_encode_one_image_of_the_largest_size() -> None:
+    # Mistral Small 3.1: 1540 px, 14-px patches merged 2 x 2: 55 x 55 = 3,025 tokens (the row
+    # breaks carry no embedding), 110 x 110 patches; 8192 // 3025 = 2 images.
+    p = _pass(_config("mistral-small-3.1-24b"))
+    assert "2 dummy image(s) of 3,025 tokens (12,100 patches)" in p.note
+    assert p.peak_bytes == 2 * 12100 * (3 * 1024 + 3 * 4096 + 3 * 14 * 14) * 2
+    # Pixtral-12B as LLaVA: 1024 px of 16-px patches, no merge, the "full" strategy keeps all.
+    assert "2 dummy image(s) of 4,096 tokens (4,096 patches)" in _pass(_config("pixtral-12b")).note
 
 
 def test_internvl_profiles_video_frames_where_its_tokenizer_has_a_video_token() -> None:

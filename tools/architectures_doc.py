@@ -129,13 +129,14 @@ _TOWERS = {
     "qwen3_vl_moe": ("Qwen3-VL ViT, merger and deepstack mergers", "towers.py"),
     "gemma3_mm": ("SigLIP and the soft-embedding projector", "towers.py"),
     "paligemma": ("SigLIP and the linear projector", "towers.py"),
-    "llava": ("CLIP up to vision_feature_layer and the two-layer projector; a SigLIP or "
-              "Pixtral tower is partial", "towers.py"),
+    "llava": ("CLIP or Pixtral up to vision_feature_layer and the two-layer projector; a "
+              "SigLIP tower is partial", "towers.py"),
+    "mistral3": ("Pixtral, the patch merger and the projector", "towers.py"),
     "internvl": ("InternViT up to select_layer and mlp1", "towers.py"),
 }
 """The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
 
-_CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava"}
+_CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mistral3"}
 """Towers whose parameter count vLLM 0.33's own model class confirmed
 (tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
 

@@ -46,6 +46,15 @@ _INTERNVIT_300M = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_l
                    "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b"}
 
 
+_PIXTRAL = {"model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
+            "num_hidden_layers": 24, "num_attention_heads": 16, "head_dim": 64,
+            "rope_theta": 10000.0, "hidden_act": "silu", "num_channels": 3}
+_MISTRAL_TEXT = {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+                 "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "head_dim": 128, "vocab_size": 131072, "max_position_embeddings": 131072,
+                 "rope_theta": 1000000000.0, "sliding_window": None}
+
+
 def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     text = {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 1,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -121,6 +130,22 @@ MODELS: dict[str, dict[str, Any]] = {
                        "num_hidden_layers": 1, "num_attention_heads": 28,
                        "num_key_value_heads": 4, "vocab_size": 151674,
                        "max_position_embeddings": 32768},
+    },
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 config.json
+    "mistral-small-3.1-24b": {
+        "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+        "image_token_index": 10, "multimodal_projector_bias": False,
+        "projector_hidden_act": "gelu", "spatial_merge_size": 2, "vision_feature_layer": -1,
+        "vision_config": _PIXTRAL | {"image_size": 1540, "patch_size": 14},
+        "text_config": _MISTRAL_TEXT,
+    },
+    # mistral-community/pixtral-12b config.json (LLaVA with a Pixtral tower)
+    "pixtral-12b": {
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "image_token_index": 10, "projector_hidden_act": "gelu",
+        "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+        "vision_config": _PIXTRAL | {"image_size": 1024, "patch_size": 16},
+        "text_config": _MISTRAL_TEXT,
     },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {

@@ -25,6 +25,10 @@ One rule per tower kind, each following the module vLLM 0.33 builds (files under
   ``linear_fc2`` with biases; the merger (LayerNorm of the width, two biased linears over
   ``spatial_merge_size^2`` x width, out to ``out_hidden_size``) and one more merger per
   ``deepstack_visual_indexes`` entry (its LayerNorm over the merged width);
+* **Pixtral** (``pixtral.py``, ``PixtralHFVisionModel``; Mistral 3, Pixtral-HF as LLaVA): a
+  bias-free patch convolution, ``ln_pre`` (RMSNorm); per layer RMSNorms ``attention_norm``
+  and ``ffn_norm``, bias-free ``qkv_proj`` / ``o_proj`` and a gated bias-free MLP
+  (``gate_up_proj`` of 2 x intermediate, ``down_proj``); 2-D rotary positions, no weights;
 * **Whisper encoder** (``qwen2_audio.py`` builds transformers' ``Qwen2AudioEncoder``):
   ``conv1`` (mel bins to width, kernel 3) and ``conv2`` (kernel 3) with biases,
   ``max_source_positions`` positions; per layer ``q`` / ``v`` / ``out`` with biases and ``k``
@@ -70,6 +74,7 @@ class TowerTensor:
 TOWER_TYPES = {
     "llava": "clip", "paligemma": "siglip", "gemma3": "siglip", "internvl_chat": "internvit",
     "qwen3_vl": "qwen3_vit", "qwen3_vl_moe": "qwen3_vit", "qwen2_audio": "whisper",
+    "mistral3": "pixtral",
 }  # fmt: skip
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""
 
@@ -155,9 +160,52 @@ def _clip_siglip(out: _Out, v: Mapping[str, Any], layers: int, clip: bool) -> No
         _norm(out, "vision_tower.post_layernorm", h)
 
 
+def _pixtral_tower(out: _Out, v: Mapping[str, Any], layers: int) -> None:
+    h, inner, patch = _int(v, "hidden_size"), _int(v, "intermediate_size"), _int(v, "patch_size")
+    out.append(TowerTensor("vision_tower.patch_conv.weight",
+                           (h, _int(v, "num_channels", 3), patch, patch), False))  # fmt: skip
+    _norm(out, "vision_tower.ln_pre", h, bias=False)
+    for i in range(layers):
+        p = f"vision_tower.transformer.layers.{i}"
+        _norm(out, f"{p}.attention_norm", h, bias=False)
+        _linear(out, f"{p}.attention.qkv_proj", 3 * h, h, False)
+        _linear(out, f"{p}.attention.o_proj", h, h, False, split="row")
+        _norm(out, f"{p}.ffn_norm", h, bias=False)
+        _linear(out, f"{p}.feed_forward.gate_up_proj", 2 * inner, h, False)
+        _linear(out, f"{p}.feed_forward.down_proj", h, inner, False, split="row")
+
+
+def _mistral3(config: Mapping[str, Any]) -> _Out:
+    """Mistral 3 (``mistral3.py``): the Pixtral tower, then ``Mistral3MultiModalProjector``:
+    an RMSNorm of the width, the patch merger's bias-free ``merging_layer`` over
+    ``spatial_merge_size^2`` x width, ``linear_1`` / ``linear_2``
+    (``multimodal_projector_bias``, default false)."""
+    v = _section(config, "vision_config")
+    out: _Out = []
+    _pixtral_tower(out, v, _layers_to(_int(v, "num_hidden_layers"),
+                                      config.get("vision_feature_layer", -1)))  # fmt: skip
+    h, th = _int(v, "hidden_size"), _text_hidden(config)
+    merge = _int(config, "spatial_merge_size", 2)
+    bias = config.get("multimodal_projector_bias", False) is True
+    _norm(out, "multi_modal_projector.norm", h, bias=False)
+    _linear(out, "multi_modal_projector.patch_merger.merging_layer", h, h * merge * merge,
+            False, split="none")  # fmt: skip
+    _linear(out, "multi_modal_projector.linear_1", th, h, bias)
+    _linear(out, "multi_modal_projector.linear_2", th, th, bias, split="row")
+    return out
+
+
 def _llava(config: Mapping[str, Any]) -> _Out:
     v = _section(config, "vision_config")
     out: _Out = []
+    if v.get("model_type") == "pixtral":
+        _pixtral_tower(out, v, _layers_to(_int(v, "num_hidden_layers"),
+                                          config.get("vision_feature_layer", -2)))  # fmt: skip
+        th = _text_hidden(config)
+        bias = config.get("multimodal_projector_bias", True) is not False
+        _linear(out, "multi_modal_projector.linear_1", th, _int(v, "hidden_size"), bias)
+        _linear(out, "multi_modal_projector.linear_2", th, th, bias, split="row")
+        return out
     layers = _layers_to(_int(v, "num_hidden_layers"), config.get("vision_feature_layer", -2))
     _clip_siglip(out, v, layers, clip=True)
     th, bias = _text_hidden(config), config.get("multimodal_projector_bias", True) is not False
@@ -263,7 +311,7 @@ def _whisper(config: Mapping[str, Any]) -> _Out:
 
 
 _RULES = {"clip": _llava, "siglip": _siglip_model, "internvit": _internvl,
-          "qwen3_vit": _qwen3_vl, "whisper": _whisper}  # fmt: skip
+          "qwen3_vit": _qwen3_vl, "whisper": _whisper, "pixtral": _mistral3}  # fmt: skip
 
 
 def tower_kind(config: Mapping[str, Any]) -> str | None:
@@ -272,7 +320,7 @@ def tower_kind(config: Mapping[str, Any]) -> str | None:
     if kind == "clip":
         vision = config.get("vision_config")
         vtype = vision.get("model_type", "clip_vision_model") if isinstance(vision, Mapping) else ""
-        return kind if vtype == "clip_vision_model" else None
+        return kind if vtype in ("clip_vision_model", "pixtral") else None
     return kind
 
 

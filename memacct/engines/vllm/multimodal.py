@@ -86,12 +86,13 @@ MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
-             "paligemma", "internvl_chat")  # fmt: skip
+             "paligemma", "internvl_chat", "mistral3")  # fmt: skip
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
     "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
+    "mistral3": "Mistral 3 (Pixtral tower)",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
@@ -116,7 +117,10 @@ def modelled(config: Mapping[str, Any]) -> bool:
     vision = config.get("vision_config")
     if kind not in _FAMILIES or not isinstance(vision, Mapping):
         return False
-    return kind != "llava" or vision.get("model_type", "clip_vision_model") == "clip_vision_model"
+    if kind == "mistral3":
+        return bool(vision.get("model_type", "pixtral") == "pixtral")
+    return kind != "llava" or vision.get("model_type", "clip_vision_model") in (
+        "clip_vision_model", "pixtral")  # fmt: skip
 
 
 _PROCESSOR_KEYS = {
@@ -124,6 +128,7 @@ _PROCESSOR_KEYS = {
     "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
     "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
     "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
+    "mistral3": (),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -394,7 +399,7 @@ def encoder_profile(
         item = _gemma3_item(config, mm, dtype_bytes)
     elif kind in ("qwen3_vl", "qwen3_vl_moe"):
         item = _qwen3_item(config, mm, dtype_bytes)
-    elif kind in ("llava", "paligemma", "internvl_chat"):
+    elif kind in ("llava", "paligemma", "internvl_chat", "mistral3"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
     else:
         item = _qwen_item(config, mm, seq_len, version, dtype_bytes)

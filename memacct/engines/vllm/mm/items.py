@@ -6,6 +6,7 @@ Read off vLLM 0.33.0's model files (``vllm/model_executor/models/``):
   tower's ``image_size``; ``(image_size / patch_size)^2 + 1`` patches go through the tower
   (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default`` feature
   strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at 336 px;
+* **Mistral 3 / Pixtral-HF** (:func:`_pixtral_item`);
 * **PaliGemma** (``paligemma.py``): ``(image_size / patch_size)^2`` SigLIP patches, as many
   tokens (``siglip.py``, ``SiglipEncoderInfo``);
 * **InternVL** (``internvl.py``, ``BaseInternVLProcessingInfo.get_image_size_with_most_features``):
@@ -55,9 +56,10 @@ class Item:
     out_tokens: int = 0  # tokens the dummy item encodes to (0: as ``tokens``)
 
 
-def layer_bytes(width: int, inner: int, attention: int = 7, mlp: int = 3) -> int:
+def layer_bytes(width: int, inner: int, attention: int = 7, mlp: int = 3,
+                inner_widths: int = 2) -> int:  # fmt: skip
     """Elements per patch at a ViT layer's peak (the module notes)."""
-    return max(attention * width, mlp * width + 2 * inner)
+    return max(attention * width, mlp * width + inner_widths * inner)
 
 
 def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -71,6 +73,27 @@ def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
 def _int(section: Mapping[str, Any], key: str, default: int) -> int:
     value = section.get(key, default)
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_bytes: int,
+                  out_hidden: int) -> Item:  # fmt: skip
+    """Mistral 3 and Pixtral-HF (``pixtral.py``, ``PixtralHFEncoderInfo``): the largest image
+    is ``image_size`` square; ``ceil(image_size / (patch_size x spatial_merge_size))^2``
+    tokens (the row breaks carry no embedding), ``(image_size / patch_size)^2`` patches. The
+    layer (``PixtralHFTransformerBlock``) holds the residual, ``attention_norm``, ``qkv_proj``
+    (3), the rotary q and k (2), the attention output and ``o_proj`` (9 widths); or the
+    residual, ``ffn_norm`` and ``down_proj`` (3) with ``gate_up_proj`` and its activation (3
+    intermediate widths)."""
+    width = _int(vision, "hidden_size", 1024)
+    inner = _int(vision, "intermediate_size", 4 * width)
+    patch = _int(vision, "patch_size", 16)
+    size = _int(vision, "image_size", 1024)
+    merge = _int(config, "spatial_merge_size", 1) if config.get("model_type") == "mistral3" else 1
+    side = (size - 1) // (patch * merge) + 1
+    patches = (size // patch) ** 2
+    values = _int(vision, "num_channels", 3) * patch * patch
+    per = (layer_bytes(width, inner, 9, 3, 3) + values) * dtype_bytes
+    return Item("image", side * side, patches, per, values, out_hidden)
 
 
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
@@ -89,9 +112,12 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
     if kind != "internvl_chat":
         if mm.count("image") <= 0:
             return None
+        if vision.get("model_type") == "pixtral" or kind == "mistral3":
+            return _pixtral_item(config, vision, dtype_bytes, out_hidden)
         cls = 1 if kind == "llava" else 0
+        drop = 1 if cls and config.get("vision_feature_select_strategy") != "full" else 0
         per = (layer_bytes(width, inner) + values) * dtype_bytes
-        return Item("image", side * side, side * side + cls, per, values, out_hidden)
+        return Item("image", side * side + cls - drop, side * side + cls, per, values, out_hidden)
     ratio = float(config.get("downsample_ratio", 0.5))
     tile_tokens = int(side * side * ratio * ratio)
     kwargs = mm.mm_processor_kwargs
