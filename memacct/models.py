@@ -209,27 +209,23 @@ class ExcludedRegion(BaseModel):
     model_config = FROZEN
 
     label: str
-    allocated_spike: int = Field(
-        ge=0, le=MAX_BYTES, description="peak allocated above the region's start, bytes"
-    )
-    reserved_spike: int = Field(
-        ge=0, le=MAX_BYTES, description="peak reserved above the region's start, bytes"
-    )
+    allocated_spike: _Bytes = Field(description="peak allocated above the region's start, bytes")
+    reserved_spike: _Bytes = Field(description="peak reserved above the region's start, bytes")
     duration_s: float = Field(ge=0)
     kind: Literal["exclude", "graphs"] = "exclude"
-    allocated_kept: int = Field(
-        default=0, ge=0, le=MAX_BYTES,
+    allocated_kept: _Bytes = Field(
+        default=0,
         description="allocated bytes the region left live after it ended",
     )  # fmt: skip
-    retained_bytes: int = Field(
-        default=0, ge=0, le=MAX_BYTES,
+    retained_bytes: _Bytes = Field(
+        default=0,
         description=(
             "idle bytes the allocator kept from the region after giving back what it "
             "could (empty_cache): a pool or partly used segments that never release"
         ),
     )  # fmt: skip
-    held_bytes: int = Field(
-        default=0, ge=0, le=MAX_BYTES,
+    held_bytes: _Bytes = Field(
+        default=0,
         description=(
             "graphs only: device memory the region holds after it ended (the graph pool "
             "and its memory outside the allocator), bytes"
@@ -385,15 +381,15 @@ class ProfileResult(JsonFile):
     duration_s: float = Field(ge=0.0)
     excluded_regions: tuple[ExcludedRegion, ...] = ()
     allocator_settings: dict[str, str] = Field(default_factory=dict)
-    inactive_split_peak: int = Field(default=0, ge=0, le=MAX_BYTES)
+    inactive_split_peak: _Bytes = 0
     warnings: tuple[str, ...] = ()
-    fragmentation_allowance: int = Field(default=0, ge=0, le=MAX_BYTES)
-    weights_idle_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
-    growth_granularity_bytes: int = Field(default=0, ge=0, le=MAX_BYTES)
+    fragmentation_allowance: _Bytes = 0
+    weights_idle_memory: _Bytes = 0
+    growth_granularity_bytes: _Bytes = 0
     growth_rounding: Literal["multiple", "packed", "doubling"] = "multiple"
     accounting: Literal["components", "free_memory"] = "components"
-    cudagraph_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
-    retained_memory: int = Field(default=0, ge=0, le=MAX_BYTES)
+    cudagraph_memory: _Bytes = 0
+    retained_memory: _Bytes = 0
     weights_source: Literal["given", "measured", "none"] = "measured"
     profiled: ProfiledSetup = Field(default_factory=ProfiledSetup)
     allocator_limit: int | None = Field(default=None, gt=0, le=MAX_BYTES)
