@@ -140,6 +140,17 @@ def test_mistral3_and_pixtral_encode_one_image_of_the_largest_size() -> None:
     assert "2 dummy image(s) of 4,096 tokens (4,096 patches)" in _pass(_config("pixtral-12b")).note
 
 
+def test_llama4_profiles_sixteen_tiles_and_a_global_one() -> None:
+    # Llama 4 Scout: a 16:1 image of 336-px tiles plus the global tile: 17 chunks of 577
+    # patches, 144 tokens each (24^2 / 4): 2,448 tokens; 8192 // 2448 = 3 images.
+    p = _pass(_config("llama-4-scout"))
+    assert "3 dummy image(s) of 2,448 tokens (9,809 patches)" in p.note
+    assert p.peak_bytes == 3 * 9809 * (3 * 1408 + 2 * 5632 + 3 * 14 * 14) * 2
+    assert p.held_bytes == 3 * 2448 * 5120 * 2 + 3 * 9809 * 3 * 14 * 14 * 2
+    one = _pass(_config("llama-4-scout"), Multimodal(mm_processor_kwargs={"max_patches": 1}))
+    assert "of 144 tokens (577 patches)" in one.note
+
+
 def test_internvl_profiles_video_frames_where_its_tokenizer_has_a_video_token() -> None:
     cfg = _config("internvl3-8b")  # Qwen2.5 language model: <|video_pad|>
     p = _pass(cfg)

@@ -147,6 +147,28 @@ MODELS: dict[str, dict[str, Any]] = {
         "vision_config": _PIXTRAL | {"image_size": 1024, "patch_size": 16},
         "text_config": _MISTRAL_TEXT,
     },
+    # meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (vision_config verbatim)
+    "llama-4-scout": {
+        "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+        "boi_token_index": 200080, "eoi_token_index": 200081, "image_token_index": 200092,
+        "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408,
+                          "intermediate_size": 5632, "num_hidden_layers": 34,
+                          "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+                          "num_channels": 3, "pixel_shuffle_ratio": 0.5,
+                          "projector_input_dim": 4096, "projector_output_dim": 4096,
+                          "vision_output_dim": 4096, "multi_modal_projector_bias": False,
+                          "rope_theta": 10000, "norm_eps": 1e-05, "hidden_act": "gelu",
+                          "vision_feature_layer": -1,
+                          "vision_feature_select_strategy": "default"},
+        "text_config": {"model_type": "llama4_text", "hidden_size": 5120,
+                        "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                        "num_hidden_layers": 1, "num_attention_heads": 40,
+                        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048,
+                        "num_local_experts": 16, "num_experts_per_tok": 1,
+                        "interleave_moe_layer_step": 1, "no_rope_layers": [1],
+                        "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
+                        "rope_theta": 500000.0, "use_qk_norm": True},
+    },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
         "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",

@@ -29,6 +29,7 @@ One rule per tower kind, each following the module vLLM 0.33 builds (files under
   bias-free patch convolution, ``ln_pre`` (RMSNorm); per layer RMSNorms ``attention_norm``
   and ``ffn_norm``, bias-free ``qkv_proj`` / ``o_proj`` and a gated bias-free MLP
   (``gate_up_proj`` of 2 x intermediate, ``down_proj``); 2-D rotary positions, no weights;
+* **Llama 4 ViT** (``mllama4.py``: :func:`_llama4`);
 * **Whisper encoder** (``qwen2_audio.py`` builds transformers' ``Qwen2AudioEncoder``):
   ``conv1`` (mel bins to width, kernel 3) and ``conv2`` (kernel 3) with biases,
   ``max_source_positions`` positions; per layer ``q`` / ``v`` / ``out`` with biases and ``k``
@@ -74,7 +75,7 @@ class TowerTensor:
 TOWER_TYPES = {
     "llava": "clip", "paligemma": "siglip", "gemma3": "siglip", "internvl_chat": "internvit",
     "qwen3_vl": "qwen3_vit", "qwen3_vl_moe": "qwen3_vit", "qwen2_audio": "whisper",
-    "mistral3": "pixtral",
+    "mistral3": "pixtral", "llama4": "llama4_vit",
 }  # fmt: skip
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""
 
@@ -310,7 +311,42 @@ def _whisper(config: Mapping[str, Any]) -> _Out:
     return out
 
 
-_RULES = {"clip": _llava, "siglip": _siglip_model, "internvit": _internvl,
+def _llama4(config: Mapping[str, Any]) -> _Out:
+    """Llama 4 (``mllama4.py``, ``Llama4VisionModel``): the unfold convolution's bias-free
+    ``linear`` (channels x patch^2 to width), ``class_embedding``, ``(image_size /
+    patch_size)^2 + 1`` positions, ``layernorm_pre`` / ``layernorm_post``; per layer two
+    LayerNorms, ``qkv_proj`` and ``o_proj`` with biases, ``fc1`` / ``fc2`` with biases; the
+    pixel-shuffle adapter's ``fc1`` (intermediate_size to ``projector_input_dim``) and
+    ``fc2`` (to ``projector_output_dim``, ``multi_modal_projector_bias``); the projector's
+    bias-free ``linear_1`` from ``vision_output_dim`` to the text width."""
+    v = _section(config, "vision_config")
+    out: _Out = []
+    h, inner, patch = _int(v, "hidden_size"), _int(v, "intermediate_size"), _int(v, "patch_size")
+    side = _int(v, "image_size") // patch
+    _linear(out, "vision_model.patch_embedding.linear", h, _int(v, "num_channels", 3) * patch
+            * patch, False, split="none")  # fmt: skip
+    out.append(TowerTensor("vision_model.class_embedding", (h,), False))
+    out.append(TowerTensor("vision_model.positional_embedding_vlm", (side * side + 1, h), False))
+    _norm(out, "vision_model.layernorm_pre", h)
+    _norm(out, "vision_model.layernorm_post", h)
+    for i in range(_int(v, "num_hidden_layers")):
+        p = f"vision_model.model.layers.{i}"
+        _norm(out, f"{p}.input_layernorm", h)
+        _linear(out, f"{p}.self_attn.qkv_proj", 3 * h, h)
+        _linear(out, f"{p}.self_attn.o_proj", h, h, split="row")
+        _norm(out, f"{p}.post_attention_layernorm", h)
+        _linear(out, f"{p}.mlp.fc1", inner, h)
+        _linear(out, f"{p}.mlp.fc2", h, inner, split="row")
+    bias = v.get("multi_modal_projector_bias", False) is True
+    mid, end = _int(v, "projector_input_dim"), _int(v, "projector_output_dim")
+    _linear(out, "vision_model.vision_adapter.mlp.fc1", mid, inner, bias)
+    _linear(out, "vision_model.vision_adapter.mlp.fc2", end, mid, bias, split="row")
+    _linear(out, "multi_modal_projector.linear_1", _text_hidden(config),
+            _int(v, "vision_output_dim"), False)  # fmt: skip
+    return out
+
+
+_RULES = {"llama4_vit": _llama4, "clip": _llava, "siglip": _siglip_model, "internvit": _internvl,
           "qwen3_vit": _qwen3_vl, "whisper": _whisper, "pixtral": _mistral3}  # fmt: skip
 
 

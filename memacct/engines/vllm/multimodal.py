@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
-from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes
+from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -86,13 +86,13 @@ MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
-             "paligemma", "internvl_chat", "mistral3")  # fmt: skip
+             "paligemma", "internvl_chat", "mistral3", "llama4")  # fmt: skip
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
     "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
-    "mistral3": "Mistral 3 (Pixtral tower)",
+    "mistral3": "Mistral 3 (Pixtral tower)", "mllama4": "Llama 4",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
@@ -128,7 +128,7 @@ _PROCESSOR_KEYS = {
     "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
     "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
     "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
-    "mistral3": (),
+    "mistral3": (), "llama4": ("max_patches",),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -399,6 +399,8 @@ def encoder_profile(
         item = _gemma3_item(config, mm, dtype_bytes)
     elif kind in ("qwen3_vl", "qwen3_vl_moe"):
         item = _qwen3_item(config, mm, dtype_bytes)
+    elif kind == "llama4":
+        item = llama4_item(config, mm, dtype_bytes)
     elif kind in ("llava", "paligemma", "internvl_chat", "mistral3"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
     else:

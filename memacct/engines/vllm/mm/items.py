@@ -7,6 +7,7 @@ Read off vLLM 0.33.0's model files (``vllm/model_executor/models/``):
   (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default`` feature
   strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at 336 px;
 * **Mistral 3 / Pixtral-HF** (:func:`_pixtral_item`);
+* **Llama 4** (:func:`llama4_item`);
 * **PaliGemma** (``paligemma.py``): ``(image_size / patch_size)^2`` SigLIP patches, as many
   tokens (``siglip.py``, ``SiglipEncoderInfo``);
 * **InternVL** (``internvl.py``, ``BaseInternVLProcessingInfo.get_image_size_with_most_features``):
@@ -37,7 +38,7 @@ from typing import Any
 
 from memacct.engines.deployment import Multimodal
 
-__all__ = ["Item", "fixed_tile_item", "layer_bytes"]
+__all__ = ["Item", "fixed_tile_item", "layer_bytes", "llama4_item"]
 
 _VIDEO_TEXT_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss"})
 """``InternVLProcessingInfo.ctx_video_token``'s map: text model types with a video token."""
@@ -94,6 +95,33 @@ def _pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_by
     values = _int(vision, "num_channels", 3) * patch * patch
     per = (layer_bytes(width, inner, 9, 3, 3) + values) * dtype_bytes
     return Item("image", side * side, patches, per, values, out_hidden)
+
+
+def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
+    """Llama 4 (``mllama4.py``, ``Mllama4ProcessingInfo``): the largest image is
+    ``max_patches`` (16) tiles of ``image_size`` in a 16:1 column
+    (``get_image_size_with_most_features``), and the image processor adds a global tile
+    where there is more than one: 17 chunks of ``(image_size / patch_size)^2 + 1`` patches,
+    each ``(image_size / patch_size)^2 x pixel_shuffle_ratio^2`` tokens
+    (``get_patch_per_chunk``). The layer (``Llama4VisionEncoderLayer``) holds the residual,
+    ``input_layernorm``, ``qkv_proj`` (3), the rotary q and k (2), the attention output and
+    ``o_proj`` (9 widths); or 3 widths with ``fc1``'s output and its GELU (2 intermediate)."""
+    if mm.count("image") <= 0:
+        return None
+    vision = config.get("vision_config")
+    vision = vision if isinstance(vision, Mapping) else {}
+    width = _int(vision, "hidden_size", 1408)
+    inner = _int(vision, "intermediate_size", 5632)
+    patch = _int(vision, "patch_size", 14)
+    side = _int(vision, "image_size", 336) // patch
+    ratio = float(vision.get("pixel_shuffle_ratio", 0.5))
+    tiles = int(mm.mm_processor_kwargs.get("max_patches", 16))
+    chunks = tiles + (1 if tiles > 1 else 0)
+    per_chunk = side * side // round(1 / (ratio * ratio))
+    values = _int(vision, "num_channels", 3) * patch * patch
+    per = (layer_bytes(width, inner, 9) + values) * dtype_bytes
+    return Item("image", chunks * per_chunk, chunks * (side * side + 1), per, values,
+                _int(_text(config), "hidden_size", width))  # fmt: skip
 
 
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
