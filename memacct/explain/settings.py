@@ -19,35 +19,31 @@ from typing import Any
 
 __all__ = ["SETTING_NAMES", "parse_value", "read_settings"]
 
-_ALIASES = {
-    "model": "model", "model_path": "model", "model_name_or_path": "model",
-    "tensor_parallel_size": "tensor_parallel_size", "tp": "tensor_parallel_size",
-    "tp_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size", "pp": "pipeline_parallel_size",
-    "pp_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size", "dp": "data_parallel_size",
-    "dp_size": "data_parallel_size", "ep_size": "expert_parallel_size",
-    "enable_expert_parallel": "enable_expert_parallel",
-    "dtype": "dtype", "quantization": "quantization", "kv_cache_dtype": "kv_cache_dtype",
-    "max_model_len": "max_model_len", "max_seq_len": "max_model_len",
-    "context_length": "max_model_len",
-    "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
-    "max_running_requests": "max_running_requests",
-    "chunked_prefill_size": "chunked_prefill_size", "max_total_tokens": "max_total_tokens",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "mem_fraction_static": "mem_fraction_static",
-    "block_size": "block_size", "page_size": "block_size",
-    "enforce_eager": "enforce_eager", "disable_cuda_graph": "disable_cuda_graph",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "speculative_config": "speculative_config", "speculative_algorithm": "speculative_algorithm",
-    "enable_lora": "enable_lora", "max_loras": "max_loras", "max_lora_rank": "max_lora_rank",
-    "cpu_offload_gb": "cpu_offload_gb", "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-    "kv_cache_memory": "kv_cache_memory_bytes", "swap_space": "swap_space",
-    "limit_mm_per_prompt": "limit_mm_per_prompt",
-}  # fmt: skip
-"""Each spelling a log uses -> the setting's name (vLLM's; SGLang's own where vLLM has none)."""
+SETTING_NAMES = (
+    "block_size", "chunked_prefill_size", "cpu_offload_gb", "data_parallel_size",
+    "disable_cuda_graph", "dtype", "enable_expert_parallel", "enable_lora",
+    "enable_prefix_caching", "enforce_eager", "expert_parallel_size", "gpu_memory_utilization",
+    "kv_cache_dtype", "kv_cache_memory_bytes", "limit_mm_per_prompt", "max_lora_rank",
+    "max_loras", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+    "max_running_requests", "max_total_tokens", "mem_fraction_static", "model",
+    "pipeline_parallel_size", "quantization", "speculative_algorithm", "speculative_config",
+    "swap_space", "tensor_parallel_size",
+)
+"""The settings a log may state, by their names (vLLM's; SGLang's own where vLLM has none)."""
 
-SETTING_NAMES = tuple(sorted(set(_ALIASES.values())))
+_OTHER_SPELLINGS = {
+    "model_path": "model", "model_name_or_path": "model",
+    "tp": "tensor_parallel_size", "tp_size": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size", "pp_size": "pipeline_parallel_size",
+    "dp": "data_parallel_size", "dp_size": "data_parallel_size",
+    "ep_size": "expert_parallel_size",  # SGLang's; read by this spelling only
+    "max_seq_len": "max_model_len", "context_length": "max_model_len",
+    "page_size": "block_size", "kv_cache_memory": "kv_cache_memory_bytes",
+}  # fmt: skip
+_ALIASES = {**{name: name for name in SETTING_NAMES if name != "expert_parallel_size"},
+            **_OTHER_SPELLINGS}  # fmt: skip
+"""Each spelling a log uses -> the setting's name."""
+
 
 _SHORT_FLAGS = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size",
                 "-dp": "data_parallel_size", "-q": "quantization"}  # fmt: skip
