@@ -31,6 +31,11 @@ _RW: dict[str, tuple[str, ...]] = {
     "num_attention_heads": ("n_head",), "num_hidden_layers": ("n_layer",),
     "num_key_value_heads": ("n_head_kv", "num_kv_heads"), "intermediate_size": ("ffn_hidden_size",),
 }  # fmt: skip
+# MPT and DBRX: transformers' MptConfig and DbrxConfig spell the four alike.
+_MPT: dict[str, tuple[str, ...]] = {
+    "num_attention_heads": ("n_heads",), "hidden_size": ("d_model",),
+    "num_hidden_layers": ("n_layers",), "max_position_embeddings": ("max_seq_len",),
+}  # fmt: skip
 
 KEY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "gpt2": _GPT2,
@@ -39,14 +44,8 @@ KEY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "codegen": _GPT2,
     "bloom": {"num_hidden_layers": ("n_layer",), "num_attention_heads": ("n_head",)},
     "gpt_neo": {"num_attention_heads": ("num_heads",), "num_hidden_layers": ("num_layers",)},
-    "mpt": {
-        "num_attention_heads": ("n_heads",), "hidden_size": ("d_model",),
-        "num_hidden_layers": ("n_layers",), "max_position_embeddings": ("max_seq_len",),
-    },
-    "dbrx": {
-        "num_attention_heads": ("n_heads",), "hidden_size": ("d_model",),
-        "num_hidden_layers": ("n_layers",), "max_position_embeddings": ("max_seq_len",),
-    },
+    "mpt": _MPT,
+    "dbrx": _MPT,
     "falcon": _RW,
     "RefinedWeb": _RW,
     "RefinedWebModel": _RW,
