@@ -151,6 +151,13 @@ def test_llama4_profiles_sixteen_tiles_and_a_global_one() -> None:
     assert "of 144 tokens (577 patches)" in one.note
 
 
+def test_llava_next_profiles_its_pinpoint_with_the_most_tokens() -> None:
+    # 672 x 672: 2 x 2 tiles of 576 features, 48 newline rows, the 576-token base: 2,928
+    # tokens (1008 x 336 gives 2,376); 5 tiles of 577 CLIP patches; 8192 // 2928 = 2.
+    p = _pass(_config("llava-v1.6-mistral-7b"))
+    assert "2 dummy image(s) of 2,928 tokens (2,885 patches)" in p.note
+
+
 def test_internvl_profiles_video_frames_where_its_tokenizer_has_a_video_token() -> None:
     cfg = _config("internvl3-8b")  # Qwen2.5 language model: <|video_pad|>
     p = _pass(cfg)

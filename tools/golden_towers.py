@@ -83,6 +83,22 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "vocab_size": 32064, "max_position_embeddings": 4096},
     },
+    # llava-hf/llava-v1.6-mistral-7b-hf config.json
+    "llava-v1.6-mistral-7b": {
+        "architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next",
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+        "image_token_index": 32000, "projector_hidden_act": "gelu",
+        "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336],
+                                 [336, 1008]],
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+                          "intermediate_size": 4096, "num_hidden_layers": 24,
+                          "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+                          "projection_dim": 768},
+        "text_config": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "vocab_size": 32064,
+                        "max_position_embeddings": 32768},
+    },
     # google/paligemma-3b-pt-224 config.json
     "paligemma-3b-224": {
         "architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",

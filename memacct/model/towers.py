@@ -8,7 +8,7 @@ One rule per tower kind, each following the module vLLM 0.33 builds (files under
   per layer ``qkv_proj`` and ``out_proj`` with biases, two LayerNorms, ``fc1`` / ``fc2``
   with biases; ``post_layernorm`` only when every layer is built. LLaVA builds the layers
   up to ``vision_feature_layer`` (``llava.py``, ``_get_num_hidden_layers``: -2 of 24 is
-  23 layers, so no ``post_layernorm``);
+  23 layers, so no ``post_layernorm``); LLaVA-NeXT adds ``image_newline`` (the text width);
 * **SigLIP** (``siglip.py``, ``SiglipVisionModel``; Gemma 3, PaliGemma): a biased patch
   convolution, ``(image_size / patch_size)^2`` positions, no pre-norm, the same layer,
   ``post_layernorm`` when every layer is built, no pooling head (``use_head`` defaults to
@@ -73,7 +73,8 @@ class TowerTensor:
 
 
 TOWER_TYPES = {
-    "llava": "clip", "paligemma": "siglip", "gemma3": "siglip", "internvl_chat": "internvit",
+    "llava": "clip", "llava_next": "clip", "paligemma": "siglip", "gemma3": "siglip",
+    "internvl_chat": "internvit",
     "qwen3_vl": "qwen3_vit", "qwen3_vl_moe": "qwen3_vit", "qwen2_audio": "whisper",
     "mistral3": "pixtral", "llama4": "llama4_vit",
 }  # fmt: skip
@@ -212,6 +213,8 @@ def _llava(config: Mapping[str, Any]) -> _Out:
     th, bias = _text_hidden(config), config.get("multimodal_projector_bias", True) is not False
     _linear(out, "multi_modal_projector.linear_1", th, _int(v, "hidden_size"), bias)
     _linear(out, "multi_modal_projector.linear_2", th, th, bias, split="row")
+    if config.get("model_type") == "llava_next":  # llava_next.py: one learned newline row
+        out.append(TowerTensor("image_newline", (th,), False))
     return out
 
 

@@ -86,13 +86,14 @@ MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
-             "paligemma", "internvl_chat", "mistral3", "llama4")  # fmt: skip
+             "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next")  # fmt: skip
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
     "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
     "mistral3": "Mistral 3 (Pixtral tower)", "mllama4": "Llama 4",
+    "llava_next": "LLaVA-NeXT (CLIP tower, anyres)",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
@@ -119,6 +120,8 @@ def modelled(config: Mapping[str, Any]) -> bool:
         return False
     if kind == "mistral3":
         return bool(vision.get("model_type", "pixtral") == "pixtral")
+    if kind == "llava_next":
+        return bool(vision.get("model_type", "clip_vision_model") == "clip_vision_model")
     return kind != "llava" or vision.get("model_type", "clip_vision_model") in (
         "clip_vision_model", "pixtral")  # fmt: skip
 
@@ -128,7 +131,7 @@ _PROCESSOR_KEYS = {
     "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
     "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
     "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
-    "mistral3": (), "llama4": ("max_patches",),
+    "mistral3": (), "llama4": ("max_patches",), "llava_next": (),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -401,7 +404,7 @@ def encoder_profile(
         item = _qwen3_item(config, mm, dtype_bytes)
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes)
-    elif kind in ("llava", "paligemma", "internvl_chat", "mistral3"):
+    elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
     else:
         item = _qwen_item(config, mm, seq_len, version, dtype_bytes)

@@ -6,6 +6,7 @@ Read off vLLM 0.33.0's model files (``vllm/model_executor/models/``):
   tower's ``image_size``; ``(image_size / patch_size)^2 + 1`` patches go through the tower
   (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default`` feature
   strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at 336 px;
+* **LLaVA-NeXT** (:func:`_anyres_item`);
 * **Mistral 3 / Pixtral-HF** (:func:`_pixtral_item`);
 * **Llama 4** (:func:`llama4_item`);
 * **PaliGemma** (``paligemma.py``): ``(image_size / patch_size)^2`` SigLIP patches, as many
@@ -124,6 +125,25 @@ def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> 
                 _int(_text(config), "hidden_size", width))  # fmt: skip
 
 
+def _anyres_item(config: Mapping[str, Any], side: int, per: int, values: int,
+                 out_hidden: int) -> Item:  # fmt: skip
+    """LLaVA-NeXT (``llava_next.py``, ``get_image_size_with_most_features``): the
+    ``image_grid_pinpoints`` entry with the most tokens, each ``base + unpadded + newline``
+    (``get_num_image_tokens``): for an image of exactly a pinpoint's size, ``base`` the
+    tile's ``side^2`` (the class token dropped by the default strategy), ``unpadded``
+    ``side^2 x rows x cols`` of its ``image_size`` tiles and one newline per feature row;
+    ``rows x cols + 1`` tiles of ``side^2 + 1`` CLIP patches go through the tower."""
+    vision = config.get("vision_config")
+    size = _int(vision if isinstance(vision, Mapping) else {}, "image_size", 336)
+    best = (0, 0)
+    for pin in config.get("image_grid_pinpoints") or [[size, size]]:
+        rows, cols = int(pin[0]) // size, int(pin[1]) // size
+        tokens = side * side * rows * cols + side * rows + side * side
+        if tokens > best[0]:
+            best = (tokens, rows * cols + 1)
+    return Item("image", best[0], best[1] * (side * side + 1), per, values, out_hidden)
+
+
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
                     dtype_bytes: int) -> Item | None:  # fmt: skip
     """The largest item of LLaVA (CLIP), PaliGemma (SigLIP) or InternVL (InternViT) tiles
@@ -142,6 +162,9 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
             return None
         if vision.get("model_type") == "pixtral" or kind == "mistral3":
             return _pixtral_item(config, vision, dtype_bytes, out_hidden)
+        if kind == "llava_next":
+            return _anyres_item(config, side, (layer_bytes(width, inner) + values) * dtype_bytes,
+                                values, out_hidden)  # fmt: skip
         cls = 1 if kind == "llava" else 0
         drop = 1 if cls and config.get("vision_feature_select_strategy") != "full" else 0
         per = (layer_bytes(width, inner) + values) * dtype_bytes
