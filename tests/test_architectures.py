@@ -124,13 +124,13 @@ def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
 
 
 def test_a_refusal_is_one_line_under_300_characters_naming_module_and_family() -> None:
-    config = {**load("llama-3.1-8b"), "architectures": ["IQuestLoopCoderForCausalLM"],
-              "model_type": "iquest_loopcoder"}
+    config = {**load("llama-3.1-8b"), "architectures": ["FlintForCausalLM"],
+              "model_type": "flint"}
     with pytest.raises(ConfigError) as caught:
         KVCacheSpec.from_hf_config(config)
     message = str(caught.value)
     assert "\n" not in message and len(message) < 300, message
-    for part in ("IQuestLoopCoderForCausalLM", "vLLM module iquest_loopcoder", "no rule",
+    for part in ("FlintForCausalLM", "vLLM module flint", "no rule",
                  "--assume-full-attention", "docs/architectures.md"):
         assert part in message
     assert nearest_family("qwen3_5_mtp") == "qwen3_5"

@@ -77,6 +77,9 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "glm-5-default": ("glm_moe_dsa", "GlmMoeDsaForCausalLM"),
     "llama-nvfp4-kv-fp8": ("llama", "LlamaForCausalLM"),
     "axk1-default": ("axk1", "AXK1ForCausalLM"),
+    # Looped models: one cache per (layer, run) (memacct/model/loop_layouts.py).
+    "hrm-text-default": ("hrm_text", "HrmTextForCausalLM"),
+    "muse-glimmer-default": ("muse_glimmer", "MuseGlimmerForCausalLM"),
     "step-3.5-default": ("step3p5", "Step3p5ForCausalLM"),
 }
 
@@ -85,6 +88,8 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
     "step-3-text-default": ("vllm.transformers_utils.configs.step3_vl", "Step3TextConfig",
                             "Step3TextForCausalLM"),
+    "dory-default": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
+    "dory-looped": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
 }
 
 # Architectures whose config class is the checkpoint's remote code (no published config here):
@@ -133,6 +138,14 @@ SYNTHETIC: dict[str, tuple[str, str, dict[str, Any]]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
         "query_pre_attn_scalar": 128, "final_logit_softcapping": None,
         "hidden_activation": "gelu_pytorch_tanh"}),
+    # head_dim 96 is not hidden_size // num_attention_heads (128): iquest_loopcoder.py uses
+    # the latter; sliding_window 4096 with no layer_types: loop 0 slides (CacheConfig's).
+    "iquest-loopcoder-synthetic": ("iquest_loopcoder", "IQuestLoopCoderForCausalLM", {
+        **_LAYERS8, "loop_num": 3, "loop_window_size": 64, "head_dim": 96, "sliding_window": 4096,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    "iquest-loopcoder-full-synthetic": ("iquest_loopcoder", "IQuestLoopCoderForCausalLM", {
+        **_LAYERS8, "loop_num": 2, "loop_window_size": 128,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "plamo3-synthetic": ("plamo3", "Plamo3ForCausalLM", {
         **_LAYERS8, "head_dim": 128, "sliding_window": [2048, 2048, 2048, None] * 2,
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"] +
@@ -176,7 +189,11 @@ FIXES: dict[str, dict[str, Any]] = {
     "lfm2-1.2b": {"block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256,
                   "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True},
 }
+FIXES["dory-looped"] = {"n_input_layers": 8, "n_recurrent_layers": 56, "n_output_layers": 8,
+                        "n_recurrent_loops": 3}
 FIX_SOURCES = {
+    "dory-looped": "8 input, 56 recurrent (3 loops, a cache per loop), 8 output layers set "
+                   "(DoryConfig's default is one loop over all 72)",
     "glm-4.5": "head_dim 128 from zai-org/GLM-4.5's config.json (Glm4MoeConfig has no "
                "head_dim default)",
     "minimax-m2": "rotary_dim 64 and scoring_func sigmoid from MiniMaxAI/MiniMax-M2's "

@@ -15,12 +15,12 @@ Nothing is guessed: an architecture without a rule is refused
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
 from memacct.model.config_keys import GDN_KEYS, MAMBA2_KEYS, rule_reads
+from memacct.model.rule import Rule
 from memacct.model.vllm_tables import engine_keys, module_of, registry, removed
 
 __all__ = [
@@ -38,50 +38,10 @@ __all__ = [
     "unread_geometry_fields",
 ]
 
-Status = Literal["exact", "partial"]
 
 # A config carrying this key set to true is planned as full attention when its architecture has
 # no rule, on every path that reads it (the CLI's --assume-full-attention sets it).
 ASSUME_FULL_ATTENTION = "_memacct_assume_full_attention"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One family's layout, with where it is read from.
-
-    Attributes:
-        layout: the layout function's name in :data:`memacct.model.layouts.LAYOUTS`.
-        status: ``exact`` (layers and geometry as vLLM's model file builds
-            them) or ``partial`` (planned, with what is not modelled in ``note``).
-        source: the vLLM model file and transformers config class it follows.
-        reads: geometry fields beyond the common ones this layout reads.
-        note: what a ``partial`` rule leaves out.
-        refuse_if: a config field that, when set (truthy), takes the architecture
-            outside the rule: a refusal naming it.
-        prefix_caching: whether the model supports Mamba prefix caching
-            (``SupportsMambaPrefixCaching``); without it vLLM turns prefix caching
-            off and a state keeps one block.
-        pipeline_parallel: whether the model class supports pipeline parallelism
-            (``SupportsPP``); vLLM refuses more than one stage otherwise
-            (``ModelConfig.verify_with_parallel_config``).
-        defaults: ``(key, value)`` of the layer-shaping keys whose value the config
-            class supplies when ``config.json`` leaves them out (transformers' class
-            defaults), read as if written.
-        layer_keys: the key the decoder-layer count is read from, where the model file
-            reads another than ``num_hidden_layers`` (LongCat-Flash: ``num_layers``).
-    """
-
-    layout: str
-    status: Status
-    source: str
-    reads: frozenset[str] = frozenset()
-    note: str = ""
-    refuse_if: str | None = None
-    prefix_caching: bool = True
-    pipeline_parallel: bool = True
-    defaults: tuple[tuple[str, object], ...] = ()
-    layer_keys: tuple[str, ...] | None = None
-
 
 _MODELS = "vllm/model_executor/models"
 _MAMBA = "vllm/model_executor/layers/mamba/mamba_utils.py"
@@ -236,6 +196,24 @@ RULES: dict[str, Rule] = {
     # MambaModelConfig: mamba_cache_mode "align" whenever prefix caching is on).
     "lfm2": _state("lfm2", "lfm2", "Lfm2Config", "conv_L_cache"),
     "lfm2_moe": _state("lfm2", "lfm2_moe", "Lfm2MoeConfig", "conv_L_cache"),
+    # Looped / recurrent-depth models: one cache per (layer, run) (memacct/model/loop_layouts.py);
+    # none of these model classes is SupportsPP.
+    "dory": Rule("dory", "exact", f"{_MODELS}/dory.py; vLLM's DoryConfig", frozenset({
+        "n_input_layers", "n_output_layers", "n_recurrent_layers", "n_recurrent_loops",
+        "recurrent_kv_cache_mode"}), pipeline_parallel=False, tensor_parallel=False,
+        defaults=(("sliding_window", 1024), ("head_dim", 256), ("num_key_value_heads", 4))),
+    "iquest_loopcoder": Rule("loopcoder", "exact", f"{_MODELS}/iquest_loopcoder.py (remote-"
+                             "code config: run on a synthetic one)", frozenset({
+                                 "loop_num", "loop_window_size"}), pipeline_parallel=False),
+    "hrm_text": Rule("hrm_text", "exact", f"{_MODELS}/hrm_text.py; transformers HrmTextConfig",
+                     frozenset({"H_cycles", "L_cycles", "num_layers_per_stack"}),
+                     pipeline_parallel=False, defaults=(("head_dim", 128),),
+                     layer_keys=("num_layers_per_stack", "num_hidden_layers")),
+    "muse_glimmer": Rule("muse_glimmer", "partial", f"{_MODELS}/muse_glimmer.py; transformers "
+                         "MuseGlimmerTextConfig", defaults=(("sliding_window", 2048),
+                                                            ("head_dim", 128)),
+                         note="KV cache of its text part; the vision encoder's start-up is "
+                              "not modelled"),
     # vLLM 0.33 runs these architectures through its Transformers backend
     # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
     "transformers": Rule(
@@ -331,7 +309,7 @@ _TEXT_TYPES = {
     "qwen2_5_omni_text": "qwen2", "qwen2_5_omni_thinker": "qwen2",
     "qwen3_omni_moe_text": "qwen3_moe", "qwen3_omni_moe_thinker": "qwen3_moe",
     "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5", "qwen3_5_moe": "qwen3_5",
-    "gemma4_text": "gemma4",
+    "gemma4_text": "gemma4", "muse_glimmer_text": "muse_glimmer",
 }  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 Most families give every attention layer the geometry of
 :func:`memacct.model.geometry.spec_fields`; the layouts here give each kind its own
 ``(KV heads per rank, head size, V head size)``, as their vLLM model files build them:
-Gemma 4's per-layer configuration, Step-1/3.5's attention groups, Step-3's single KV head.
+Gemma 4's per-layer configuration, Step-1/3.5's attention groups, Step-3's single KV head,
+HRM-Text's multi-head attention, IQuest-LoopCoder's head size.
 """
 
 from __future__ import annotations
@@ -82,6 +83,24 @@ def _step3_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHea
     return {"full": (per_rank(1), head, head)}
 
 
+def _hrm_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                   ) -> dict[str, tuple[int, int, int]]:
+    """HRM-Text (hrm_text.py): multi-head attention, ``num_attention_heads`` KV heads
+    (``num_key_value_heads`` is not read), of ``head_dim`` (class default 128)."""
+    heads = cfg.required(("num_attention_heads",), MAX_HEADS)
+    return {"full": (per_rank(heads), head, head)}
+
+
+def _loopcoder_attention(cfg: ModelConfig, head: int, kv_heads: int,
+                         per_rank: KVHeadsPerRank) -> dict[str, tuple[int, int, int]]:
+    """IQuest-LoopCoder (iquest_loopcoder.py): ``hidden_size // num_attention_heads`` per
+    head, whatever ``head_dim`` says; every loop's cache the same."""
+    hidden = cfg.required(("hidden_size",), MAX_DIM)
+    size = hidden // cfg.required(("num_attention_heads",), MAX_HEADS)
+    geometry = (per_rank(kv_heads), size, size)
+    return {"full": geometry, "sliding": geometry}
+
+
 # Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
 # KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
 ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
@@ -89,4 +108,6 @@ ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
     "gemma4": _gemma4_attention,
     "step": _step_attention,
     "step3": _step3_attention,
+    "hrm_text": _hrm_attention,
+    "loopcoder": _loopcoder_attention,
 }

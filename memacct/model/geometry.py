@@ -271,7 +271,7 @@ def spec_fields(
     ``tp`` and ``pp`` are checked already; ``kv_cache_dtype`` is ``auto`` or a valid name.
     """
     rule = resolve_rule(cfg, assume_full_attention=assume_full_attention)
-    _check_pipeline(cfg, rule, pp)
+    _check_pipeline(cfg, rule, pp, tp)
     num_layers = cfg.required(rule.layer_keys or LAYER_KEYS, MAX_LAYERS)
     attention_free = rule.layout in ATTENTION_FREE
     num_heads = ((cfg.integer(HEAD_KEYS, MAX_HEADS) or 1) if attention_free
@@ -327,13 +327,19 @@ def spec_fields(
     )
 
 
-def _check_pipeline(cfg: ModelConfig, rule: Rule, pp: int) -> None:
-    """Refuse pipeline parallelism where vLLM's model class does not support it."""
+def _check_pipeline(cfg: ModelConfig, rule: Rule, pp: int, tp: int) -> None:
+    """Refuse pipeline (or tensor) parallelism where vLLM's model class does not run it."""
     if pp > 1 and not rule.pipeline_parallel:
         raise InvalidInputError(
             f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} does not "
             f"support pipeline parallelism in vLLM (its model class is not SupportsPP, "
             f"{rule.source.split(',')[0]}): use pipeline_parallel_size 1"
+        )
+    if tp > 1 and not rule.tensor_parallel:
+        raise InvalidInputError(
+            f"{cfg.source}: architecture {cfg.architecture or cfg.model_type!r} runs on one "
+            f"tensor-parallel rank only in vLLM ({rule.source.split(',')[0]}): use "
+            f"tensor_parallel_size 1"
         )
 
 

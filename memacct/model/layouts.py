@@ -24,6 +24,7 @@ from memacct.model.layers import (
     SlidingWindow,
     SparseIndexerCache,
 )
+from memacct.model.loop_layouts import LOOP_LAYOUTS
 from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
 __all__ = [
@@ -414,6 +415,7 @@ LAYOUTS: dict[str, Layout] = {
     "transformers": _transformers_backend,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
+    **LOOP_LAYOUTS,
 }
 
 

@@ -1,0 +1,77 @@
+"""Looped and recurrent-depth models: one cache per (layer, run), as vLLM 0.33 builds them.
+
+Configs are the golden ones (tests/data/golden/models/new/, sources.json names each one's
+source); vLLM's own rows for them are in tests/data/golden/vllm-0.33-new-archs.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memacct.errors import ConfigError, InvalidInputError
+from memacct.planner import KVCacheSpec
+
+NEW = Path(__file__).parent / "data" / "golden" / "models" / "new"
+
+
+def config(name: str, **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((NEW / f"{name}.json").read_text())
+    return {**data, **changes}
+
+
+def kinds(spec: KVCacheSpec) -> Counter[tuple[str, int | None, int]]:
+    return Counter((x.kind, getattr(x, "sliding_window", None), getattr(x, "head_size", 0))
+                   for x in spec.layers)
+
+
+def test_dory_keeps_a_cache_per_recurrent_loop_and_none_in_mlp_blocks() -> None:
+    # DoryConfig: odd blocks are MLP-only, i % 8 == 6 full, the rest slide over 1024.
+    one = kinds(KVCacheSpec.from_hf_config(config("dory-default")))
+    assert one == {("none", None, 0): 36, ("sliding", 1024, 256): 27, ("full", None, 256): 9}
+    # 8 input + 56 recurrent (3 loops) + 8 output blocks: the 28 attention blocks of the
+    # recurrent part keep 3 caches each.
+    looped = KVCacheSpec.from_hf_config(config("dory-looped"))
+    attention = [x for x in looped.layers if x.kind != "none"]
+    assert len(attention) == 36 + 28 * 2
+    shared = KVCacheSpec.from_hf_config(config("dory-looped", recurrent_kv_cache_mode="last_loop"))
+    assert len([x for x in shared.layers if x.kind != "none"]) == 36
+
+
+def test_dory_refuses_what_vllm_refuses() -> None:
+    with pytest.raises(InvalidInputError, match="tensor_parallel_size 1"):
+        KVCacheSpec.from_hf_config(config("dory-default"), tensor_parallel_size=2)
+    with pytest.raises(ConfigError, match="n_recurrent_layers"):
+        KVCacheSpec.from_hf_config(config("dory-looped", n_recurrent_layers=50))
+    with pytest.raises(ConfigError, match="recurrent_kv_cache_mode"):
+        KVCacheSpec.from_hf_config(config("dory-looped", recurrent_kv_cache_mode="every"))
+
+
+def test_hrm_text_keeps_a_full_cache_per_recurrence_step() -> None:
+    # 16 layers per stack, H_cycles 2, L_cycles 3: 16 x 2 x (3 + 1) caches, multi-head.
+    spec = KVCacheSpec.from_hf_config(config("hrm-text-default"))
+    assert kinds(spec) == {("full", None, 128): 128}
+    assert {getattr(x, "kv_heads", 0) for x in spec.layers} == {12}
+    fewer = KVCacheSpec.from_hf_config(config("hrm-text-default", H_cycles=1, L_cycles=2))
+    assert len(fewer.layers) == 16 * 1 * 3
+
+
+def test_loopcoder_reads_its_head_size_and_loop_windows() -> None:
+    # hidden 4096 / 32 heads = 128, whatever head_dim (96) says; loop 0 slides over the
+    # config's sliding_window (no layer_types), loops 1 and 2 over loop_window_size.
+    spec = KVCacheSpec.from_hf_config(config("iquest-loopcoder-synthetic"))
+    assert kinds(spec) == {("sliding", 4096, 128): 8, ("sliding", 64, 128): 16}
+    full = KVCacheSpec.from_hf_config(config("iquest-loopcoder-full-synthetic"))
+    assert kinds(full) == {("full", None, 128): 8, ("sliding", 128, 128): 8}
+
+
+def test_muse_glimmer_derives_its_full_layers_from_the_last_one() -> None:
+    raw = config("muse-glimmer-default")
+    raw["text_config"] = {k: v for k, v in raw["text_config"].items() if k != "layer_types"}
+    spec = KVCacheSpec.from_hf_config(raw)
+    full = [x.layer for x in spec.layers if x.kind == "full"]
+    assert full == list(range(3, 52, 4)) and len(spec.layers) == 52
