@@ -118,6 +118,13 @@ def test_qwen3_vl_profiles_one_image_of_its_longest_edge() -> None:
                  max_num_batched_tokens=65536).note.startswith("multimodal profile: 4 ")
 
 
+def test_qwen3_5_profiles_qwen3_vl_s_image_without_deepstack() -> None:
+    cfg = _config("qwen3.5-vision")
+    p = _pass(cfg)
+    assert "1 dummy image(s) of 16,384 tokens (65,536 patches)" in p.note
+    assert p.held_bytes == 16384 * 4096 * 2 + 65536 * 1536 * 2
+
+
 def test_llava_and_paligemma_encode_fixed_size_images() -> None:
     # LLaVA 1.5: 577 CLIP patches, 576 tokens (class token dropped); 8192 // 576 = 14 images.
     p = _pass(_config("llava-1.5-7b"))

@@ -133,6 +133,8 @@ _TOWERS = {
               "SigLIP tower is partial", "towers.py"),
     "mistral3": ("Pixtral, the patch merger and the projector", "towers.py"),
     "mllama4": ("Llama 4 ViT, the pixel-shuffle adapter and the projector", "towers.py"),
+    "qwen3_5": ("Qwen3-VL's ViT and merger (qwen3_5.py builds Qwen3_VisionTransformer)",
+                "towers.py"),
     "llava_next": ("CLIP up to vision_feature_layer, the projector and image_newline; a "
                    "SigLIP tower is partial", "towers.py"),
     "internvl": ("InternViT up to select_layer and mlp1", "towers.py"),
@@ -140,7 +142,7 @@ _TOWERS = {
 """The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
 
 _CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mistral3", "mllama4",
-            "llava_next"}
+            "llava_next", "qwen3_5"}
 """Towers whose parameter count vLLM 0.33's own model class confirmed
 (tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
 

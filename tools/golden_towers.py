@@ -134,6 +134,25 @@ MODELS: dict[str, dict[str, Any]] = {
         "vision_config": {**_QWEN3_VIT, "out_hidden_size": 2048, "model_type": "qwen3_vl_moe"},
         "text_config": _qwen_text(2048, moe=True),
     },
+    # Qwen3.5 (qwen3_5.py builds Qwen3-VL's tower): Qwen3-VL's vision section, no deepstack
+    # key, out_hidden_size 4096; a one-layer full-attention text part
+    "qwen3.5-vision": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+        "image_token_id": 248056, "video_token_id": 248057,
+        "vision_config": {k: v for k, v in _QWEN3_VIT.items()
+                          if k != "deepstack_visual_indexes"} | {
+                              "model_type": "qwen3_5", "out_hidden_size": 4096},
+        "text_config": {"model_type": "qwen3_5_text", "hidden_size": 4096,
+                        "intermediate_size": 12288, "num_hidden_layers": 1,
+                        "num_attention_heads": 16, "num_key_value_heads": 4,
+                        "head_dim": 256, "vocab_size": 248320,
+                        "layer_types": ["full_attention"], "full_attention_interval": 1,
+                        "max_position_embeddings": 262144,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                                            "partial_rotary_factor": 0.25,
+                                            "mrope_section": [11, 11, 10],
+                                            "mrope_interleaved": True}},
+    },
     # OpenGVLab/InternVL3-8B config.json (InternViT-300M-448px-V2_5, Qwen2.5-7B)
     "internvl3-8b": {
         "architectures": ["InternVLChatModel"], "model_type": "internvl_chat",

@@ -19,7 +19,8 @@ One rule per tower kind, each following the module vLLM 0.33 builds (files under
   RMSNorms of the full width (``qk_normalization``), two norms (LayerNorm weight and bias,
   or RMSNorm weight, by ``norm_type``), the layer scales ``ls1`` / ``ls2``, ``fc1`` / ``fc2``
   with biases; layers up to ``select_layer``;
-* **Qwen3-VL ViT** (``qwen3_vl.py``, ``Qwen3_VisionTransformer``): a biased Conv3d patch
+* **Qwen3-VL ViT** (``qwen3_vl.py``, ``Qwen3_VisionTransformer``; Qwen3.5 / 3.6 build the
+  same, ``qwen3_5.py``): a biased Conv3d patch
   embedding (channels x temporal x patch^2), ``num_position_embeddings`` learned
   positions; per block two LayerNorms, ``qkv`` and ``proj`` with biases, ``linear_fc1`` /
   ``linear_fc2`` with biases; the merger (LayerNorm of the width, two biased linears over
@@ -76,6 +77,7 @@ TOWER_TYPES = {
     "llava": "clip", "llava_next": "clip", "paligemma": "siglip", "gemma3": "siglip",
     "internvl_chat": "internvit",
     "qwen3_vl": "qwen3_vit", "qwen3_vl_moe": "qwen3_vit", "qwen2_audio": "whisper",
+    "qwen3_5": "qwen3_vit", "qwen3_5_moe": "qwen3_vit",
     "mistral3": "pixtral", "llama4": "llama4_vit",
 }  # fmt: skip
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""
@@ -269,19 +271,20 @@ def _merger(out: _Out, p: str, h: int, merged: int, d_model: int, post: bool) ->
 
 
 def _qwen3_vl(config: Mapping[str, Any]) -> _Out:
+    # Defaults: transformers' Qwen3VLVisionConfig and Qwen3_5VisionConfig (the same sizes).
     v = _section(config, "vision_config")
     out: _Out = []
-    h, inner = _int(v, "hidden_size"), _int(v, "intermediate_size")
-    patch, temporal = _int(v, "patch_size"), _int(v, "temporal_patch_size", 2)
+    h, inner = _int(v, "hidden_size", 1152), _int(v, "intermediate_size", 4304)
+    patch, temporal = _int(v, "patch_size", 16), _int(v, "temporal_patch_size", 2)
     out.append(TowerTensor("visual.patch_embed.proj.weight",
                            (h, _int(v, "in_channels", 3), temporal, patch, patch), False))
     out.append(TowerTensor("visual.patch_embed.proj.bias", (h,), False))
-    out.append(TowerTensor("visual.pos_embed.weight", (_int(v, "num_position_embeddings"), h),
-                           False))  # fmt: skip
-    for i in range(_int(v, "depth")):
+    out.append(TowerTensor("visual.pos_embed.weight",
+                           (_int(v, "num_position_embeddings", 2304), h), False))  # fmt: skip
+    for i in range(_int(v, "depth", 27)):
         _vit_layer(out, f"visual.blocks.{i}", h, inner)
     merged = h * _int(v, "spatial_merge_size", 2) ** 2
-    d_model = _int(v, "out_hidden_size")
+    d_model = _int(v, "out_hidden_size", 3584)
     _merger(out, "visual.merger", h, merged, d_model, post=False)
     for i, _ in enumerate(v.get("deepstack_visual_indexes") or ()):
         _merger(out, f"visual.deepstack_merger_list.{i}", h, merged, d_model, post=True)

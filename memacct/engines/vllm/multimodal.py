@@ -86,14 +86,15 @@ MAX_ASPECT_RATIO = 200
 """``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
-             "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next")  # fmt: skip
+             "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next", "qwen3_5",
+             "qwen3_5_moe")  # fmt: skip
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
     "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
     "mistral3": "Mistral 3 (Pixtral tower)", "mllama4": "Llama 4",
-    "llava_next": "LLaVA-NeXT (CLIP tower, anyres)",
+    "llava_next": "LLaVA-NeXT (CLIP tower, anyres)", "qwen3_5": "Qwen3.5 (Qwen3-VL's tower)",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
@@ -132,6 +133,7 @@ _PROCESSOR_KEYS = {
     "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
     "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
     "mistral3": (), "llama4": ("max_patches",), "llava_next": (),
+    "qwen3_5": ("max_pixels", "min_pixels"), "qwen3_5_moe": ("max_pixels", "min_pixels"),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -334,7 +336,7 @@ def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> 
     inner = int(vision.get("intermediate_size", 4304))
     head_dim = width // int(vision.get("num_heads", 16))
     deep = len(vision.get("deepstack_visual_indexes") or ())
-    out = int(vision.get("out_hidden_size", width))
+    out = int(vision.get("out_hidden_size", 3584))  # Qwen3VLVisionConfig default
     values = int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2)) * (
         patch * patch)  # fmt: skip
     per = layer_bytes(width, inner, 11) + head_dim + values + deep * out // (merge * merge)
@@ -400,7 +402,7 @@ def encoder_profile(
     kind = str(config.get("model_type"))
     if kind == "gemma3":
         item = _gemma3_item(config, mm, dtype_bytes)
-    elif kind in ("qwen3_vl", "qwen3_vl_moe"):
+    elif kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         item = _qwen3_item(config, mm, dtype_bytes)
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes)
