@@ -180,3 +180,18 @@ def test_internvl_profiles_video_frames_where_its_tokenizer_has_a_video_token() 
     assert "image(s) of 3,328 tokens" in _pass(internlm).note
     notes = unapplied_notes(cfg, Multimodal(mm_processor_kwargs={"max_dynamic_patches": 6}))
     assert notes and "max_dynamic_patch" in notes[0]
+
+
+def test_skywork_and_nvlm_reuse_internvl_tiles_without_video() -> None:
+    cfg = _config("internvl3-8b")
+    # vLLM's SkyworkR1VChatConfig says model_type internvl_chat; the architecture differs.
+    sky = {**cfg, "architectures": ["SkyworkR1VChatModel"]}
+    assert "image(s) of 3,328 tokens (13,325 patches)" in _pass(sky).note
+    assert tower_params(sky) == tower_params(cfg)
+    nvlm = {**cfg, "architectures": ["NVLM_D"], "model_type": "NVLM_D"}
+    # nvlm_d.py's mlp1: LayerNorm(4096) and bias-free 4096 -> 18944 -> 3584 linears.
+    mlp1 = sum(t.numel for t in tower_tensors(nvlm) or () if t.name.startswith("mlp1"))
+    assert mlp1 == 2 * 4096 + 4096 * 18944 + 18944 * 3584
+    # A non-negative select_layer builds that many layers plus one.
+    five = {**cfg, "select_layer": 4}
+    assert sum(1 for t in tower_tensors(five) or () if t.name.endswith("ls1")) == 5

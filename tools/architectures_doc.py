@@ -138,6 +138,8 @@ _TOWERS = {
     "llava_next": ("CLIP up to vision_feature_layer, the projector and image_newline; a "
                    "SigLIP tower is partial", "towers.py"),
     "internvl": ("InternViT up to select_layer and mlp1", "towers.py"),
+    "skyworkr1v": ("InternViT up to select_layer and mlp1", "towers.py"),
+    "nvlm_d": ("InternViT up to select_layer and NVLM-D's bias-free mlp1", "towers.py"),
 }
 """The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
 

@@ -18,7 +18,8 @@ One rule per tower kind, each following the module vLLM 0.33 builds (files under
   layer a fused ``qkv`` (bias where ``qkv_bias``), ``proj`` with bias, optional q / k
   RMSNorms of the full width (``qk_normalization``), two norms (LayerNorm weight and bias,
   or RMSNorm weight, by ``norm_type``), the layer scales ``ls1`` / ``ls2``, ``fc1`` / ``fc2``
-  with biases; layers up to ``select_layer``;
+  with biases; layers up to ``select_layer``; Skywork-R1V (``skyworkr1v.py``) and NVLM-D
+  (``nvlm_d.py``, ``mlp1`` through the LLM's ``intermediate_size``, bias-free) build the same;
 * **Qwen3-VL ViT** (``qwen3_vl.py``, ``Qwen3_VisionTransformer``; Qwen3.5 / 3.6 build the
   same, ``qwen3_5.py``): a biased Conv3d patch
   embedding (channels x temporal x patch^2), ``num_position_embeddings`` learned
@@ -75,7 +76,7 @@ class TowerTensor:
 
 TOWER_TYPES = {
     "llava": "clip", "llava_next": "clip", "paligemma": "siglip", "gemma3": "siglip",
-    "internvl_chat": "internvit",
+    "internvl_chat": "internvit", "NVLM_D": "internvit",
     "qwen3_vl": "qwen3_vit", "qwen3_vl_moe": "qwen3_vit", "qwen2_audio": "whisper",
     "qwen3_5": "qwen3_vit", "qwen3_5_moe": "qwen3_vit",
     "mistral3": "pixtral", "llama4": "llama4_vit",
@@ -101,12 +102,16 @@ def _section(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _text_hidden(config: Mapping[str, Any]) -> int:
+def _text_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
     for key in ("text_config", "llm_config"):
         section = config.get(key)
         if isinstance(section, Mapping) and section.get("hidden_size"):
-            return _int(section, "hidden_size")
-    return _int(config, "hidden_size")
+            return section
+    return config
+
+
+def _text_hidden(config: Mapping[str, Any]) -> int:
+    return _int(_text_section(config), "hidden_size")
 
 
 def _linear(out: _Out, name: str, rows: int, cols: int, bias: bool = True, *,
@@ -239,7 +244,10 @@ def _internvl(config: Mapping[str, Any]) -> _Out:
     out: _Out = []
     h, inner = _int(v, "hidden_size"), _int(v, "intermediate_size")
     patch, side = _int(v, "patch_size"), _int(v, "image_size") // _int(v, "patch_size")
-    layers = _layers_to(_int(v, "num_hidden_layers"), config.get("select_layer", -1))
+    select = config.get("select_layer", -1)
+    # InternVL-style models build select_layer + 1 layers for a non-negative index.
+    select = select + 1 if isinstance(select, int) and select >= 0 else select
+    layers = _layers_to(_int(v, "num_hidden_layers"), select)
     rms = v.get("norm_type", "rms_norm") == "rms_norm"
     e = "vision_model.embeddings"
     out.append(TowerTensor(f"{e}.class_embedding", (1, 1, h), False))
@@ -259,6 +267,11 @@ def _internvl(config: Mapping[str, Any]) -> _Out:
     merged = h * int(1 / float(ratio)) ** 2
     th = _text_hidden(config)
     _norm(out, "mlp1.0", merged)
+    if config.get("model_type") == "NVLM_D":  # nvlm_d.py: through the LLM's MLP width, no bias
+        mid = _int(_text_section(config), "intermediate_size")
+        _linear(out, "mlp1.1", mid, merged, False, split="none")
+        _linear(out, "mlp1.3", th, mid, False, split="none")
+        return out
     _linear(out, "mlp1.1", th, merged, split="none")
     _linear(out, "mlp1.3", th, th, split="none")
     return out

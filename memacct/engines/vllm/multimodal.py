@@ -87,7 +87,7 @@ MAX_ASPECT_RATIO = 200
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
              "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next", "qwen3_5",
-             "qwen3_5_moe")  # fmt: skip
+             "qwen3_5_moe", "NVLM_D")  # fmt: skip
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
@@ -95,6 +95,7 @@ MODELLED_MODULES = {
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
     "mistral3": "Mistral 3 (Pixtral tower)", "mllama4": "Llama 4",
     "llava_next": "LLaVA-NeXT (CLIP tower, anyres)", "qwen3_5": "Qwen3.5 (Qwen3-VL's tower)",
+    "skyworkr1v": "Skywork-R1V (InternVL's tiles)", "nvlm_d": "NVLM-D (InternVL's tiles)",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
@@ -134,6 +135,7 @@ _PROCESSOR_KEYS = {
     "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
     "mistral3": (), "llama4": ("max_patches",), "llava_next": (),
     "qwen3_5": ("max_pixels", "min_pixels"), "qwen3_5_moe": ("max_pixels", "min_pixels"),
+    "NVLM_D": ("max_dynamic_patch", "use_thumbnail"),
 }  # fmt: skip
 """The ``--mm-processor-kwargs`` keys the encoder pass of each modelled family reads."""
 
@@ -406,7 +408,7 @@ def encoder_profile(
         item = _qwen3_item(config, mm, dtype_bytes)
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes)
-    elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3"):
+    elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3", "NVLM_D"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
     else:
         item = _qwen_item(config, mm, seq_len, version, dtype_bytes)

@@ -41,6 +41,10 @@ from memacct.engines.deployment import Multimodal
 
 __all__ = ["Item", "fixed_tile_item", "layer_bytes", "llama4_item"]
 
+_INTERNVL_TYPES = frozenset({"internvl_chat", "NVLM_D"})
+"""InternVL's model type (Skywork-R1V's too) and NVLM-D's, which reuse its image processing
+(``skyworkr1v.py``, ``nvlm_d.py``: ``BaseInternVLProcessingInfo``, images only)."""
+
 _VIDEO_TEXT_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss"})
 """``InternVLProcessingInfo.ctx_video_token``'s map: text model types with a video token."""
 
@@ -157,7 +161,7 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
     side = _int(vision, "image_size", 336) // patch
     values = 3 * patch * patch
     out_hidden = _int(_text(config), "hidden_size", width)
-    if kind != "internvl_chat":
+    if kind not in _INTERNVL_TYPES:
         if mm.count("image") <= 0:
             return None
         if vision.get("model_type") == "pixtral" or kind == "mistral3":
@@ -178,7 +182,11 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
     per = (layer_bytes(width, inner, 8, 4) + values) * dtype_bytes
     tile_patches = side * side + 1
     image = Item("image", tiles * tile_tokens, tiles * tile_patches, per, values, out_hidden)
-    video_ok = str(_text(config).get("model_type", "")) in _VIDEO_TEXT_TYPES
+    # Skywork-R1V's config says internvl_chat too (vLLM's SkyworkR1VChatConfig): its
+    # architecture tells it apart, and its processing is images only.
+    archs = config.get("architectures") or ["InternVLChatModel"]
+    video_ok = kind == "internvl_chat" and "SkyworkR1VChatModel" not in archs and str(
+        _text(config).get("model_type", "")) in _VIDEO_TEXT_TYPES  # fmt: skip
     if not video_ok or mm.count("video") <= 0:
         return image if mm.count("image") > 0 else None
     with_image = image.tokens if mm.count("image") > 0 else 0
