@@ -47,9 +47,12 @@ Gemma 3 (read off 0.33.0 ``gemma3_mm.py`` and ``siglip.py``): 256 tokens per ima
 (``mm_tokens_per_image``), 64 x 64 SigLIP patches each, the SigLIP layer's working set
 (:func:`_gemma3_item`).
 
-Qwen3-VL (:func:`_qwen3_item`); LLaVA with a CLIP tower, PaliGemma and InternVL
-(:mod:`memacct.engines.vllm.mm.items`). Other multimodal families are planned without the
-encoder pass, and the plan says so (:func:`unmodelled_note`).
+Qwen3-VL and Qwen3.5 (:func:`_qwen3_item`); LLaVA (CLIP or Pixtral tower), LLaVA-NeXT,
+PaliGemma, InternVL, Skywork-R1V, NVLM-D, Mistral 3 and Llama 4
+(:mod:`memacct.engines.vllm.mm.items`). The tower's activations are counted at their full
+widths on every rank (the tensor-parallel split of ``qkv`` and the MLP is not applied).
+Other multimodal families are planned without the encoder pass, and the plan says so
+(:func:`unmodelled_note`).
 """
 
 from __future__ import annotations
