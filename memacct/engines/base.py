@@ -335,8 +335,10 @@ class StartupModel:
     name: str
     version: str
 
-    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device."""
+    def defaults(self, total_memory: int, device_name: str,
+                 version: tuple[int, int] | None = None) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine picks on this device (for the
+        engine release ``version`` where its defaults change between releases)."""
         raise NotImplementedError
 
     def batch(
@@ -345,21 +347,42 @@ class StartupModel:
         device_name: str,
         max_num_batched_tokens: int | None = None,
         max_num_seqs: int | None = None,
+        version: tuple[int, int] | None = None,
         *,
         max_model_len: int | None = None,
     ) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) the engine runs with on this device when
         it is given these (``None``: its default) for requests of ``max_model_len``: the one
-        rule every plan path follows. Here each unset one takes :meth:`defaults`'s value; an
-        engine whose defaults depend on each other or on the length overrides it (vLLM
-        clamps a defaulted ``max_num_seqs``; vllm-mindspore's V0 batch covers a request)."""
-        tokens, seqs = self.defaults(total_memory, device_name)
-        return max_num_batched_tokens or tokens, max_num_seqs or seqs
+        rule every plan path follows. Each unset one takes :meth:`defaults`'s value through
+        :meth:`default_tokens` and :meth:`default_seqs`, which an engine whose defaults
+        depend on each other or on the length overrides (vLLM clamps a defaulted
+        ``max_num_seqs``; vllm-mindspore's V0 batch covers a request)."""
+        d_tokens, d_seqs = self.defaults(total_memory, device_name, version)
+        tokens = max_num_batched_tokens or self.default_tokens(d_tokens, max_model_len)
+        return tokens, max_num_seqs or self.default_seqs(d_seqs, tokens)
+
+    def default_tokens(self, tokens: int, max_model_len: int | None) -> int:
+        """A defaulted ``max_num_batched_tokens`` from the device's default ``tokens``; here
+        the default itself."""
+        return tokens
+
+    def default_seqs(self, seqs: int, tokens: int) -> int:
+        """A defaulted ``max_num_seqs`` from the device's default ``seqs`` and the batch's
+        ``tokens``; here the default itself."""
+        return seqs
 
     def settings(self, **common: Any) -> StartupSettings:
         """The engine's settings from the common ones (``gpu_memory_utilization`` ``None``:
         the engine's default; SGLang reads it as ``mem_fraction_static``)."""
         raise NotImplementedError
+
+    def sampler_cost(
+        self, seqs: int, version: tuple[int, int] | None, sampler: str | None
+    ) -> tuple[int, int] | None:
+        """(bytes per logit besides the model-dtype logits, fixed bytes) the profile run's
+        sampler holds over ``seqs`` rows; ``None`` here, for an engine whose profile run
+        samples nothing (SGLang, vllm-mindspore)."""
+        return None
 
     def sampler_peak(
         self,
@@ -369,9 +392,15 @@ class StartupModel:
         version: tuple[int, int] | None = None,
         sampler: str | None = None,
     ) -> int:
-        """Bytes the profile run's sampler holds over ``seqs`` rows; 0 here, for an engine
-        whose profile run samples nothing (SGLang, vllm-mindspore)."""
-        return 0
+        """Bytes the profile run's sampler holds over ``seqs`` rows of the whole vocabulary:
+        the model-dtype logits plus :meth:`sampler_cost`'s bytes per logit and fixed bytes
+        (0 for an engine whose profile run samples nothing)."""
+        cost = self.sampler_cost(seqs, version, sampler)
+        if cost is None:
+            return 0
+        per_logit, extra = cost
+        vocab = int(spec.vocab_size or 0)
+        return seqs * vocab * ((spec.dtype_bytes or 2) + per_logit) + extra
 
     def estimate(
         self,

@@ -114,24 +114,13 @@ class VllmStartup(BatchDefaults):
     """Whether the dummy sampler takes vLLM's CUDA top-k/top-p paths (:data:`SAMPLERS`);
     otherwise it holds :attr:`sampler_bytes_per_logit` per logit."""
 
-    def batch(
-        self,
-        total_memory: int,
-        device_name: str,
-        max_num_batched_tokens: int | None = None,
-        max_num_seqs: int | None = None,
-        version: tuple[int, int] | None = None,
-        *,
-        max_model_len: int | None = None,
-    ) -> tuple[int, int]:
-        """``vllm serve``'s batch: each unset one takes the device's default
-        (:func:`batch_defaults`), and a defaulted ``max_num_seqs`` is clamped to
-        ``max_num_batched_tokens`` (``vllm/engine/arg_utils.py``,
+    def default_seqs(self, seqs: int, tokens: int) -> int:
+        """``vllm serve`` clamps a defaulted ``max_num_seqs`` to ``max_num_batched_tokens``
+        (``vllm/engine/arg_utils.py``,
         ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``:
-        ``max_num_seqs = min(max_num_seqs, max_num_batched_tokens)`` when not given)."""
-        d_tokens, d_seqs = self.defaults(total_memory, device_name, version)
-        tokens = max_num_batched_tokens or d_tokens
-        return tokens, max_num_seqs or min(d_seqs, tokens)
+        ``max_num_seqs = min(max_num_seqs, max_num_batched_tokens)`` when not given); each
+        unset one takes the device's default (:func:`batch_defaults`)."""
+        return min(seqs, tokens)
 
     def start(self, request: StartupRequest) -> StartupEstimate:
         """vLLM's start-up of one rank (see :meth:`StartupModel.estimate`)."""
@@ -234,34 +223,28 @@ class VllmStartup(BatchDefaults):
         assert version is not None
         return releases.sampler_note(sampler, version, flashinfer_env, release)
 
-    def sampler_peak(
-        self,
-        spec: KVCacheSpec,
-        config: Mapping[str, Any] | ModelConfig,
-        seqs: int,
-        version: tuple[int, int] | None = None,
-        sampler: str | None = None,
-    ) -> int:
-        """Bytes the dummy sampler holds at its peak over ``seqs`` rows of the whole vocabulary.
+    def sampler_cost(
+        self, seqs: int, version: tuple[int, int] | None, sampler: str | None
+    ) -> tuple[int, int]:
+        """Bytes per logit and fixed bytes the dummy sampler holds over ``seqs`` rows.
 
         The model-dtype logits ``compute_logits`` returns stay referenced by the dummy run,
-        so every path holds them plus its own bytes per logit: :data:`SAMPLER_BYTES_PER_LOGIT`
-        (sort), :data:`SAMPLER_TRITON_BYTES_PER_LOGIT` and the kernel's buffers (Triton, 8
-        rows or more; fewer rows take the sort) or :data:`SAMPLER_FLASHINFER_BYTES_PER_LOGIT`
-        (FlashInfer). ``sampler`` ``None``: the release's default.
+        so every path holds them (:meth:`StartupModel.sampler_peak`) plus its own bytes per
+        logit: :data:`SAMPLER_BYTES_PER_LOGIT` (sort), :data:`SAMPLER_TRITON_BYTES_PER_LOGIT`
+        and the kernel's buffers (Triton, 8 rows or more; fewer rows take the sort) or
+        :data:`SAMPLER_FLASHINFER_BYTES_PER_LOGIT` (FlashInfer); without
+        :attr:`cuda_sampler`, :attr:`sampler_bytes_per_logit`. ``sampler`` ``None``: the
+        release's default.
         """
-        vocab = int(spec.vocab_size or 0)
-        logits_dtype = spec.dtype_bytes or 2
         if not self.cuda_sampler:
-            return seqs * vocab * (logits_dtype + self.sampler_bytes_per_logit)
+            return self.sampler_bytes_per_logit, 0
         version = version or parse_version(self.version)
         sampler = sampler or default_sampler(version)
-        per_logit, extra = SAMPLER_BYTES_PER_LOGIT, 0
         if sampler == "flashinfer":
-            per_logit = SAMPLER_FLASHINFER_BYTES_PER_LOGIT
-        elif sampler == "triton" and seqs >= 8:
-            per_logit, extra = SAMPLER_TRITON_BYTES_PER_LOGIT, SAMPLER_TRITON_BUFFER_BYTES
-        return seqs * vocab * (logits_dtype + per_logit) + extra
+            return SAMPLER_FLASHINFER_BYTES_PER_LOGIT, 0
+        if sampler == "triton" and seqs >= 8:
+            return SAMPLER_TRITON_BYTES_PER_LOGIT, SAMPLER_TRITON_BUFFER_BYTES
+        return SAMPLER_BYTES_PER_LOGIT, 0
 
     def activation_peak(
         self,

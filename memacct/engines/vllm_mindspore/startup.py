@@ -108,7 +108,8 @@ class VllmMindsporeStartup(StartupModel):
     name = "vllm-mindspore"
     version = VERSION
 
-    def defaults(self, total_memory: int, device_name: str) -> tuple[int, int]:
+    def defaults(self, total_memory: int, device_name: str,
+                 version: tuple[int, int] | None = None) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs): vLLM 0.7.3 V0's, before ``max_model_len``."""
         return _V0_MIN_BATCHED_TOKENS, _V0_MAX_NUM_SEQS
 
@@ -121,19 +122,10 @@ class VllmMindsporeStartup(StartupModel):
         known = VllmMindsporeSettings.__dataclass_fields__
         return VllmMindsporeSettings(**{k: v for k, v in common.items() if k in known})
 
-    def batch(
-        self,
-        total_memory: int,
-        device_name: str,
-        max_num_batched_tokens: int | None = None,
-        max_num_seqs: int | None = None,
-        *,
-        max_model_len: int | None = None,
-    ) -> tuple[int, int]:
+    def default_tokens(self, tokens: int, max_model_len: int | None) -> int:
         """vLLM 0.7.3 V0's batch without chunked prefill: a defaulted
         ``max_num_batched_tokens`` holds one request, ``max(max_model_len, 2048)``."""
-        tokens = max_num_batched_tokens or max(max_model_len or 0, _V0_MIN_BATCHED_TOKENS)
-        return tokens, max_num_seqs or _V0_MAX_NUM_SEQS
+        return max(max_model_len or 0, tokens)
 
     # sampler_peak: StartupModel's 0, as the graph's LM head runs on the last token only.
 
