@@ -154,6 +154,11 @@ def test_llama4_profiles_sixteen_tiles_and_a_global_one() -> None:
     assert "3 dummy image(s) of 2,448 tokens (9,809 patches)" in p.note
     assert p.peak_bytes == 3 * 9809 * (3 * 1408 + 2 * 5632 + 3 * 14 * 14) * 2
     assert p.held_bytes == 3 * 2448 * 5120 * 2 + 3 * 9809 * 3 * 14 * 14 * 2
+    # TP 4: qkv, the rotary q/k and the attention output (6 of 9 widths) and fc1's output
+    # and GELU split over the ranks; the residual, norm and fc2's output whole.
+    tp4 = _pass(_config("llama-4-scout"), tensor_parallel_size=4)
+    per4 = max(3 * 1408 + 6 * 352, 3 * 1408 + 2 * 1408) + 3 * 14 * 14
+    assert tp4.peak_bytes == 3 * 9809 * per4 * 2
     one = _pass(_config("llama-4-scout"), Multimodal(mm_processor_kwargs={"max_patches": 1}))
     assert "of 144 tokens (577 patches)" in one.note
 

@@ -224,8 +224,8 @@ def _adjust(
     # The encoder runs on the first pipeline stage, which embeds the inputs.
     mm = None if not first else encoder_profile(
         cfg, d.multimodal, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-        max_model_len=s.max_model_len, dtype_bytes=dt,
-        version=parse_version(est.version))  # fmt: skip
+        max_model_len=s.max_model_len, dtype_bytes=dt, version=parse_version(est.version),
+        tensor_parallel_size=s.tensor_parallel_size)  # fmt: skip
     notes = [*est.notes, *unapplied_notes(cfg, d.multimodal)]
     if mm is not None:
         activation = max(mm.peak_bytes, activation + mm.held_bytes)

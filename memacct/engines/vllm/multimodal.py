@@ -49,8 +49,9 @@ Gemma 3 (read off 0.33.0 ``gemma3_mm.py`` and ``siglip.py``): 256 tokens per ima
 
 Qwen3-VL and Qwen3.5 (:func:`_qwen3_item`); LLaVA (CLIP or Pixtral tower), LLaVA-NeXT,
 PaliGemma, InternVL, Skywork-R1V, NVLM-D, Mistral 3 and Llama 4
-(:mod:`memacct.engines.vllm.mm.items`). The tower's activations are counted at their full
-widths on every rank (the tensor-parallel split of ``qkv`` and the MLP is not applied).
+(:mod:`memacct.engines.vllm.mm.items`); for these the column-parallel activations (``qkv``,
+the attention output, the MLP's intermediate) are split across tensor-parallel ranks
+(``layer_bytes``), while Qwen2/2.5-VL and Gemma 3 keep their full widths on every rank.
 Other multimodal families are planned without the encoder pass, and the plan says so
 (:func:`unmodelled_note`).
 """
@@ -314,7 +315,8 @@ QWEN3_IMAGE_PIXELS = (65536, 16777216)
 replace them (``Qwen2VLProcessingInfo._get_vision_size``)."""
 
 
-def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
+def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
+                tp: int = 1) -> Item | None:  # fmt: skip
     """Qwen3-VL (vLLM 0.33 ``qwen3_vl.py``): the largest image of ``longest_edge`` pixels
     factored as Qwen2-VL's (``get_image_size_with_most_features``, unit ``patch_size x
     spatial_merge_size`` = 32); a video's budget item is two frames at ``longest_edge //
@@ -344,7 +346,8 @@ def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> 
     out = int(vision.get("out_hidden_size", 3584))  # Qwen3VLVisionConfig default
     values = int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2)) * (
         patch * patch)  # fmt: skip
-    per = layer_bytes(width, inner, 11) + head_dim + values + deep * out // (merge * merge)
+    per = layer_bytes(width, inner, 11, split=8, tp=tp) + head_dim + values + deep * out // (
+        merge * merge)  # fmt: skip
     return Item("image", patches // (merge * merge), patches, per * dtype_bytes, values,
                 out * (1 + deep))  # fmt: skip
 
@@ -379,7 +382,7 @@ def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) ->
 def encoder_profile(
     config: Mapping[str, Any], mm: Multimodal, *, max_num_batched_tokens: int,
     max_num_seqs: int, max_model_len: int | None, dtype_bytes: int,
-    version: tuple[int, int] | None = None,
+    version: tuple[int, int] | None = None, tensor_parallel_size: int = 1,
 ) -> EncoderProfile | None:  # fmt: skip
     """The encoder pass of the profile run (``None``: the model has no encoder). A
     multimodal model memacct does not model gets a zero pass and :func:`unmodelled_note`.
@@ -408,11 +411,11 @@ def encoder_profile(
     if kind == "gemma3":
         item = _gemma3_item(config, mm, dtype_bytes)
     elif kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
-        item = _qwen3_item(config, mm, dtype_bytes)
+        item = _qwen3_item(config, mm, dtype_bytes, tensor_parallel_size)
     elif kind == "llama4":
-        item = llama4_item(config, mm, dtype_bytes)
+        item = llama4_item(config, mm, dtype_bytes, tensor_parallel_size)
     elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3", "NVLM_D"):
-        item = fixed_tile_item(config, mm, seq_len, dtype_bytes)
+        item = fixed_tile_item(config, mm, seq_len, dtype_bytes, tensor_parallel_size)
     else:
         item = _qwen_item(config, mm, seq_len, version, dtype_bytes)
     if item is None:

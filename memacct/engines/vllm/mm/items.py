@@ -63,9 +63,14 @@ class Item:
 
 
 def layer_bytes(width: int, inner: int, attention: int = 7, mlp: int = 3,
-                inner_widths: int = 2) -> int:  # fmt: skip
-    """Elements per patch at a ViT layer's peak (the module notes)."""
-    return max(attention * width, mlp * width + inner_widths * inner)
+                inner_widths: int = 2, *, split: int = 4, tp: int = 1) -> int:  # fmt: skip
+    """Elements per patch at a ViT layer's peak on one rank (the module notes): of the
+    ``attention`` widths, ``split`` come out of column-parallel layers (``qkv``, its rotary
+    copies, the attention output) and hold ``width / tp`` each; the MLP's intermediate
+    widths hold ``inner / tp``; the residual, norms and row-parallel outputs are whole
+    (vLLM splits a tower's linear layers by default, ``mm_encoder_tp_mode`` "weights")."""
+    attn = (attention - split) * width + split * -(-width // tp)
+    return max(attn, mlp * width + inner_widths * -(-inner // tp))
 
 
 def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -82,7 +87,7 @@ def _int(section: Mapping[str, Any], key: str, default: int) -> int:
 
 
 def _pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_bytes: int,
-                  out_hidden: int) -> Item:  # fmt: skip
+                  out_hidden: int, tp: int) -> Item:  # fmt: skip
     """Mistral 3 and Pixtral-HF (``pixtral.py``, ``PixtralHFEncoderInfo``): the largest image
     is ``image_size`` square; ``ceil(image_size / (patch_size x spatial_merge_size))^2``
     tokens (the row breaks carry no embedding), ``(image_size / patch_size)^2`` patches. The
@@ -98,11 +103,12 @@ def _pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_by
     side = (size - 1) // (patch * merge) + 1
     patches = (size // patch) ** 2
     values = _int(vision, "num_channels", 3) * patch * patch
-    per = (layer_bytes(width, inner, 9, 3, 3) + values) * dtype_bytes
+    per = (layer_bytes(width, inner, 9, 3, 3, split=6, tp=tp) + values) * dtype_bytes
     return Item("image", side * side, patches, per, values, out_hidden)
 
 
-def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
+def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
+                tp: int = 1) -> Item | None:  # fmt: skip
     """Llama 4 (``mllama4.py``, ``Mllama4ProcessingInfo``): the largest image is
     ``max_patches`` (16) tiles of ``image_size`` in a 16:1 column
     (``get_image_size_with_most_features``), and the image processor adds a global tile
@@ -124,7 +130,7 @@ def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> 
     chunks = tiles + (1 if tiles > 1 else 0)
     per_chunk = side * side // round(1 / (ratio * ratio))
     values = _int(vision, "num_channels", 3) * patch * patch
-    per = (layer_bytes(width, inner, 9) + values) * dtype_bytes
+    per = (layer_bytes(width, inner, 9, split=6, tp=tp) + values) * dtype_bytes
     return Item("image", chunks * per_chunk, chunks * (side * side + 1), per, values,
                 _int(_text(config), "hidden_size", width))  # fmt: skip
 
@@ -149,7 +155,7 @@ def _anyres_item(config: Mapping[str, Any], side: int, per: int, values: int,
 
 
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
-                    dtype_bytes: int) -> Item | None:  # fmt: skip
+                    dtype_bytes: int, tp: int = 1) -> Item | None:  # fmt: skip
     """The largest item of LLaVA (CLIP), PaliGemma (SigLIP) or InternVL (InternViT) tiles
     (``None``: no image or video allowed)."""
     kind = str(config.get("model_type", ""))
@@ -165,13 +171,13 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
         if mm.count("image") <= 0:
             return None
         if vision.get("model_type") == "pixtral" or kind == "mistral3":
-            return _pixtral_item(config, vision, dtype_bytes, out_hidden)
+            return _pixtral_item(config, vision, dtype_bytes, out_hidden, tp)
         if kind == "llava_next":
-            return _anyres_item(config, side, (layer_bytes(width, inner) + values) * dtype_bytes,
-                                values, out_hidden)  # fmt: skip
+            per = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
+            return _anyres_item(config, side, per, values, out_hidden)
         cls = 1 if kind == "llava" else 0
         drop = 1 if cls and config.get("vision_feature_select_strategy") != "full" else 0
-        per = (layer_bytes(width, inner) + values) * dtype_bytes
+        per = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
         return Item("image", side * side + cls - drop, side * side + cls, per, values, out_hidden)
     ratio = float(config.get("downsample_ratio", 0.5))
     tile_tokens = int(side * side * ratio * ratio)
@@ -179,7 +185,7 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
     tiles = int(kwargs.get("max_dynamic_patch", _int(config, "max_dynamic_patch", 12)))
     thumb = kwargs.get("use_thumbnail", config.get("use_thumbnail", True)) is True
     tiles += 1 if thumb and tiles != 1 else 0
-    per = (layer_bytes(width, inner, 8, 4) + values) * dtype_bytes
+    per = (layer_bytes(width, inner, 8, 4, tp=tp) + values) * dtype_bytes
     tile_patches = side * side + 1
     image = Item("image", tiles * tile_tokens, tiles * tile_patches, per, values, out_hidden)
     # Skywork-R1V's config says internvl_chat too (vLLM's SkyworkR1VChatConfig): its
