@@ -25,6 +25,7 @@ from typing import Any
 
 from memacct.devices import DEVICE_PRESETS
 from memacct.errors import InvalidInputError
+from memacct.sim._attrs import ReadOnly
 from memacct.sim._blocks import PrivatePool
 from memacct.sim._errors import InvalidPointerError, SimOutOfMemory, check_size
 from memacct.sim._memory_api import SimMemoryAPI
@@ -178,35 +179,19 @@ class SimDevice:
 
     # ------------------------------------------------------------ readings
 
-    @property
-    def name(self) -> str:
-        """Device name."""
-        return self._name
-
-    @property
-    def preset(self) -> str | None:
-        """The device preset, or ``None`` for a custom capacity."""
-        return self._preset
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The device's lock; hold it to read several values consistently."""
-        return self._lock
-
-    @property
-    def allocator(self) -> CachingAllocator:
-        """The caching allocator (not locked: go through the device from several threads)."""
-        return self._allocator
-
-    @property
-    def api(self) -> SimMemoryAPI:
-        """A ``torch.cuda``-shaped memory module over this device."""
-        return self._api
-
-    @property
-    def total(self) -> int:
-        """Capacity in bytes."""
-        return self._total
+    name = ReadOnly[str]("_name", "Device name.")
+    preset = ReadOnly[str | None](
+        "_preset", "The device preset, or ``None`` for a custom capacity."
+    )
+    lock = ReadOnly[threading.RLock](
+        "_lock", "The device's lock; hold it to read several values consistently."
+    )
+    allocator = ReadOnly[CachingAllocator](
+        "_allocator",
+        "The caching allocator (not locked: go through the device from several threads).",
+    )
+    api = ReadOnly[SimMemoryAPI]("_api", "A ``torch.cuda``-shaped memory module over this device.")
+    total = ReadOnly[int]("_total", "Capacity in bytes.")
 
     @property
     def free_bytes(self) -> int:
