@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from memacct._attrs import ReadOnly
+from memacct.engines.base import KVGroup
 from memacct.models import non_kv_sum
 
 if TYPE_CHECKING:
-    from memacct.engines.base import KVGroup, KVLayout
+    from memacct.engines.base import KVLayout
     from memacct.planner.budget import MemoryBudget
 
 __all__ = ["BUDGET_VIEWS", "FLAT_KEYS", "LAYOUT_VIEWS", "PlanFigures", "flat_plan", "nested_plan"]
@@ -136,111 +138,71 @@ class PlanFigures:
         budget: MemoryBudget | None
         layout: KVLayout
 
-    def _budget_or(self, name: str, empty: Any) -> Any:
-        return empty if self.budget is None else getattr(self.budget, name)
-
-    @property
-    def total_memory(self) -> int | None:
-        """Device memory, bytes (the budget's; ``None`` without one)."""
-        value: int | None = self._budget_or("total_memory", None)
-        return value
-
-    @property
-    def gpu_memory_utilization(self) -> float | None:
-        """The fraction of ``total_memory`` asked for (the budget's)."""
-        value: float | None = self._budget_or("gpu_memory_utilization", None)
-        return value
-
-    @property
-    def non_kv_cache_memory(self) -> int:
-        """Everything charged besides the KV cache (the budget's one sum; 0 without)."""
-        value: int = self._budget_or("non_kv_cache_memory", 0)
-        return value
-
-    @property
-    def weights_memory(self) -> int:
-        """The model's weights (the budget's)."""
-        value: int = self._budget_or("weights_memory", 0)
-        return value
-
-    @property
-    def activation_peak(self) -> int:
-        """The profile run's activation peak (the budget's)."""
-        value: int = self._budget_or("activation_peak", 0)
-        return value
-
-    @property
-    def non_allocator_increase(self) -> int:
-        """Memory outside the allocator gained since the baseline (the budget's)."""
-        value: int = self._budget_or("non_allocator_increase", 0)
-        return value
-
-    @property
-    def cudagraph_memory(self) -> int:
-        """The CUDA-graph memory charged (the budget's)."""
-        value: int = self._budget_or("cudagraph_memory", 0)
-        return value
-
-    @property
-    def retained_memory(self) -> int:
-        """Memory a profile region kept after it ended (the budget's)."""
-        value: int = self._budget_or("retained_memory", 0)
-        return value
+    total_memory = ReadOnly[int | None](
+        "budget.total_memory", "Device memory, bytes (the budget's; ``None`` without one)."
+    )
+    gpu_memory_utilization = ReadOnly[float | None](
+        "budget.gpu_memory_utilization",
+        "The fraction of ``total_memory`` asked for (the budget's).",
+    )
+    non_kv_cache_memory = ReadOnly[int](
+        "budget.non_kv_cache_memory",
+        "Everything charged besides the KV cache (the budget's one sum; 0 without).",
+        empty=0,
+    )
+    weights_memory = ReadOnly[int](
+        "budget.weights_memory", "The model's weights (the budget's).", empty=0
+    )
+    activation_peak = ReadOnly[int](
+        "budget.activation_peak", "The profile run's activation peak (the budget's).", empty=0
+    )
+    non_allocator_increase = ReadOnly[int](
+        "budget.non_allocator_increase",
+        "Memory outside the allocator gained since the baseline (the budget's).",
+        empty=0,
+    )
+    cudagraph_memory = ReadOnly[int](
+        "budget.cudagraph_memory", "The CUDA-graph memory charged (the budget's).", empty=0
+    )
+    retained_memory = ReadOnly[int](
+        "budget.retained_memory",
+        "Memory a profile region kept after it ended (the budget's).",
+        empty=0,
+    )
 
     # ------------------------------------------- the engine's layout, shown, not copied
 
-    @property
-    def block_size(self) -> int:
-        """Tokens per block (after any raise by the engine)."""
-        return self.layout.block_size
-
-    @property
-    def block_bytes(self) -> int:
-        """Bytes one block takes on the rank that limits the pool."""
-        return self.layout.block_bytes
-
-    @property
-    def num_blocks(self) -> int:
-        """The engine's block count (vLLM's ``num_gpu_blocks``)."""
-        return self.layout.num_blocks
-
-    @property
-    def kv_tokens(self) -> int:
-        """The tokens the engine logs ("GPU KV cache size: N tokens")."""
-        return self.layout.kv_tokens
-
-    @property
-    def max_model_len(self) -> int:
-        """The longest request, tokens (after a ``-1`` auto-fit)."""
-        return self.layout.max_model_len
-
-    @property
-    def blocks_per_request(self) -> int:
-        """Blocks one request of ``max_model_len`` takes."""
-        return self.layout.blocks_per_request
-
-    @property
-    def max_concurrency(self) -> float:
-        """The engine's "Maximum concurrency" figure (0 for a plan that does not fit)."""
-        return self.layout.max_concurrency
-
-    @property
-    def max_running_requests(self) -> int | None:
-        """The engine's cap on running requests, where it has one (SGLang)."""
-        return self.layout.max_running_requests
-
-    @property
-    def groups(self) -> tuple[KVGroup, ...]:
-        """The engine's KV-cache groups."""
-        return self.layout.groups
-
-    @property
-    def stage_blocks(self) -> tuple[int, ...]:
-        """Each pipeline stage's block count before the minimum."""
-        return self.layout.stage_blocks
-
-    @property
-    def engine_notes(self) -> tuple[str, ...]:
-        """Rules the engine applied, one sentence each."""
-        return self.layout.notes
+    block_size = ReadOnly[int](
+        "layout.block_size", "Tokens per block (after any raise by the engine)."
+    )
+    block_bytes = ReadOnly[int](
+        "layout.block_bytes", "Bytes one block takes on the rank that limits the pool."
+    )
+    num_blocks = ReadOnly[int](
+        "layout.num_blocks", "The engine's block count (vLLM's ``num_gpu_blocks``)."
+    )
+    kv_tokens = ReadOnly[int](
+        "layout.kv_tokens", 'The tokens the engine logs ("GPU KV cache size: N tokens").'
+    )
+    max_model_len = ReadOnly[int](
+        "layout.max_model_len", "The longest request, tokens (after a ``-1`` auto-fit)."
+    )
+    blocks_per_request = ReadOnly[int](
+        "layout.blocks_per_request", "Blocks one request of ``max_model_len`` takes."
+    )
+    max_concurrency = ReadOnly[float](
+        "layout.max_concurrency",
+        'The engine\'s "Maximum concurrency" figure (0 for a plan that does not fit).',
+    )
+    max_running_requests = ReadOnly[int | None](
+        "layout.max_running_requests",
+        "The engine's cap on running requests, where it has one (SGLang).",
+    )
+    groups = ReadOnly[tuple[KVGroup, ...]]("layout.groups", "The engine's KV-cache groups.")
+    stage_blocks = ReadOnly[tuple[int, ...]](
+        "layout.stage_blocks", "Each pipeline stage's block count before the minimum."
+    )
+    engine_notes = ReadOnly[tuple[str, ...]](
+        "layout.notes", "Rules the engine applied, one sentence each."
+    )
 

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from memacct._attrs import ReadOnly
 from memacct.devices import DEVICE_PRESETS
 from memacct.errors import InvalidInputError
-from memacct.sim._attrs import ReadOnly
 from memacct.sim._blocks import PrivatePool
 from memacct.sim._errors import InvalidPointerError, SimOutOfMemory, check_size
 from memacct.sim._memory_api import SimMemoryAPI
