@@ -124,13 +124,13 @@ def test_an_architecture_without_a_rule_is_refused_naming_it() -> None:
 
 
 def test_a_refusal_is_one_line_under_300_characters_naming_module_and_family() -> None:
-    config = {**load("llama-3.1-8b"), "architectures": ["FlintForCausalLM"],
-              "model_type": "flint"}
+    config = {**load("llama-3.1-8b"), "architectures": ["Step5ForCausalLM"],
+              "model_type": "step5"}
     with pytest.raises(ConfigError) as caught:
         KVCacheSpec.from_hf_config(config)
     message = str(caught.value)
     assert "\n" not in message and len(message) < 300, message
-    for part in ("FlintForCausalLM", "vLLM module flint", "no rule",
+    for part in ("Step5ForCausalLM", "vLLM module step5", "no rule",
                  "--assume-full-attention", "docs/architectures.md"):
         assert part in message
     assert nearest_family("qwen3_5_mtp") == "qwen3_5"

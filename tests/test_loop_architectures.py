@@ -75,3 +75,29 @@ def test_muse_glimmer_derives_its_full_layers_from_the_last_one() -> None:
     spec = KVCacheSpec.from_hf_config(raw)
     full = [x.layer for x in spec.layers if x.kind == "full"]
     assert full == list(range(3, 52, 4)) and len(spec.layers) == 52
+
+
+def test_flint_is_full_unless_layer_types_slide() -> None:
+    base = {"architectures": ["FlintForCausalLM"], "model_type": "flint", "hidden_size": 2048,
+            "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "head_dim": 128, "vocab_size": 1000, "max_position_embeddings": 8192}
+    assert kinds(KVCacheSpec.from_hf_config(base)) == {("full", None, 128): 4}
+    hybrid = {**base, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    assert kinds(KVCacheSpec.from_hf_config(hybrid)) == {("sliding", 513, 128): 3,
+                                                         ("full", None, 128): 1}
+
+
+def test_domyn_edge_reads_per_layer_windows_and_head_sizes() -> None:
+    spec = KVCacheSpec.from_hf_config(config("domyn-edge-synthetic"))
+    assert kinds(spec) == {("sliding", 512, 64): 6, ("full", None, 128): 2}
+    mixed = config("domyn-edge-synthetic", per_layer_config={"0": {"head_dim": 32}})
+    with pytest.raises(ConfigError, match="more than one head_dim"):
+        KVCacheSpec.from_hf_config(mixed)
+
+
+def test_hy_v4_plans_dense_mla_and_refuses_sparse_layers() -> None:
+    spec = KVCacheSpec.from_hf_config(config("hy-v4-default"))
+    assert {x.kind for x in spec.layers} == {"mla"} and len(spec.layers) == 34
+    sparse = config("hy-v4-default", layer_types=["deepseek_sparse_attention"] * 34)
+    with pytest.raises(ConfigError, match="deepseek_sparse_attention"):
+        KVCacheSpec.from_hf_config(sparse)

@@ -89,6 +89,8 @@ VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
     "step-3-text-default": ("vllm.transformers_utils.configs.step3_vl", "Step3TextConfig",
                             "Step3TextForCausalLM"),
     "dory-default": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
+    "hy-v4-default": ("vllm.transformers_utils.configs.hy_v4", "HYV4Config", "HYV4ForCausalLM"),
+    "beam-default": ("vllm.transformers_utils.configs.beam", "BeamConfig", "BeamForCausalLM"),
     "dory-looped": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
 }
 
@@ -145,6 +147,24 @@ SYNTHETIC: dict[str, tuple[str, str, dict[str, Any]]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "iquest-loopcoder-full-synthetic": ("iquest_loopcoder", "IQuestLoopCoderForCausalLM", {
         **_LAYERS8, "loop_num": 2, "loop_window_size": 128,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # Every layer MoE (decoder_sparse_step 1) with MoVA attention but layer 0 (mlp_only_layers):
+    # both attention classes of k2_horizon.py build the same standard Attention.
+    "k2-horizon-synthetic": ("k2_horizon", "K2HorizonForCausalLM", {
+        **_LAYERS8, "head_dim": 128, "rope_head_dim": 64, "num_experts": 16,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 1024, "num_shared_experts": 1,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0], "mova_num_experts": 4,
+        "mova_num_experts_per_tok": 2, "moe_gate_bias": True, "router_score_func": "sigmoid",
+        "router_scaling_factor": 1.0, "norm_topk_prob": True, "query_key_norm": True,
+        "attention_gate_func": "sigmoid", "layernorm_num_groups": 1,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # Windows (511, 0): 512 keys; full layers (-1, -1) of head_dim 128 (transformers'
+    # heterogeneous per_layer_config overrides), sliding ones of the global 64.
+    "domyn-edge-synthetic": ("domyn_edge", "DomynEdgeForCausalLM", {
+        **_LAYERS8, "num_key_value_heads": 8,
+        "window_sizes": [[511, 0], [511, 0], [511, 0], [-1, -1]] * 2,
+        "head_dim": 64, "per_layer_config": {"3": {"head_dim": 128}, "7": {"head_dim": 128}},
+        "position_layers": ["rope", "rope", "rope", "nope"] * 2,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "plamo3-synthetic": ("plamo3", "Plamo3ForCausalLM", {
         **_LAYERS8, "head_dim": 128, "sliding_window": [2048, 2048, 2048, None] * 2,

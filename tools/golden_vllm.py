@@ -320,12 +320,17 @@ def main() -> int:
     parser.add_argument("--generic-configs", nargs="*", default=[],
                         help="model types read as a plain PretrainedConfig (remote-code "
                              "config classes)")
+    parser.add_argument("--stub-packages", nargs="*", default=[],
+                        help="packages this env lacks that a model file imports at build "
+                             "time (flashinfer for Flint): empty stand-in modules")
     parser.add_argument("--stub-vision", action="store_true",
                         help="stand in for torchvision (text classes of multimodal files)")
     args = parser.parse_args()
     if args.merge:
         return merge_tables([Path(p) for p in args.merge], Path(args.out))
     v = import_vllm(args.vllm_src, stub_vision=args.stub_vision)
+    if args.stub_packages:
+        stub_vision_packages(*args.stub_packages)
     register_generic_configs(args.generic_configs)
     if not str(v["version"]).startswith("0.33"):
         print(f"warning: vLLM {v['version']} imported, expected 0.33", file=sys.stderr)

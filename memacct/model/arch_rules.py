@@ -214,6 +214,30 @@ RULES: dict[str, Rule] = {
                                                             ("head_dim", 128)),
                          note="KV cache of its text part; the vision encoder's start-up is "
                               "not modelled"),
+    # k2_horizon.py: K2HorizonAttention and K2HorizonMoVAAttention (MoE layers when
+    # mova_num_experts > 0) both build Attention(num_key_value_heads, head_dim or hidden //
+    # heads); no layer_types, so CacheConfig's sliding_window, if any, applies to all.
+    "k2_horizon": Rule("decoder", "exact", f"{_MODELS}/k2_horizon.py (remote-code config: "
+                       "run on a synthetic one)"),
+    # domyn_edge.py: per-layer windows and head sizes; DomynEdgeForCausalLM is not SupportsPP.
+    "domyn_edge": Rule("domyn_edge", "exact", f"{_MODELS}/domyn_edge.py (remote-code config: "
+                       "run on a synthetic one; per_layer_config as transformers' heterogeneous "
+                       "overrides)", frozenset({"window_sizes", "per_layer_config",
+                                                "position_layers"}), pipeline_parallel=False),
+    # vllm/models/beam: BeamAttention slides where layer_types says (BeamConfig: all, over
+    # 4096), head_dim or hidden // heads; the model clears CacheConfig.sliding_window.
+    "beam": Rule("decoder", "exact", "vllm/models/beam/nvidia/{model,attention}.py; vLLM's "
+                 "BeamConfig", defaults=(("sliding_window", 4096),)),
+    # FlintAttention asserts the FlashInfer backend, which the golden generator cannot build.
+    "flint": Rule("flint", "partial", "vllm/models/flint/model.py (read, not run); vLLM's "
+                  "FlintConfig", defaults=(("sliding_window", 513),),
+                  note="windows and heads read in flint/model.py; no golden rows (it needs "
+                       "the FlashInfer backend, absent where vLLM's code ran)"),
+    # vllm/models/hy_v4: MLA (kv_lora_rank) in every layer; sparse (DSA, an indexer cache)
+    # only where layer_types names a sparse kind, which this rule refuses (_typed).
+    "hy_v4": Rule("decoder", "exact", "vllm/models/hy_v4/nvidia/attention.py (HYV4MLAAttention); "
+                  "vLLM's HYV4Config", frozenset({"v_head_dim"}), note="dense MLA; refused "
+                  "where layer_types lists sparse (DSA) layers"),
     # vLLM 0.33 runs these architectures through its Transformers backend
     # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
     "transformers": Rule(

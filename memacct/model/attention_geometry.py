@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from memacct.errors import ConfigError
 from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelConfig
+from memacct.model.loop_layouts import domyn_heads, domyn_kinds
 
 __all__ = ["ATTENTION_GEOMETRY", "KVHeadsPerRank", "gemma4_layer_types"]
 
@@ -101,6 +102,24 @@ def _loopcoder_attention(cfg: ModelConfig, head: int, kv_heads: int,
     return {"full": geometry, "sliding": geometry}
 
 
+def _domyn_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                     ) -> dict[str, tuple[int, int, int]]:
+    """DomynEdge (domyn_edge.py): ``num_key_value_heads`` of ``per_layer_config[i].head_dim``;
+    one head size per kind (full, sliding) is sized, more is refused."""
+    n = cfg.required(("num_hidden_layers",), MAX_LAYERS)
+    sizes: dict[str, set[int]] = {}
+    for (kind, _), size in zip(domyn_kinds(cfg, n), domyn_heads(cfg, n), strict=True):
+        sizes.setdefault(kind, set()).add(size)
+    if any(len(v) > 1 for v in sizes.values()):
+        raise ConfigError(
+            f"{cfg.source}: per_layer_config gives layers of one kind more than one head_dim "
+            f"({sizes}), which memacct's DomynEdge rule does not size: fix per_layer_config"
+        )
+    geometry = {kind: (per_rank(kv_heads), min(v), min(v)) for kind, v in sizes.items()}
+    # spec_fields reports the full layers' geometry; an all-sliding model reports its own.
+    return {"full": geometry.get("full", geometry["sliding"]), **geometry}
+
+
 # Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
 # KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
 ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
@@ -110,4 +129,5 @@ ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
     "step3": _step3_attention,
     "hrm_text": _hrm_attention,
     "loopcoder": _loopcoder_attention,
+    "domyn_edge": _domyn_attention,
 }

@@ -130,6 +130,15 @@ NOT_CACHE_SHAPING: dict[str, str] = {
 MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
     "nemotron_h": {"block_configs": "nemotron_h.py reads it for the largest expert count "
                                     "of puzzle models (MoE), not for layers' caches"},
+    "flint": {"no_rope_layer_indices": "layers without RoPE (flint/model.py builds no rotary "
+                                       "embedding there); their Attention is the same"},
+    # hy_v4: the index_* keys size the indexer cache of sparse (DSA) layers only, and the
+    # rule refuses a config whose layer_types lists one.
+    "hy_v4": dict.fromkeys(("index_head_dim", "index_n_heads", "index_skip_topk_offset",
+                            "index_topk_freq", "index_topk_pattern"),
+                           "sparse (DSA) layers only, which the HY-V4 rule refuses"),
+    "k2_horizon": {"rope_head_dim": "the rotary part of each head (k2_horizon.py folds its "
+                                    "channel order into q/k): the cache keeps head_dim"},
     "zamba2": {"hybrid_layer_ids": "which shared block a hybrid layer runs (weights); the "
                                    "hybrid layers are those of layers_block_type"},
 }

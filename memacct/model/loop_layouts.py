@@ -17,6 +17,12 @@ layer, one module kind per run, as the model file builds them (vLLM 0.33):
   (the model refuses pipeline parallelism, so no stage split depends on it).
 * Muse-Glimmer (``muse_glimmer.py``): sliding or full per ``layer_types``, which
   ``MuseGlimmerTextConfig`` derives counting back from the last layer (every 4th full).
+* Flint (``vllm/models/flint/model.py``): sliding where ``layer_types`` says so, over
+  ``sliding_window`` tokens (the current one counted); FlintConfig's default is all full.
+* DomynEdge (``domyn_edge.py``), one run a layer but read per layer: ``window_sizes[i][0]``
+  ``w > 0`` slides over ``w + 1`` keys (HF's window ``(w, 0)``), else full; the head size is
+  ``per_layer_config[i].head_dim``, the layer's override or ``head_dim``
+  (``memacct/model/attention_geometry.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections.abc import Callable
 from memacct.errors import ConfigError
 from memacct.model.config import MAX_LAYERS, MAX_POSITIONS, ModelConfig
 
-__all__ = ["LOOP_LAYOUTS", "MAX_LOOPS"]
+__all__ = ["LOOP_LAYOUTS", "MAX_LOOPS", "domyn_heads", "domyn_kinds"]
 
 Kind = tuple[str, int | None]
 # A bound on loops / cycles a config may ask for (vLLM builds one module per run).
@@ -86,17 +92,55 @@ def _dory(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return layers
 
 
+def _cache_window(cfg: ModelConfig) -> int | None:
+    """``CacheConfig.sliding_window`` (vllm/engine/arg_utils.py): the config's
+    ``sliding_window`` when it lists no ``layer_types`` (0 is none: vllm/config/model.py);
+    an ``Attention`` given no window of its own slides over it."""
+    kinds = cfg.get("layer_types")
+    if isinstance(kinds, list) and any(k != "sliding_attention" for k in kinds):
+        return None
+    return cfg.integer(("sliding_window",), MAX_POSITIONS, low=0) or None
+
+
+def domyn_kinds(cfg: ModelConfig, n: int) -> list[Kind]:
+    """DomynEdge's kind per layer from ``window_sizes`` (``[left, right]`` per layer)."""
+    windows = cfg.get("window_sizes")
+    if not isinstance(windows, list) or len(windows) != n:
+        raise ConfigError(f"{cfg.source}: window_sizes must list one [left, right] window per "
+                          f"layer ({n}): fix window_sizes")
+    kinds: list[Kind] = []
+    fallback = _cache_window(cfg)
+    for i, pair in enumerate(windows):
+        left = pair[0] if isinstance(pair, list) and pair else pair
+        if not isinstance(left, int) or isinstance(left, bool) or left > MAX_POSITIONS:
+            raise ConfigError(f"{cfg.source}: window_sizes[{i}] = {pair!r} is not a [left, "
+                              f"right] pair of token counts: fix window_sizes")
+        window = left + 1 if left > 0 else fallback
+        kinds.append(("sliding", window) if window else _FULL)
+    return kinds
+
+
+def domyn_heads(cfg: ModelConfig, n: int) -> list[int]:
+    """``per_layer_config[i].head_dim`` of each DomynEdge layer: transformers' heterogeneous
+    config (``integrations/heterogeneity``) maps a layer index to its overrides; a layer
+    without one keeps the global ``head_dim``."""
+    per = cfg.get("per_layer_config") or {}
+    head = cfg.required(("head_dim",), 1 << 20)
+    if not isinstance(per, dict) or not all(str(k).isdigit() and int(k) < n for k in per):
+        raise ConfigError(f"{cfg.source}: per_layer_config must map layer indices below {n} "
+                          f"to their overrides: fix per_layer_config")
+    overrides = {int(k): v for k, v in per.items()}
+    heads = [(overrides.get(i) or {}).get("head_dim", head) for i in range(n)]
+    return [cfg.check_int(f"per_layer_config[{i}].head_dim", h, high=1 << 20)
+            for i, h in enumerate(heads)]
+
+
 def _loopcoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     """IQuest-LoopCoder: loop 0 keeps the model's own cache; loops 1.. slide over
     ``loop_window_size`` (class default 64, its getattr default)."""
     loops = cfg.integer(("loop_num",), MAX_LOOPS) or 2
     window = cfg.integer(("loop_window_size",), MAX_POSITIONS) or 64
-    # vllm/engine/arg_utils.py: CacheConfig.sliding_window is the config's sliding_window
-    # when it lists no layer_types (0 is none: vllm/config/model.py); loop 0 reads it.
-    first = cfg.integer(("sliding_window",), MAX_POSITIONS, low=0)
-    kinds = cfg.get("layer_types")
-    if kinds is not None and any(k != "sliding_attention" for k in kinds or []):
-        first = None
+    first = _cache_window(cfg)  # loop 0 keeps the model's cache_config
     loop0: Kind = ("sliding", first) if first else _FULL
     return [[loop0] + [("sliding", window)] * (loops - 1) for _ in range(n)]
 
@@ -118,9 +162,18 @@ def _muse_glimmer(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return [[("sliding", window) if t == "sliding_attention" else _FULL] for t in types]
 
 
+def _flint(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Flint: ``layer_types`` as written, else all full (FlintConfig)."""
+    types = _layer_types(cfg, n, ["full_attention"] * n, {"full_attention", "sliding_attention"})
+    window = _window(cfg) if "sliding_attention" in types else None
+    return [[("sliding", window) if t == "sliding_attention" else _FULL] for t in types]
+
+
 LOOP_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {
     "dory": _dory,
     "loopcoder": _loopcoder,
     "hrm_text": _hrm_text,
     "muse_glimmer": _muse_glimmer,
+    "flint": _flint,
+    "domyn_edge": lambda cfg, n: [[kind] for kind in domyn_kinds(cfg, n)],
 }
