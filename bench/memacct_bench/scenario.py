@@ -293,21 +293,19 @@ def find_oracle(
     return Oracle(num_blocks=low, kv_bytes=low * setup.block_bytes, replays=replays)
 
 
+_ENGINE_START_SETTINGS = (
+    "device", "allocator", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
+    "kv_cache_dtype", "context_bytes", "other_process_bytes", "block_size", "max_model_len",
+)  # fmt: skip
+"""The scenario's settings the simulated engine start takes under the same names."""
+
+
 def start_engine(scenario: Scenario, truth_source: TruthSource | str) -> EngineStart:
     """Start the engine on the scenario's device and profile it with memacct."""
     return simulate_engine_start(
         scenario.model_config_dict(),
-        device=scenario.device,
-        allocator=scenario.allocator,
-        max_num_batched_tokens=scenario.max_num_batched_tokens,
-        max_num_seqs=scenario.max_num_seqs,
-        tensor_parallel_size=scenario.tensor_parallel_size,
-        kv_cache_dtype=scenario.kv_cache_dtype,
+        **{name: getattr(scenario, name) for name in _ENGINE_START_SETTINGS},
         truth_source=str(TruthSource.parse(truth_source)),
-        context_bytes=scenario.context_bytes,
-        other_process_bytes=scenario.other_process_bytes,
-        block_size=scenario.block_size,
-        max_model_len=scenario.max_model_len,
         serving_role=scenario.role,
     )
 

@@ -20,6 +20,12 @@ from memacct.planner.refusals import device_of
 
 __all__ = ["MemoryBudget", "batch_defaults_for", "profile_budget"]
 
+_ESTIMATE_TERMS = (
+    "total_memory", "gpu_memory_utilization", "weights_memory", "activation_peak",
+    "non_allocator_increase", "sampler", "max_num_batched_tokens", "max_num_seqs",
+)  # fmt: skip
+"""The terms a budget takes from a start-up estimate under the same names."""
+
 
 class MemoryBudget(BaseModel):
     """What one rank holds besides its KV cache, and what the engine lets it hold in all.
@@ -90,19 +96,12 @@ class MemoryBudget(BaseModel):
         """The budget of an engine's start-up estimate (``engines/<engine>/startup.py``)."""
         return cls(
             source="estimate",
-            total_memory=est.total_memory,
-            gpu_memory_utilization=est.gpu_memory_utilization,
+            **{name: getattr(est, name) for name in _ESTIMATE_TERMS},
             target_allocation=est.requested_memory,
-            weights_memory=est.weights_memory,
-            activation_peak=est.activation_peak,
-            non_allocator_increase=est.non_allocator_increase,
             cudagraph_memory=est.cudagraph_memory if est.cudagraph_charged else 0,
             cudagraph_estimate=est.cudagraph_memory,
             weights_source=est.weights.source,
             quantization=est.weights.quantization,
-            sampler=est.sampler,
-            max_num_batched_tokens=est.max_num_batched_tokens,
-            max_num_seqs=est.max_num_seqs,
             enforce_eager=enforce_eager,
             device=device,
             device_label=device_label,
