@@ -32,6 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from memacct._attrs import ReadOnly
 from memacct.engines.base import KVBlock, KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
 from memacct.model.layers import LayerSpec
@@ -62,23 +63,10 @@ class Page:
     page_bytes: int
     prefix_caching: bool = True
 
-    @property
-    def layer(self) -> int:
-        """The decoder layer the module belongs to (for the pipeline split)."""
-        return self.spec.layer
-
-    @property
-    def kind(self) -> str:
-        """The spec's kind: full, sliding, chunked, mla, cross or mamba."""
-        return self.spec.kind
-
-    @property
-    def window(self) -> int | None:
-        return self.spec.window
-
-    @property
-    def chunk(self) -> int | None:
-        return self.spec.chunk
+    layer = ReadOnly[int]("spec.layer", "The decoder layer the module belongs to (pipeline split).")
+    kind = ReadOnly[str]("spec.kind", "The spec's kind: full, sliding, chunked, mla, cross, mamba.")
+    window = ReadOnly[int | None]("spec.window", "Tokens a sliding layer sees, else ``None``.")
+    chunk = ReadOnly[int | None]("spec.chunk", "A chunked local layer's chunk, else ``None``.")
 
     @property
     def key(self) -> tuple[object, ...]:
