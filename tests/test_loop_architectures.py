@@ -101,3 +101,21 @@ def test_hy_v4_plans_dense_mla_and_refuses_sparse_layers() -> None:
     sparse = config("hy-v4-default", layer_types=["deepseek_sparse_attention"] * 34)
     with pytest.raises(ConfigError, match="deepseek_sparse_attention"):
         KVCacheSpec.from_hf_config(sparse)
+
+
+def test_minimax_m3_keeps_a_bf16_indexer_key_beside_its_sparse_layers() -> None:
+    spec = KVCacheSpec.from_hf_config(config("minimax-m3-default"))
+    indexer = [x for x in spec.layers if x.kind == "mla"]
+    # sparse_attention_freq: the first 3 layers dense, 57 sparse; one bf16 key of 128.
+    assert [x.layer for x in indexer] == list(range(3, 60))
+    assert {x.bytes_per_token for x in indexer} == {256}
+    fp8 = KVCacheSpec.from_hf_config(config("minimax-m3-default"), kv_cache_dtype="fp8")
+    assert {x.bytes_per_token for x in fp8.layers if x.kind == "mla"} == {256}
+    # vLLM groups MLA specs with full attention (one uniform group): 2 GiB at block 16
+    # holds 2^31 // (16 x (60 x 2048 + 57 x 256)) blocks, as its own code plans (976).
+    from memacct.engines import get_engine
+    from memacct.engines.base import KVSettings
+
+    layout = get_engine("vllm").kv.plan(spec, 2 << 30, KVSettings(block_size=16,
+                                                                  max_model_len=8192))
+    assert layout.num_blocks == (2 << 30) // (16 * (60 * 2048 + 57 * 256)) == 976

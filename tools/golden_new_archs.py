@@ -90,6 +90,8 @@ VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
                             "Step3TextForCausalLM"),
     "dory-default": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
     "hy-v4-default": ("vllm.transformers_utils.configs.hy_v4", "HYV4Config", "HYV4ForCausalLM"),
+    "minimax-m3-default": ("vllm.transformers_utils.configs.minimax_m3", "MiniMaxM3Config",
+                           "MiniMaxM3SparseForCausalLM"),
     "beam-default": ("vllm.transformers_utils.configs.beam", "BeamConfig", "BeamForCausalLM"),
     "dory-looped": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
 }

@@ -238,6 +238,9 @@ RULES: dict[str, Rule] = {
     "hy_v4": Rule("decoder", "exact", "vllm/models/hy_v4/nvidia/attention.py (HYV4MLAAttention); "
                   "vLLM's HYV4Config", frozenset({"v_head_dim"}), note="dense MLA; refused "
                   "where layer_types lists sparse (DSA) layers"),
+    "minimax_m3": Rule("minimax_m3", "exact", "vllm/models/minimax_m3/nvidia/model.py, "
+                       "common/indexer.py; vLLM's MiniMaxM3TextConfig",
+                       frozenset({"sparse_attention_config"})),
     # vLLM 0.33 runs these architectures through its Transformers backend
     # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
     "transformers": Rule(
@@ -333,7 +336,7 @@ _TEXT_TYPES = {
     "qwen2_5_omni_text": "qwen2", "qwen2_5_omni_thinker": "qwen2",
     "qwen3_omni_moe_text": "qwen3_moe", "qwen3_omni_moe_thinker": "qwen3_moe",
     "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5", "qwen3_5_moe": "qwen3_5",
-    "gemma4_text": "gemma4", "muse_glimmer_text": "muse_glimmer",
+    "gemma4_text": "gemma4", "muse_glimmer_text": "muse_glimmer", "minimax_m3_text": "minimax_m3",
 }  # fmt: skip
 
 

@@ -137,6 +137,10 @@ MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
     "hy_v4": dict.fromkeys(("index_head_dim", "index_n_heads", "index_skip_topk_offset",
                             "index_topk_freq", "index_topk_pattern"),
                            "sparse (DSA) layers only, which the HY-V4 rule refuses"),
+    # minimax_m3: only the ROCm model file (amd/model.py) reads these, for cross-layer index
+    # sharing; the CUDA one (nvidia/model.py) that this rule follows does not.
+    "minimax_m3": dict.fromkeys(("index_skip_topk_offset", "index_topk_freq", "use_index_cache"),
+                                "read by minimax_m3/amd/model.py only (ROCm index sharing)"),
     "k2_horizon": {"rope_head_dim": "the rotary part of each head (k2_horizon.py folds its "
                                     "channel order into q/k): the cache keeps head_dim"},
     "zamba2": {"hybrid_layer_ids": "which shared block a hybrid layer runs (weights); the "

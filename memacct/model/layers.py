@@ -208,7 +208,8 @@ class SparseIndexerCache(MLAAttention):
     """DeepSeek-V3.2's indexer K cache (``DeepseekV32IndexerCache`` in vLLM's
     ``deepseek_v2.py``): one uint8 row of ``index_head_dim`` fp8 values plus a 4-byte scale
     per 128 of them, per token, on every rank. vLLM plans it as an MLA spec (the indexer
-    role) beside the layer's sparse-MLA latent, in the same block pool."""
+    role) beside the layer's sparse-MLA latent, in the same block pool. MiniMax-M3's
+    ``MiniMaxM3IndexerCache`` is one too: a bf16 key of ``sparse_index_dim`` per token."""
 
     kind: ClassVar[str] = "mla"
 

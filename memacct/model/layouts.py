@@ -480,8 +480,9 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
                                   checkpoints=geo.state_checkpoints))
             elif kind == "none":
                 layers.append(NoCache(layer=i))
-            elif kind == "indexer" and size is not None:
-                layers.append(SparseIndexerCache(layer=i, latent_size=size, dtype_bytes=1))
+            elif kind in ("indexer", "indexer_bf16") and size is not None:  # bf16: MiniMax-M3
+                layers.append(SparseIndexerCache(layer=i, latent_size=size,
+                                                 dtype_bytes=2 if kind == "indexer_bf16" else 1))
             else:
                 target: int | None = None
                 if i >= first_shared:

@@ -19,6 +19,7 @@ layer, one module kind per run, as the model file builds them (vLLM 0.33):
   ``MuseGlimmerTextConfig`` derives counting back from the last layer (every 4th full).
 * Flint (``vllm/models/flint/model.py``): sliding where ``layer_types`` says so, over
   ``sliding_window`` tokens (the current one counted); FlintConfig's default is all full.
+* MiniMax-M3 (``vllm/models/minimax_m3``): an indexer key cache beside the sparse layers'.
 * DomynEdge (``domyn_edge.py``), one run a layer but read per layer: ``window_sizes[i][0]``
   ``w > 0`` slides over ``w + 1`` keys (HF's window ``(w, 0)``), else full; the head size is
   ``per_layer_config[i].head_dim``, the layer's override or ``head_dim``
@@ -169,11 +170,28 @@ def _flint(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return [[("sliding", window) if t == "sliding_attention" else _FULL] for t in types]
 
 
+def _minimax_m3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """MiniMax-M3 (vllm/models/minimax_m3/nvidia/model.py): GQA attention in every layer; where
+    ``sparse_attention_config.sparse_attention_freq[i]`` is non-zero, also the indexer's bf16
+    key cache of ``sparse_index_dim`` (common/indexer.py; ``indexer_kv_dtype`` auto is bf16)."""
+    sparse = cfg.get("sparse_attention_config") or {}
+    freq = sparse.get("sparse_attention_freq") if isinstance(sparse, dict) else None
+    if freq is None:
+        return [[_FULL] for _ in range(n)]
+    if not isinstance(freq, list) or len(freq) != n:
+        raise ConfigError(f"{cfg.source}: sparse_attention_config.sparse_attention_freq must "
+                          f"give each of the {n} layers a 0 or 1: fix it")
+    dim = cfg.check_int("sparse_attention_config.sparse_index_dim",
+                        sparse.get("sparse_index_dim"), high=1 << 20)
+    return [[_FULL, ("indexer_bf16", dim)] if f else [_FULL] for f in freq]
+
+
 LOOP_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {
     "dory": _dory,
     "loopcoder": _loopcoder,
     "hrm_text": _hrm_text,
     "muse_glimmer": _muse_glimmer,
     "flint": _flint,
+    "minimax_m3": _minimax_m3,
     "domyn_edge": lambda cfg, n: [[kind] for kind in domyn_kinds(cfg, n)],
 }

@@ -144,7 +144,12 @@ def _uniform_type(pages: Sequence[Page]) -> bool:
     first = pages[0]
     if first.kind == "mamba":
         return all(p.key == first.key for p in pages)
-    return all((p.kind, p.window, p.chunk) == (first.kind, first.window, first.chunk)
+    # vLLM's KVCacheSpecRegistry (single_type_kv_cache_manager.py register_all_kvcache_specs):
+    # MLAAttentionSpec's uniform-type base is FullAttentionSpec (MiniMax-M3: GQA + indexer).
+    def base(kind: str) -> str:
+        return "full" if kind == "mla" else kind
+
+    return all((base(p.kind), p.window, p.chunk) == (base(first.kind), first.window, first.chunk)
                for p in pages)
 
 
