@@ -292,6 +292,13 @@ REFUSED: dict[str, str] = {
     "hunyuan_vision": "HunYuan's text part: no rule yet",
     "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
+    # Read in vLLM 0.33 (vllm/models/<module>), not sized: caches kinds memacct has no spec of.
+    **dict.fromkeys(("deepseek_v4", "deepseek_v41"), "compressed sparse MLA (tokens_per_state "
+                    "latents, compressor and SWA caches of their own block size): no rule yet"),
+    "glm5next": "a kpool-compressed indexer, a circular tail buffer and KDA states: no rule yet",
+    "qwen4_exp": "QSA circular buffers, MLA and Mamba states: no rule yet",
+    "step5": "8-token summary states and a circular tail ring beside its attention: no rule yet",
+    "inkling": "a short-conv state paged as a sliding window of its own block size: no rule yet",
 }
 # Multimodal modules whose text part is a text_config (or the top level) of a model type
 # with a rule of its own: planned through that rule, the encoder's start-up left out. The
