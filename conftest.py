@@ -19,3 +19,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+_DEEPSEEK_INT_KEYS = ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace")
+_NOT_INTS = {"string": "x", "list": [4], "object": {}}
+
+
+@pytest.fixture(
+    params=[(key, value) for key in _DEEPSEEK_INT_KEYS for value in _NOT_INTS.values()],
+    ids=[f"{key}-{kind}" for key in _DEEPSEEK_INT_KEYS for kind in _NOT_INTS],
+)
+def deepseek_key_of_the_wrong_type(request: pytest.FixtureRequest) -> tuple[str, object]:
+    """(key, value): one of the DeepSeek config keys the forward pass reads as an integer
+    (MLA ranks and head sizes, the first dense layers) with a value that is not one; the
+    core's and the harness's trials both check it is refused by name."""
+    pair: tuple[str, object] = request.param
+    return pair

@@ -30,12 +30,10 @@ def small_scenario() -> dict[str, object]:
     return data
 
 
-@pytest.mark.parametrize("key", ["q_lora_rank", "qk_nope_head_dim", "v_head_dim",
-                                 "first_k_dense_replace"])  # fmt: skip
-@pytest.mark.parametrize("value", ["x", [4], {}], ids=["string", "list", "object"])
 def test_scenario_with_a_deepseek_key_of_the_wrong_type_is_a_config_error(
-    key: str, value: object
+    deepseek_key_of_the_wrong_type: tuple[str, object],
 ) -> None:
+    key, value = deepseek_key_of_the_wrong_type
     data = {**small_scenario(), "model": {**load_model_preset("deepseek-v2-lite"), key: value}}
     scenario = Scenario.from_dict(data, source="scenario s.json")
     with pytest.raises(ConfigError, match=re.escape(f"{key} must be an integer, got {value!r}")):
