@@ -235,12 +235,13 @@ def _stage_of(layers: Sequence[LayerSpec], stages: Sequence[int]) -> int:
 
 
 class _Dtypes(NamedTuple):
-    """The dtypes a spec is sized in: the model's (float32 served as bfloat16), the KV cache's."""
+    """The dtypes a spec is sized in: the model's (float32 served as bfloat16), the KV cache's;
+    named as the spec's fields, which take them as they are."""
 
     dtype: str | None
     dtype_bytes: int | None
     kv_dtype: str
-    kv_bytes: int
+    kv_dtype_bytes: int
 
 
 class _Attention(NamedTuple):
@@ -282,7 +283,7 @@ def spec_fields(
     _note_unplanned(cfg, rule, att.kind == "mla")
     model_bytes = dtypes.dtype_bytes or 2
     ssm_bytes = ssm_dtype_bytes(cfg, model_bytes)
-    geo = Geometry(tp=tp, hidden=hidden, kv_bytes=dtypes.kv_bytes, model_bytes=model_bytes,
+    geo = Geometry(tp=tp, hidden=hidden, kv_bytes=dtypes.kv_dtype_bytes, model_bytes=model_bytes,
                    ssm_bytes=ssm_bytes, attention=att.geometry, latent=att.latent,
                    latent_row_bytes=att.row_bytes, state_checkpoints=rule.prefix_caching)
     layers = build_layers(cfg, rule.layout, num_layers, geo)
@@ -296,10 +297,7 @@ def spec_fields(
         model_name=name,
         model_type=cfg.model_type,
         attention=att.kind,
-        kv_dtype=dtypes.kv_dtype,
-        kv_dtype_bytes=dtypes.kv_bytes,
-        dtype=dtypes.dtype,
-        dtype_bytes=dtypes.dtype_bytes,
+        **dtypes._asdict(),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         pipeline_stage=stage,
