@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["ReadOnly"]
+__all__ = ["ReadOnly", "same_named"]
 
 T = TypeVar("T")
+
+
+def same_named(source: object, *names: str) -> dict[str, Any]:
+    """``{name: source.<name>}`` for each of ``names``: the keywords of a record that takes
+    these figures from ``source`` under the same names (``**same_named(est, "weights")``)."""
+    return {name: getattr(source, name) for name in names}
 
 
 class ReadOnly(Generic[T]):

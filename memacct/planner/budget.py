@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from memacct._attrs import same_named
 from memacct.checks import FROZEN
 from memacct.engines.base import Engine
 from memacct.models import ProfileResult, non_kv_sum
@@ -96,7 +97,7 @@ class MemoryBudget(BaseModel):
         """The budget of an engine's start-up estimate (``engines/<engine>/startup.py``)."""
         return cls(
             source="estimate",
-            **{name: getattr(est, name) for name in _ESTIMATE_TERMS},
+            **same_named(est, *_ESTIMATE_TERMS),
             target_allocation=est.requested_memory,
             cudagraph_memory=est.cudagraph_memory if est.cudagraph_charged else 0,
             cudagraph_estimate=est.cudagraph_memory,

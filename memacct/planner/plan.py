@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memacct._attrs import same_named
 from memacct._log import logger
 from memacct._version import __version__
 from memacct.checks import check_fraction, check_int, check_optional_int, check_type
@@ -410,16 +411,12 @@ def make_plan(
     if budget is not None and budget.source == "estimate":
         notes = budget.notes
     return KVCachePlan(
-        engine=layout.engine,
-        engine_version=layout.engine_version,
+        **same_named(layout, "engine", "engine_version", "request_bytes"),
+        **same_named(settings, "max_num_batched_tokens", "max_num_seqs", "async_scheduling"),
         target_allocation=target,
         kv_cache_bytes=kv_bytes,
         num_tokens=layout.num_blocks * layout.block_size,
         kv_cache_used_bytes=layout.used_bytes,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-        async_scheduling=settings.async_scheduling,
-        request_bytes=layout.request_bytes,
         layout=layout,
         profile_duration_s=None if result is None else result.duration_s,
         spec=spec,
