@@ -26,7 +26,8 @@ class ReadOnly(Generic[T]):
     """
 
     def __init__(self, path: str, doc: str, *, empty: Any = None) -> None:
-        self._path = tuple(path.split("."))
+        self.path = tuple(path.split("."))
+        """The attribute names read in turn."""
         self._empty = empty
         self.__doc__ = doc
 
@@ -40,11 +41,11 @@ class ReadOnly(Generic[T]):
         if obj is None:
             return self
         value: Any = obj
-        for name in self._path:
+        for name in self.path:
             if value is None:
                 return self._empty  # type: ignore[no-any-return]
             value = getattr(value, name)
         return value  # type: ignore[no-any-return]
 
     def __set__(self, obj: object, value: T) -> None:
-        raise AttributeError(f"{self._path[-1].lstrip('_')} is read-only")
+        raise AttributeError(f"{self.path[-1].lstrip('_')} is read-only")

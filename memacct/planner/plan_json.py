@@ -29,20 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BUDGET_VIEWS", "FLAT_KEYS", "LAYOUT_VIEWS", "PlanFigures", "flat_plan", "nested_plan"]
 
-LAYOUT_VIEWS: dict[str, str] = {
-    "block_size": "block_size", "block_bytes": "block_bytes", "num_blocks": "num_blocks",
-    "kv_tokens": "kv_tokens", "max_model_len": "max_model_len",
-    "blocks_per_request": "blocks_per_request", "max_concurrency": "max_concurrency",
-    "max_running_requests": "max_running_requests", "groups": "groups",
-    "stage_blocks": "stage_blocks", "engine_notes": "notes",
-}  # fmt: skip
-"""The plan's name of each figure it shows from its layout -> the layout's name."""
-
-BUDGET_VIEWS = ("total_memory", "gpu_memory_utilization", "non_kv_cache_memory",
-                "weights_memory", "activation_peak", "non_allocator_increase",
-                "cudagraph_memory", "retained_memory")  # fmt: skip
-"""The figures the plan shows from its budget (0, or ``None`` for the first two, without)."""
-
 FLAT_KEYS = (
     "format_version", "engine", "engine_version", "total_memory", "gpu_memory_utilization",
     "target_allocation", "non_kv_cache_memory", "weights_memory", "activation_peak",
@@ -206,3 +192,15 @@ class PlanFigures:
         "layout.notes", "Rules the engine applied, one sentence each."
     )
 
+
+def _views(holder: str) -> dict[str, str]:
+    """The figures :class:`PlanFigures` shows from its ``holder``: plan's name -> holder's."""
+    return {name: figure.path[1] for name, figure in vars(PlanFigures).items()
+            if isinstance(figure, ReadOnly) and figure.path[0] == holder}  # fmt: skip
+
+
+LAYOUT_VIEWS: dict[str, str] = _views("layout")
+"""The plan's name of each figure it shows from its layout -> the layout's name."""
+
+BUDGET_VIEWS = tuple(_views("budget"))
+"""The figures the plan shows from its budget (0, or ``None`` for the first two, without)."""
