@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memacct._attrs import same_named
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig, config_int
 from memacct.model.spec import KVCacheSpec
@@ -107,8 +108,7 @@ class TransformerShape:
         for group in spec.layer_groups:
             per_layer_kv.extend([group.bytes_per_token_per_layer] * group.num_layers)
         return cls(
-            num_layers=spec.num_layers,
-            hidden_size=spec.hidden_size,
+            **same_named(spec, "num_layers", "hidden_size", "attention", "tensor_parallel_size"),
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
@@ -116,7 +116,6 @@ class TransformerShape:
             dtype_bytes=dtype_bytes,
             intermediate_size=max(1, dense_i // tp),
             vocab_size=vocab,
-            attention=spec.attention,
             kv_lora_rank=spec.kv_lora_rank or 0,
             qk_rope_head_dim=spec.qk_rope_head_dim or 0,
             q_lora_rank=config_int(cfg, "q_lora_rank", 0, source=spec.model_name),
@@ -125,6 +124,5 @@ class TransformerShape:
             moe_intermediate_size=max(1, moe_i // tp) if experts else 0,
             shared_intermediate_size=(spec.num_shared_experts or 0) * moe_i // tp,
             dense_layers=min(dense_layers, spec.num_layers),
-            tensor_parallel_size=tp,
             kv_bytes_per_token_per_layer=tuple(per_layer_kv),
         )
