@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from memacct._attrs import same_named
 from memacct.errors import InvalidInputError
 from memacct.models import (
     ProfileResult,
@@ -345,7 +346,9 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         non_allocator_increase=non_allocator,
         non_kv_cache_memory=non_kv_sum(weights, activation, non_allocator, cudagraph, retained),
         truth_source=source,
-        requested_truth_source=r.requested_truth_source,
+        **same_named(r, "requested_truth_source", "profiled", "allocator_limit"),
+        **same_named(r.quirks, "growth_granularity_bytes", "growth_rounding"),
+        fragmentation_allowance=decision.fragmentation_allowance,
         truth_source_reason=decision.reason,
         fragmentation=min(1.0, max(0.0, fragmentation)),
         duration_s=max(0.0, r.duration_s),
@@ -353,16 +356,11 @@ def account(readings: ProfileReadings, accounting: str | None = None) -> Profile
         allocator_settings=dict(r.allocator_settings),
         inactive_split_peak=peaks.inactive_split,
         warnings=tuple(warnings),
-        fragmentation_allowance=decision.fragmentation_allowance,
         weights_idle_memory=decision.weights_idle,
-        growth_granularity_bytes=r.quirks.growth_granularity_bytes,
-        growth_rounding=r.quirks.growth_rounding,
         accounting=formula,
         cudagraph_memory=cudagraph,
         retained_memory=retained,
         weights_source=weights_source,
-        profiled=r.profiled,
-        allocator_limit=r.allocator_limit,
     )
 
 
