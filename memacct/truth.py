@@ -137,16 +137,13 @@ def _gib(n: int) -> str:
 def replay_floor(
     reserved_peak_increase: int, inactive_split_increase: int, quirks: BackendQuirks, role: str
 ) -> int:
-    """The replayed need below which :func:`resolve_truth_source` charges the same anyway.
+    """The replayed need below which :func:`resolve_truth_source` charges the same anyway: 0.
 
-    On a caching allocator a mixed or prefill instance is charged at least the reserved
-    peak, which the replay's shared-segment term (where pieces were stranded) reaches from
-    20 MiB below: a replay that knows this need not bisect below it
-    (:func:`memacct.replay.replay_need`'s ``floor``; the decision is unchanged).
+    The reserved peak was once the floor of a caching allocator's replayed need; it is not
+    (see :func:`resolve_truth_source`), so the replay bisects all the way
+    (:func:`memacct.replay.replay_need`'s ``floor``). Kept for callers that pass it.
     """
-    if not _reserved_is_floor(quirks, role):
-        return 0
-    return max(0, reserved_peak_increase - _shared_segment(quirks, inactive_split_increase))
+    return 0
 
 
 def cache_ends_over(granularity: int, count: int = 4) -> tuple[int, ...]:
@@ -163,12 +160,6 @@ def _shared_segment(quirks: BackendQuirks, inactive_split_increase: int) -> int:
     """One shared segment on a caching allocator whose profile stranded pieces, else 0."""
     stranded = quirks.growth_rounding == "multiple" and inactive_split_increase > 0
     return SHARED_SEGMENT_BYTES if stranded else 0
-
-
-def _reserved_is_floor(quirks: BackendQuirks, role: str) -> bool:
-    """Whether a replay's need is floored at the reserved peak: a caching allocator, and an
-    instance that may run the profiled step's shape again (not a decode instance)."""
-    return quirks.growth_rounding == "multiple" and role != "decode"
 
 
 def resolve_truth_source(
@@ -192,8 +183,14 @@ def resolve_truth_source(
        fitted: the shapes cover the scheduler's whole range of token and
        sequence counts. The replay starts from the weights' segments, so W
        counts toward it; the total is never below A, what the engine's own
-       profile needed. On a caching allocator R stays the floor, except for
-       a decode instance, which never runs the profiled step's shape again.
+       profile needed. R is not a floor: the profiled step run again after
+       the KV cache completes in less than it reserved from an empty cache,
+       because at the limit the allocator releases its wholly free segments
+       and retries (the replay runs it so). With R as the floor, 3 of 100
+       development scenarios planned 0.956-0.967 of the oracle where
+       ``allocated_peak`` served at 0.991-1.000; without it none ran out of
+       memory on the development seed (100), the fresh seed (200) or the
+       shipped set (``docs/backends.md#truth-sources``).
     3. Without one, a bound from the readings: the reserved peak R is the
        floor for a pool that fragments (what the allocator really took), and
        where the allocator reports stranded pieces, ``A + 2 x I`` when that
@@ -245,15 +242,6 @@ def resolve_truth_source(
                 "replay's sample"
             )
             need += shared
-        if rpi > need and _reserved_is_floor(quirks, peaks.serving_role):
-            # What the allocator took for the largest step from an empty cache stays the
-            # floor: after many steps of varied sizes the free segments strand more than any
-            # pair, and a sample of random sequences does not always find the worst order
-            # (gen-5150-147: its own 34 steps need 1584 MiB, the grid's pairs 1408, random
-            # 40-step sequences 1312-1600, the reserved peak 1616). A decode instance never
-            # runs the profiled step's shape again, so its replay decides.
-            steps.append("the reserved peak is the floor for a pool that cuts segments")
-            need = rpi
         return _decision(peaks, steps, need)
     estimate = rpi
     if stranded > rpi:

@@ -80,11 +80,14 @@ def test_a_replay_on_a_packed_pool_is_charged_as_replayed() -> None:
         TruthSource.RESERVED, 1060 * MiB, 60 * MiB)
 
 
-def test_a_caching_allocator_charges_the_reserved_peak_above_a_lower_replay() -> None:
-    # torch's and torch_npu's caching allocators cut segments: the reserved peak is the floor
-    # for a mixed or prefill instance ...
-    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (TruthSource.RESERVED, 1900 * MiB, 0)
-    # ... but not for a decode instance, which never runs the profiled step's shape again.
+def test_a_caching_allocator_charges_a_replay_below_the_reserved_peak_as_replayed() -> None:
+    # The reserved peak of the profile from an empty cache is no floor: at the limit torch
+    # releases its free segments and retries, and the replayed steps (the profiled shape
+    # first) complete in less (gen-0-12: 1.478 GiB replayed, 2.436 GiB reserved). A mixed
+    # instance ...
+    assert replayed(1000 * MiB, 1900 * MiB, 1100 * MiB) == (
+        TruthSource.ALLOCATED_PEAK, 1000 * MiB, 100 * MiB)
+    # ... and a decode instance alike.
     d = resolve_truth_source(AUTO, PeakMeasurement(
         allocated_peak_increase=1000 * MiB, reserved_peak_increase=1900 * MiB,
         replay_need=1100 * MiB, serving_role="decode"), TORCH)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from memacct_bench.generator import generate_scenario
 from memacct_bench.report import BenchRow
-from memacct_bench.scenario import run_scenarios, start_engine
+from memacct_bench.scenario import ScenarioSetup, hold_to_budget, run_scenarios, start_engine
 from memacct_bench.scenario_spec import Scenario
 
 from memacct.planner.plan import plan_kv_cache
@@ -33,24 +33,17 @@ def _blocks(scenario: Scenario, source: str, allowance: int | None = None) -> tu
     return plan.num_blocks, result.fragmentation_allowance
 
 
-@pytest.mark.parametrize(("index", "margin"), [(81, True), (12, False)])
-def test_auto_resolved_as_reserved_plans_reserved_less_exactly_its_allowance(
-    index: int, margin: bool
-) -> None:
-    scenario = generate_scenario(0, index)
+def test_auto_resolved_as_reserved_plans_reserved_less_exactly_its_allowance() -> None:
+    scenario = generate_scenario(0, 81)
     auto = start_engine(scenario, "auto").result
     assert str(auto.truth_source) == "reserved"
-    assert (auto.fragmentation_allowance > 0) is margin
+    assert auto.fragmentation_allowance > 0
     auto_blocks, allowance = _blocks(scenario, "auto")
     reserved_blocks, _ = _blocks(scenario, "reserved")
     # The same weights, peak and terms as the plain source: only the allowance differs.
     reserved = start_engine(scenario, "reserved").result
     assert auto.non_kv_cache_memory == reserved.non_kv_cache_memory
-    assert _blocks(scenario, "reserved", allowance)[0] == auto_blocks
-    if margin:
-        assert auto_blocks < reserved_blocks
-    else:
-        assert auto_blocks == reserved_blocks
+    assert _blocks(scenario, "reserved", allowance)[0] == auto_blocks < reserved_blocks
 
 
 def test_the_allowance_is_what_a_half_then_full_step_needs() -> None:
@@ -66,3 +59,22 @@ def test_the_allowance_is_what_a_half_then_full_step_needs() -> None:
     assert not auto.oom and auto.efficiency > 0.97
     row = BenchRow.from_outcome(scenario, auto)
     assert row.resolved_as.startswith("reserved + 0.28 GiB allowance")
+
+
+@pytest.mark.parametrize("index", [12, 79])
+def test_auto_charges_the_replay_below_the_reserved_peak_of_a_caching_allocator(
+    index: int,
+) -> None:
+    # gen-0-12 (torch_npu, prefill) and gen-0-79 (torch-cuda, mixed): the reserved peak of
+    # the profile from an empty cache (2.436 and 0.648 GiB) is far above what the replayed
+    # serving steps need at the limit (1.478 and 0.435 GiB), where the allocator releases
+    # its free segments and retries. With R as a floor auto planned 0.9559 and 0.9674 of the
+    # oracle where allocated_peak served at 0.9951 and 1.0000.
+    scenario = generate_scenario(0, index)
+    start = start_engine(scenario, "auto")
+    assert str(start.result.truth_source) == "allocated_peak"
+    auto_blocks, _ = _blocks(scenario, "auto")
+    assert auto_blocks > _blocks(scenario, "reserved")[0]
+    setup = ScenarioSetup(scenario)
+    assert hold_to_budget(scenario, start.device) is None
+    assert setup.serve(start.device, auto_blocks) is None  # the scenario's steps complete
