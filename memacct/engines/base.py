@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt
 
 from memacct.checks import FROZEN
 from memacct.models import non_kv_sum
@@ -139,19 +139,19 @@ class KVLayout(BaseModel):
 
     engine: str
     engine_version: str
-    budget_bytes: int = Field(ge=0)
-    block_size: int = Field(gt=0)
-    block_bytes: int = Field(gt=0)
-    num_blocks: int = Field(ge=0)
+    budget_bytes: NonNegativeInt
+    block_size: PositiveInt
+    block_bytes: PositiveInt
+    num_blocks: NonNegativeInt
     stage_blocks: tuple[int, ...] = ()
-    max_model_len: int = Field(gt=0)
-    blocks_per_request: int = Field(gt=0)
-    kv_tokens: int = Field(ge=0)
+    max_model_len: PositiveInt
+    blocks_per_request: PositiveInt
+    kv_tokens: NonNegativeInt
     max_concurrency: float = Field(ge=0.0)
     groups: tuple[KVGroup, ...] = ()
     notes: tuple[str, ...] = ()
     tensor_pages: tuple[int, ...] = ()
-    max_running_requests: int | None = Field(default=None, gt=0)
+    max_running_requests: PositiveInt | None = None
 
     @property
     def used_bytes(self) -> int:
