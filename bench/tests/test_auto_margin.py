@@ -7,6 +7,10 @@ Generated scenario gen-0-81 (a Mistral-shaped model on torch_npu, 16,384-token b
 budget followed by a full one strands more than the reserved peak leaves room for. The
 scenario's own 19 random steps never run that pair; a server does whenever a batch of
 prompts arrives after a half-full step, and there ``reserved`` runs out of memory.
+
+Below the reserved peak ``auto`` charges the replay (the reserved peak of a caching
+allocator's profile is no floor): gen-0-12 and gen-0-79 resolve to ``allocated_peak`` and
+serve their steps.
 """
 
 from __future__ import annotations
