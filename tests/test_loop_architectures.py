@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from memacct.errors import ConfigError, InvalidInputError
+from memacct.model.layers import ShortConvWindow
 from memacct.planner import KVCacheSpec
 
 NEW = Path(__file__).parent / "data" / "golden" / "models" / "new"
@@ -119,3 +120,17 @@ def test_minimax_m3_keeps_a_bf16_indexer_key_beside_its_sparse_layers() -> None:
     layout = get_engine("vllm").kv.plan(spec, 2 << 30, KVSettings(block_size=16,
                                                                   max_model_len=8192))
     assert layout.num_blocks == (2 << 30) // (16 * (60 * 2048 + 57 * 256)) == 976
+
+
+def test_inkling_pages_its_conv_state_in_blocks_of_the_kernel() -> None:
+    spec = KVCacheSpec.from_hf_config(config("inkling-local"))
+    conv = [x for x in spec.layers if isinstance(x, ShortConvWindow)]
+    # 16 layers: a conv state each, 4 x (2 x 128 + 2 x 1536 // 4 = 1024) heads, kernel 4,
+    # bf16 (the model's dtype, also under an fp8 KV cache).
+    assert len(conv) == 16 and {(x.block_tokens, x.head_size, x.bytes_per_token)
+                                for x in conv} == {(4, 1024, 4 * 1024 * 2)}
+    fp8 = KVCacheSpec.from_hf_config(config("inkling-local"), kv_cache_dtype="fp8")
+    assert {x.bytes_per_token for x in fp8.layers if getattr(x, "block_tokens", None)} == {8192}
+    with pytest.raises(InvalidInputError, match="at most 4"):
+        KVCacheSpec.from_hf_config(config("inkling-local", num_attention_heads=16),
+                                   tensor_parallel_size=8)

@@ -92,6 +92,7 @@ VLLM_CLASSES: dict[str, tuple[str, str, str]] = {
     "hy-v4-default": ("vllm.transformers_utils.configs.hy_v4", "HYV4Config", "HYV4ForCausalLM"),
     "minimax-m3-default": ("vllm.transformers_utils.configs.minimax_m3", "MiniMaxM3Config",
                            "MiniMaxM3SparseForCausalLM"),
+    "inkling-local": ("vllm.models.inkling.configs", "InklingModelConfig", "InklingForCausalLM"),
     "beam-default": ("vllm.transformers_utils.configs.beam", "BeamConfig", "BeamForCausalLM"),
     "dory-looped": ("vllm.transformers_utils.configs.dory", "DoryConfig", "DoryForCausalLM"),
 }
@@ -213,7 +214,14 @@ FIXES: dict[str, dict[str, Any]] = {
 }
 FIXES["dory-looped"] = {"n_input_layers": 8, "n_recurrent_layers": 56, "n_output_layers": 8,
                         "n_recurrent_loops": 3}
+FIXES["inkling-local"] = {"local_layer_ids": [i for i in range(16) if i % 4 != 3],
+                          "n_routed_experts": 16, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                          "shared_expert_sink": True, "torch_dtype": "bfloat16"}
 FIX_SOURCES = {
+    "inkling-local": "local_layer_ids (every layer but each 4th slides), 16 routed experts "
+                     "(top 2), one shared expert with its sink, bfloat16 set: the class "
+                     "defaults have no local layers and no experts, which inkling's MoE "
+                     "asserts; the conv state is bfloat16 only",
     "dory-looped": "8 input, 56 recurrent (3 loops, a cache per loop), 8 output layers set "
                    "(DoryConfig's default is one loop over all 72)",
     "glm-4.5": "head_dim 128 from zai-org/GLM-4.5's config.json (Glm4MoeConfig has no "

@@ -39,6 +39,8 @@ _SPECS: dict[tuple[str, int, str, int], list[tuple[int, Any, str | None]]] = {}
 # class where vLLM runs it through transformers), and whether it is SupportsPP.
 CLASSES: dict[str, str] = {}
 PP_SUPPORTED: dict[str, bool] = {}
+# Specs (by id) whose block size is their own, not the cache's (kept by build_specs).
+OWN_BLOCK: set[int] = set()
 
 
 def model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
@@ -105,6 +107,11 @@ def build_model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
             if getattr(module, "kv_sharing_target_layer_name", None) is not None:
                 continue
             spec = module.get_kv_cache_spec(vllm_config)
+            if spec is not None and getattr(spec, "block_size", None) not in (
+                    None, vllm_config.cache_config.block_size):
+                # A spec of its own block size (Inkling's short-conv state pages a window
+                # of sconv_kernel_size tokens): vLLM plans it as given.
+                OWN_BLOCK.add(id(spec))
             # The decoder layer a module sits in, by its place in the module tree: a
             # module's registered name may number it otherwise (Falcon-H1's Mamba mixers
             # are "model.{num_layers + i}.mixer").
@@ -160,6 +167,8 @@ def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
                     prefill_checkpoint_alignment=64 if _gdn(kind) else 1)
             elif isinstance(own, MambaSpec):  # prefix caching off (no Mamba prefix caching)
                 spec = dataclasses.replace(own, block_size=block, page_size_padded=padded)
+            elif id(own) in OWN_BLOCK:
+                spec = own
             else:
                 spec = dataclasses.replace(own, block_size=block)
             specs[f"model.layers.{i}.cache.{k}"] = spec

@@ -241,6 +241,12 @@ RULES: dict[str, Rule] = {
     "minimax_m3": Rule("minimax_m3", "exact", "vllm/models/minimax_m3/nvidia/model.py, "
                        "common/indexer.py; vLLM's MiniMaxM3TextConfig",
                        frozenset({"sparse_attention_config"})),
+    "inkling": Rule("inkling", "partial", "vllm/models/inkling/nvidia/{model,attention,"
+                    "sconv_swa_attn}.py; vLLM's InklingModelConfig", frozenset({
+                        "local_layer_ids", "sconv_kernel_size", "conv_kernel_size",
+                        "sliding_window_size", "swa_num_key_value_heads", "swa_head_dim"}),
+                    note="KV cache as InklingForCausalLM builds it (golden rows); the "
+                         "ConditionalGeneration towers' start-up is not modelled"),
     # vLLM 0.33 runs these architectures through its Transformers backend
     # (_TRANSFORMERS_SUPPORTED_MODELS): one attention module per layer.
     "transformers": Rule(
@@ -298,7 +304,6 @@ REFUSED: dict[str, str] = {
     "glm5next": "a kpool-compressed indexer, a circular tail buffer and KDA states: no rule yet",
     "qwen4_exp": "QSA circular buffers, MLA and Mamba states: no rule yet",
     "step5": "8-token summary states and a circular tail ring beside its attention: no rule yet",
-    "inkling": "a short-conv state paged as a sliding window of its own block size: no rule yet",
 }
 # Multimodal modules whose text part is a text_config (or the top level) of a model type
 # with a rule of its own: planned through that rule, the encoder's start-up left out. The

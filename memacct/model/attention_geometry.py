@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from memacct.errors import ConfigError
+from memacct.errors import ConfigError, InvalidInputError
 from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelConfig
 from memacct.model.loop_layouts import domyn_heads, domyn_kinds
 
@@ -120,6 +120,30 @@ def _domyn_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHea
     return {"full": geometry.get("full", geometry["sliding"]), **geometry}
 
 
+def _inkling_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
+                       ) -> dict[str, tuple[int, int, int]]:
+    """Inkling (vllm/models/inkling/nvidia): full layers ``num_key_value_heads`` x ``head_dim``,
+    local ones the ``swa_*`` geometry (defaults: the full one's); each layer's conv state
+    ``kv // tp`` heads of ``2 head_dim + 2 hidden // kv`` rounded up to a power of two
+    (InklingConvState, which asserts tp <= kv)."""
+    hidden = cfg.required(("hidden_size",), MAX_DIM)
+    swa_kv = cfg.integer(("swa_num_key_value_heads",), MAX_HEADS) or kv_heads
+    swa_head = cfg.integer(("swa_head_dim",), MAX_DIM) or head
+    heads = cfg.required(("num_attention_heads",), MAX_HEADS)
+    tp = heads // per_rank(heads)  # per_rank checks that tp divides the heads
+
+    def conv(kv: int, size: int) -> tuple[int, int, int]:
+        if tp > kv:
+            raise InvalidInputError(
+                f"{cfg.source}: Inkling's conv state keeps whole KV heads per rank: "
+                f"tensor_parallel_size {tp} exceeds its {kv}; use at most {kv}")
+        return per_rank(kv), 1 << (2 * size + 2 * (hidden // kv) - 1).bit_length(), 0
+
+    return {"full": (per_rank(kv_heads), head, head),
+            "sliding": (per_rank(swa_kv), swa_head, swa_head),
+            "sconv": conv(kv_heads, head), "sconv_swa": conv(swa_kv, swa_head)}
+
+
 # Layouts whose attention kinds have their own geometry: (config, head size, KV heads,
 # KV heads per rank) -> {kind: (kv heads per rank, head size, V head size)}.
 ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
@@ -130,4 +154,5 @@ ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
     "hrm_text": _hrm_attention,
     "loopcoder": _loopcoder_attention,
     "domyn_edge": _domyn_attention,
+    "inkling": _inkling_attention,
 }

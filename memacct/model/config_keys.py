@@ -141,6 +141,12 @@ MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
     # sharing; the CUDA one (nvidia/model.py) that this rule follows does not.
     "minimax_m3": dict.fromkeys(("index_skip_topk_offset", "index_topk_freq", "use_index_cache"),
                                 "read by minimax_m3/amd/model.py only (ROCm index sharing)"),
+    # inkling: InklingModelConfig properties no CUDA model file reads for its cache (every
+    # layer has a conv state, as the rule plans), and a ROCm kernel argument.
+    "inkling": {**dict.fromkeys(("conv_layer_ids", "linear_layer_ids", "mamba2_cache_params"),
+                                "InklingModelConfig properties (all layers convolve); the "
+                                "conv state is InklingConvState's spec"),
+                "window_left": "an argument of the ROCm attention kernels (amd/ops/gluon)"},
     "k2_horizon": {"rope_head_dim": "the rotary part of each head (k2_horizon.py folds its "
                                     "channel order into q/k): the cache keeps head_dim"},
     "zamba2": {"hybrid_layer_ids": "which shared block a hybrid layer runs (weights); the "

@@ -154,6 +154,23 @@ class SlidingWindow(FullAttention):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShortConvWindow(SlidingWindow):
+    """Inkling's short-convolution state (``InklingConvState``, vllm/models/inkling/nvidia/
+    sconv_swa_attn.py): a sliding window of ``sconv_kernel_size`` tokens paged in blocks of
+    its own ``block_tokens`` (the kernel size), not the cache's; K, V and the two hidden
+    streams packed into ``head_size`` (no V part)."""
+
+    block_tokens: int
+
+    @classmethod
+    def of(cls, layer: int, geometry: tuple[int, int, int], dtype_bytes: int, kernel: int
+           ) -> ShortConvWindow:
+        """The state of ``layer``: ``(heads per rank, packed head size, _)``, ``kernel`` tokens."""
+        return cls(layer=layer, kv_heads=geometry[0], head_size=geometry[1], head_size_v=0,
+                   dtype_bytes=dtype_bytes, sliding_window=kernel, block_tokens=kernel)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChunkedLocalAttention(FullAttention):
     """Chunked local attention (Llama 4): ``ceil(min(chunk + in-flight, L) / block)``."""
 

@@ -21,6 +21,7 @@ from memacct.model.layers import (
     LayerSpec,
     MLAAttention,
     NoCache,
+    ShortConvWindow,
     SlidingWindow,
     SparseIndexerCache,
 )
@@ -480,6 +481,8 @@ def build_layers(cfg: ModelConfig, layout: str, num_layers: int, geo: Geometry
                                   checkpoints=geo.state_checkpoints))
             elif kind == "none":
                 layers.append(NoCache(layer=i))
+            elif kind in ("sconv", "sconv_swa") and size is not None:  # Inkling, model dtype
+                layers.append(ShortConvWindow.of(i, geo.attention[kind], geo.model_bytes, size))
             elif kind in ("indexer", "indexer_bf16") and size is not None:  # bf16: MiniMax-M3
                 layers.append(SparseIndexerCache(layer=i, latent_size=size,
                                                  dtype_bytes=2 if kind == "indexer_bf16" else 1))

@@ -20,6 +20,7 @@ layer, one module kind per run, as the model file builds them (vLLM 0.33):
 * Flint (``vllm/models/flint/model.py``): sliding where ``layer_types`` says so, over
   ``sliding_window`` tokens (the current one counted); FlintConfig's default is all full.
 * MiniMax-M3 (``vllm/models/minimax_m3``): an indexer key cache beside the sparse layers'.
+* Inkling (``vllm/models/inkling``): a short-conv state of its own block size in every layer.
 * DomynEdge (``domyn_edge.py``), one run a layer but read per layer: ``window_sizes[i][0]``
   ``w > 0`` slides over ``w + 1`` keys (HF's window ``(w, 0)``), else full; the head size is
   ``per_layer_config[i].head_dim``, the layer's override or ``head_dim``
@@ -186,6 +187,19 @@ def _minimax_m3(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return [[_FULL, ("indexer_bf16", dim)] if f else [_FULL] for f in freq]
 
 
+def _inkling(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Inkling (vllm/models/inkling/nvidia/model.py): each layer a short-conv state of
+    ``sconv_kernel_size`` (default 4) and attention, sliding over ``sliding_window_size``
+    (default 512) on ``local_layer_ids``, full elsewhere."""
+    local = cfg.get("local_layer_ids") or []
+    if not isinstance(local, list) or not all(isinstance(i, int) for i in local):
+        raise ConfigError(f"{cfg.source}: local_layer_ids must list layer indices: fix it")
+    kernel = cfg.integer(("sconv_kernel_size", "conv_kernel_size"), MAX_POSITIONS) or 4
+    window = cfg.integer(("sliding_window_size",), MAX_POSITIONS) or 512
+    return [[("sconv_swa", kernel), ("sliding", window)] if i in local
+            else [("sconv", kernel), _FULL] for i in range(n)]
+
+
 LOOP_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {
     "dory": _dory,
     "loopcoder": _loopcoder,
@@ -193,5 +207,6 @@ LOOP_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {
     "muse_glimmer": _muse_glimmer,
     "flint": _flint,
     "minimax_m3": _minimax_m3,
+    "inkling": _inkling,
     "domyn_edge": lambda cfg, n: [[kind] for kind in domyn_kinds(cfg, n)],
 }

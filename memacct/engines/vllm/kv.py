@@ -114,10 +114,12 @@ def layer_pages(spec: KVCacheSpec, settings: KVSettings) -> list[Page]:
     """Each cache-holding module's page, after the hybrid block raise."""
     block, state_page = _hybrid_block_size(spec.layers, settings)
     prefix = settings.enable_prefix_caching
+    # A module paged in blocks of its own (Inkling's conv state: block_tokens) keeps them.
+    sizes = [getattr(layer, "block_tokens", None) or block for layer in spec.layers]
     return [
-        Page(layer, block, (state_page or layer.page_bytes(block))
-             if layer.state_bytes is not None else layer.page_bytes(block), prefix)
-        for layer in spec.layers if layer.has_cache
+        Page(layer, size, (state_page or layer.page_bytes(size))
+             if layer.state_bytes is not None else layer.page_bytes(size), prefix)
+        for layer, size in zip(spec.layers, sizes, strict=True) if layer.has_cache
     ]
 
 
