@@ -292,7 +292,6 @@ class StartupEstimate:
     version: str
     total_memory: int
     gpu_memory_utilization: float
-    requested_memory: int
     activation_peak: int
     non_allocator_increase: int
     cudagraph_memory: int
@@ -308,6 +307,13 @@ class StartupEstimate:
     kv_spec: KVCacheSpec | None = None
     """The KV-cache spec the engine builds when it differs from the model's own (a drafter's
     layers in the pool, a pipeline stage's layers); ``None``: the model's."""
+
+    @property
+    def requested_memory(self) -> int:
+        """What the engine lets this rank hold in all, bytes: ``total_memory x
+        gpu_memory_utilization`` (vLLM's and vllm-mindspore's requested memory; SGLang's
+        ``mem_fraction_static`` share), the one rule of every engine here."""
+        return int(self.total_memory * self.gpu_memory_utilization)
 
     @property
     def weights_memory(self) -> int:

@@ -204,7 +204,6 @@ class SglangStartup(BatchDefaults):
         context = CONTEXT_BYTES[0] if tp == 1 else CONTEXT_BYTES[1]
         # The pool is (free before loading) x fraction - weights, and the free memory before
         # loading is the total less the context: total x fraction - weights - context x fraction.
-        static = int(total_memory * fraction)
         held = round(context * fraction)
         if isinstance(config.get("vision_config"), Mapping):
             # mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB of the KV budget is kept for
@@ -221,7 +220,6 @@ class SglangStartup(BatchDefaults):
             version=self.version,
             total_memory=total_memory,
             gpu_memory_utilization=fraction,
-            requested_memory=static,
             activation_peak=0,
             non_allocator_increase=held,
             cudagraph_memory=0,

@@ -183,7 +183,6 @@ class VllmStartup(BatchDefaults):
             if (s.enforce_eager or not self.graphs)
             else self.cudagraph_memory(model, spec, seqs, tokens, s)
         )
-        requested = int(total_memory * s.gpu_memory_utilization)
         charge = s.charge_cudagraphs
         if charge is None:
             charge = version is None or version >= CUDAGRAPH_CHARGED_SINCE
@@ -193,7 +192,6 @@ class VllmStartup(BatchDefaults):
             version=s.engine_version or self.version,
             total_memory=total_memory,
             gpu_memory_utilization=s.gpu_memory_utilization,
-            requested_memory=requested,
             activation_peak=activation,
             non_allocator_increase=non_torch,
             cudagraph_memory=graphs,

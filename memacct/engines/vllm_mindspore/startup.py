@@ -39,7 +39,7 @@ Defaults as vLLM 0.7.3's V0 engine: ``max_num_seqs`` 256 and, without chunked pr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memacct.checks import check_fraction, check_int
@@ -192,7 +192,6 @@ class VllmMindsporeStartup(StartupModel):
         )
         allocated = trace_peak(trace(graph, tokens))
         activation = _pages(allocated) if truth == "reserved" else allocated
-        requested = int(total_memory * s.gpu_memory_utilization)
         notes = [
             f"vllm-mindspore {VERSION} on vLLM 0.7.3's V0 worker; truth source {truth} "
             f"({'PR !428' if truth == 'reserved' else 'before PR !428'})",
@@ -204,18 +203,11 @@ class VllmMindsporeStartup(StartupModel):
                 "the reserved increase is the allocated peak in whole 2 MiB VMM pages: the "
                 "pool's holes between buffers are not replayed offline"
             )
-        cap = pool_budget(total_memory)
-        if requested > cap:
-            notes.append(
-                f"{s.gpu_memory_utilization:g} of the device exceeds MindSpore's pool "
-                f"({cap / MiB:.0f} MiB, free x 15/16): the KV cache would not fit in it"
-            )
-        return StartupEstimate(
+        est = StartupEstimate(
             engine=self.name,
             version=self.version,
             total_memory=total_memory,
             gpu_memory_utilization=s.gpu_memory_utilization,
-            requested_memory=requested,
             activation_peak=activation,
             non_allocator_increase=0,
             cudagraph_memory=0,
@@ -225,6 +217,13 @@ class VllmMindsporeStartup(StartupModel):
             weights=estimate,
             notes=tuple(notes),
         )
+        cap = pool_budget(total_memory)
+        if est.requested_memory <= cap:
+            return est
+        return replace(est, notes=(*est.notes, (
+            f"{s.gpu_memory_utilization:g} of the device exceeds MindSpore's pool "
+            f"({cap / MiB:.0f} MiB, free x 15/16): the KV cache would not fit in it"
+        )))  # fmt: skip
 
 
 STARTUP = VllmMindsporeStartup()
