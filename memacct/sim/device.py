@@ -74,9 +74,7 @@ class _AllocatorMemory:
     def __init__(self, dev: SimDevice) -> None:
         self._dev = dev
 
-    @property
-    def total(self) -> int:
-        return self._dev._total
+    total = ReadOnly[int]("_dev._total", "The device's capacity in bytes.")
 
     @property
     def free(self) -> int:
