@@ -109,22 +109,25 @@ _LAZY: dict[str, str] = {
 }  # fmt: skip
 
 
+# The submodules importing memacct eagerly used to make attributes of the package.
+_SUBMODULES = frozenset(
+    {*_LAZY.values(), "memacct.cli", "memacct.engines", "memacct.model", "memacct.plot",
+     "memacct.sim", "memacct.testing"}
+)  # fmt: skip
+
+
 def __getattr__(name: str) -> Any:
     from importlib import import_module
 
+    # Only the constant tables above name what is imported: an attribute name never does.
     module = _LAZY.get(name)
-    if module is None:
-        # A submodule (memacct.errors, memacct.registry, ...), as an attribute of the package
-        # the way importing it eagerly made it one.
-        if name.startswith("_"):
-            raise AttributeError(f"module 'memacct' has no attribute {name!r}")
-        try:
-            return import_module(f"memacct.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"memacct.{name}":
-                raise
-            raise AttributeError(f"module 'memacct' has no attribute {name!r}") from None
-    value = getattr(import_module(module), name)
+    submodule = module is None and f"memacct.{name}" in _SUBMODULES
+    if module is None and not submodule:
+        raise AttributeError(f"module 'memacct' has no attribute {name!r}")
+    loaded = import_module(f"memacct.{name}" if submodule else str(module))
+    if submodule:
+        return loaded
+    value = getattr(loaded, name)
     globals()[name] = value  # once imported, an ordinary attribute
     return value
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_no_module_calls_a_loader_that_unpickles() -> None:
 
 def test_the_core_loads_code_only_through_the_entry_point_group() -> None:
     # Every dynamic import in memacct/ is an entry point (memacct.backends in the registry,
-    # memacct.cli in the CLI) or an engine module named in the constant ENGINE_MODULES.
+    # memacct.cli in the CLI), an engine module named in the constant ENGINE_MODULES, or a
+    # module of the package's constant tables of lazily imported names.
     found = []
     for name, call in calls():
         func = call.func
@@ -97,10 +99,29 @@ def test_the_core_loads_code_only_through_the_entry_point_group() -> None:
                                                        "entry_points"}:  # fmt: skip
             found.append(f"{name}:{called}")
     assert sorted(found) == [
+        "memacct/__init__.py:import_module",
         "memacct/cli/group.py:entry_points",
         "memacct/engines/__init__.py:import_module",
         "memacct/registry.py:entry_points",
     ]
+
+
+def test_an_attribute_name_of_the_package_never_names_a_module_to_import() -> None:
+    code = (
+        "import sys, memacct\n"
+        "for name in ('json', 'os', 'accounting_x', '_version_x', 'sim.device'):\n"
+        "    try:\n"
+        "        getattr(memacct, name)\n"
+        "    except AttributeError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        print('imported', name)\n"
+        "assert memacct.errors.MemacctError is memacct.MemacctError\n"
+        "print(sorted(m for m in sys.modules if m.startswith('memacct.sim')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert out.stdout.split() == ["[]"]
 
 
 def test_backend_name_from_the_environment_is_never_imported(
