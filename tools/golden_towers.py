@@ -69,16 +69,20 @@ def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     return text
 
 
+# Both LLaVA checkpoints' tower: CLIP ViT-L/14 at 336 pixels (openai/clip-vit-large-patch14-336).
+CLIP_L_336: dict[str, Any] = {
+    "model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+    "projection_dim": 768,
+}
+
 MODELS: dict[str, dict[str, Any]] = {
     # llava-hf/llava-1.5-7b-hf config.json
     "llava-1.5-7b": {
         "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
         "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
         "image_token_index": 32000, "projector_hidden_act": "gelu",
-        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
-                          "intermediate_size": 4096, "num_hidden_layers": 24,
-                          "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
-                          "projection_dim": 768},
+        "vision_config": CLIP_L_336,
         "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "vocab_size": 32064, "max_position_embeddings": 4096},
@@ -90,10 +94,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "image_token_index": 32000, "projector_hidden_act": "gelu",
         "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336],
                                  [336, 1008]],
-        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
-                          "intermediate_size": 4096, "num_hidden_layers": 24,
-                          "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
-                          "projection_dim": 768},
+        "vision_config": CLIP_L_336,
         "text_config": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 8, "vocab_size": 32064,

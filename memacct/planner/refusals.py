@@ -18,6 +18,7 @@ from memacct.units import format_gib
 
 __all__ = [
     "LIMIT_FIX",
+    "allocator_holds",
     "allocator_limit_note",
     "check_override_fits",
     "co_tenants",
@@ -127,27 +128,32 @@ def limit_binds(result: ProfileResult) -> str:
     )
 
 
+def allocator_holds(result: ProfileResult) -> str:
+    """What the allocator holds besides the KV cache, with its parts, for a message."""
+    held = allocator_held(result)
+    return (
+        f"the allocator holds {format_gib(held)} besides the KV cache ({held} bytes: weights "
+        f"{result.weights_memory} + activation peak {result.activation_peak} + fragmentation "
+        f"allowance {result.fragmentation_allowance}, graph and retained memory)"
+    )
+
+
 def allocator_limit_note(
     result: ProfileResult, utilization: float, kv_bytes: int, room: int
 ) -> str:
-    held = allocator_held(result)
     return (
-        f"{limit_binds(result)}: the allocator holds {format_gib(held)} besides the KV cache "
-        f"(weights, activation peak, graph and retained memory, fragmentation allowance), so the "
-        f"KV cache gets {format_gib(room)} ({room} bytes) instead of the {format_gib(kv_bytes)} "
-        f"that gpu_memory_utilization={utilization} leaves"
+        f"{limit_binds(result)}: {allocator_holds(result)}, so the KV cache gets "
+        f"{format_gib(room)} ({room} bytes) instead of the {format_gib(kv_bytes)} that "
+        f"gpu_memory_utilization={utilization} leaves"
     )
 
 
 def limit_too_small_message(
     result: ProfileResult, room: int, block_size: int, block_bytes: int
 ) -> str:
-    held = allocator_held(result)
     return (
         f"No room for the KV cache within the allocator's limit on {device_of(result)}: "
-        f"{limit_binds(result)}; the allocator holds {format_gib(held)} ({held} bytes: weights "
-        f"{result.weights_memory} + activation peak {result.activation_peak} + fragmentation "
-        f"allowance {result.fragmentation_allowance}, graph and retained memory), leaving "
+        f"{limit_binds(result)}; {allocator_holds(result)}, leaving "
         f"{max(0, room - result.fragmentation_allowance)} bytes, less than one block of "
         f"{block_size} tokens ({block_bytes} bytes) as the allocator rounds it. {LIMIT_FIX}; "
         f"a lower gpu_memory_utilization does not help here"
