@@ -20,6 +20,7 @@ from dataclasses import replace
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
 from memacct.model.config_keys import GDN_KEYS, MAMBA2_KEYS, rule_reads
+from memacct.model.mm_text import MM_REFUSED, MM_TEXT, backbone_module
 from memacct.model.rule import Rule
 from memacct.model.vllm_tables import engine_keys, module_of, registry, removed
 
@@ -304,6 +305,7 @@ REFUSED: dict[str, str] = {
     "glm5next": "a kpool-compressed indexer, a circular tail buffer and KDA states: no rule yet",
     "qwen4_exp": "QSA circular buffers, MLA and Mamba states: no rule yet",
     "step5": "8-token summary states and a circular tail ring beside its attention: no rule yet",
+    **MM_REFUSED,
 }
 # Multimodal modules whose text part is a text_config (or the top level) of a model type
 # with a rule of its own: planned through that rule, the encoder's start-up left out. The
@@ -361,6 +363,8 @@ def status_of(module: str, table: str = "text") -> tuple[str, str, str]:
         return "refused", REFUSED[module], ""
     if module in _MULTIMODAL:
         return "partial", _MULTIMODAL_NOTE, f"{_MODELS}/{module}.py (text part: its model type)"
+    if module in MM_TEXT:
+        return "partial", _MULTIMODAL_NOTE, MM_TEXT[module].source
     rule = RULES.get(module)
     if rule is None:
         return "refused", "no rule", ""
@@ -418,8 +422,11 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
                 f"{cfg.source} names no architecture or model_type: read as a standard decoder"
             )
             return RULES["llama"]
-    multimodal = module in _MULTIMODAL
-    if multimodal and module is not None:
+    multimodal = module in _MULTIMODAL or module in MM_TEXT
+    if module in MM_TEXT:  # the text class its model file builds (memacct/model/mm_text.py)
+        module = backbone_module(module, cfg.text.get("architectures"),
+                                 _text_module(cfg.model_type))
+    elif multimodal and module is not None:
         # The text part: text_config's model type, or the flat config's own decoder.
         flat = not cfg.text
         module = _text_module(cfg.model_type) or (_MULTIMODAL[module] if flat else None) or None
