@@ -140,8 +140,9 @@ def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
 
     The model's own specs get the block size and, for Mamba hybrids, the raise and the
     padded state page of ``Platform._align_hybrid_block_size`` (:func:`align_hybrid_block_size`);
-    a Mamba spec keeps the cache mode vLLM gave it: "align" (prefix caching on, one
-    prefill checkpoint block) where the model supports Mamba prefix caching, else "none".
+    a Mamba spec keeps the cache mode vLLM gave it: "align" (prefix caching on) where the
+    model supports Mamba prefix caching, else "none", and the prefill checkpoint blocks its
+    layer asks for (a GDN state: one, as FlashInfer exports on an H100).
     """
     import dataclasses
 
@@ -160,11 +161,15 @@ def build_specs(v: dict[str, Any], found: list[tuple[int, Any, str | None]], *,
         for k, (i, own, kind) in enumerate(found):
             if not start <= i < end:
                 continue
-            if isinstance(own, MambaSpec) and own.mamba_cache_mode == "align":
+            if isinstance(own, MambaSpec) and own.mamba_cache_mode == "align" and _gdn(kind):
+                # FlashInfer's GDN prefill exports a checkpoint on the H100 emulated here.
                 spec = dataclasses.replace(
                     own, block_size=block, page_size_padded=padded,
-                    num_prefill_checkpoint_blocks=1,
-                    prefill_checkpoint_alignment=64 if _gdn(kind) else 1)
+                    num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=64)
+            elif isinstance(own, MambaSpec) and own.mamba_cache_mode == "align":
+                # The model's own checkpoint blocks: MambaMixer2 sets 1, MambaMixer
+                # (Mamba-1), ShortConv and linear attention keep MambaSpec's 0.
+                spec = dataclasses.replace(own, block_size=block, page_size_padded=padded)
             elif isinstance(own, MambaSpec):  # prefix caching off (no Mamba prefix caching)
                 spec = dataclasses.replace(own, block_size=block, page_size_padded=padded)
             elif id(own) in OWN_BLOCK:

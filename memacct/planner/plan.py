@@ -140,7 +140,7 @@ def plan_kv_cache(
             does not depend on it); ``None`` as ``max_num_batched_tokens``.
         async_scheduling: whether the scheduler runs a step ahead (vLLM's
             default): sliding-window layers then hold one more batch.
-        enable_prefix_caching: vLLM's default; Mamba groups keep 3 state blocks.
+        enable_prefix_caching: vLLM's default; Mamba groups keep 2 state blocks plus checkpoints.
         engine_options: the engine's own options, named as its flags are (SGLang:
             ``swa_full_tokens_ratio``, ``mamba_ssm_dtype``, ``max_running_requests``;
             ``docs/engines.md``); an engine without such an option refuses it.

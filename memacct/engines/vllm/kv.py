@@ -21,8 +21,9 @@ tables that check them are in ``docs/engines.md``. In short:
    estimate and an auto-fit;
 7. a request takes, per group, ``ceil(L / block)`` blocks (full, MLA),
    ``ceil(min(window - 1 + in-flight, L) / block) + 1`` (sliding),
-   ``ceil(min(chunk + in-flight, L) / block)`` (chunked), or 3 state blocks
-   (Mamba, GDN with prefix caching; 1 without);
+   ``ceil(min(chunk + in-flight, L) / block)`` (chunked), or 2 state blocks plus
+   the layer's prefill checkpoint blocks with prefix caching (Mamba-2, GDN: 3;
+   Mamba-1, short conv, linear attention: 2; 1 without);
 8. concurrency = blocks / blocks per request; tokens = int(concurrency x L).
 """
 
@@ -47,6 +48,12 @@ VLLM_VERSION = "0.33"
 _KERNEL_BLOCK = 16
 # FlashInfer's GDN prefill exports checkpoints on a 64-token grid (SM90).
 _GDN_CHECKPOINT_ALIGNMENT = 64
+# A state's prefill checkpoint blocks (MambaSpec.num_prefill_checkpoint_blocks, default 0):
+# MambaMixer2.get_kv_cache_spec sets 1 (layers/mamba/mamba_mixer2.py), as does the GDN prefill
+# that exports checkpoints (QwenGatedDeltaNetAttention, layers/mamba/gdn/qwen_gdn_linear_attn.py;
+# KDA: models/kimi_k3/nvidia/kda.py); MambaMixer (Mamba-1), ShortConv and the linear-attention
+# layers keep MambaSpec's 0.
+_CHECKPOINT_BLOCKS: dict[str, int] = {"mamba1": 0, "short_conv": 0, "linear": 0}
 
 
 @dataclass(frozen=True)
@@ -74,9 +81,17 @@ class Page:
         return (*self.spec.key(), self.block_size, self.page_bytes)
 
     def blocks_per_request(self, max_model_len: int, in_flight: int) -> int:
-        """Blocks one request of ``max_model_len`` takes for a module of this spec."""
-        return self.spec.blocks_per_request(max_model_len, in_flight, self.block_size,
-                                            self.prefix_caching)
+        """Blocks one request of ``max_model_len`` takes for a module of this spec.
+
+        A state in ``mamba_cache_mode`` "align" (prefix caching on) takes two running
+        blocks plus its layer's prefill checkpoint blocks (``MambaSpec.max_memory_usage_bytes``
+        in vllm/v1/kv_cache_interface.py): see :data:`_CHECKPOINT_BLOCKS`.
+        """
+        blocks = self.spec.blocks_per_request(max_model_len, in_flight, self.block_size,
+                                              self.prefix_caching)
+        if self.kind == "mamba" and blocks > 1:
+            return 2 + _CHECKPOINT_BLOCKS.get(self.spec.state_kind or "", 1)
+        return blocks
 
 
 def in_flight_tokens(settings: KVSettings, pipeline_parallel_size: int) -> int:
