@@ -33,6 +33,7 @@ from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
 from memacct.model.geometry import kv_heads_of
 from memacct.model.towers import tower_tensors
+from memacct.model.weights.looped import LOOPED_TYPES, looped_layers
 from memacct.model.weights.quant import QuantScheme, parse_quantization
 from memacct.model.weights.rules import (
     WeightTensor,
@@ -274,6 +275,10 @@ def formula_tensors(
     _refuse_state_layers(cfg)
     inv = _Inventory(dtype_bytes(cfg), parse_quantization(raw))
     h = required_int(cfg, "hidden_size", "hidden_size", "d_model", "n_embd")
+    if cfg.get("model_type") in LOOPED_TYPES:
+        looped_layers(inv, cfg, h, tp)
+        inv.tensors.append(rotary_tensor(cfg))
+        return inv.tensors
     layers = required_int(cfg, "num_hidden_layers", "num_hidden_layers", "num_layers", "n_layer")
     vocab = required_int(cfg, "vocab_size", "vocab_size")
     model_type = str(cfg.get("model_type", ""))
