@@ -81,6 +81,12 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "hrm-text-default": ("hrm_text", "HrmTextForCausalLM"),
     "muse-glimmer-default": ("muse_glimmer", "MuseGlimmerForCausalLM"),
     "step-3.5-default": ("step3p5", "Step3p5ForCausalLM"),
+    # Multimodal wrappers: the text part through its backbone's rule (memacct/model/mm_text.py).
+    "gemma-4-mm-default": ("gemma4", "Gemma4ForConditionalGeneration"),
+    "lfm2-vl-default": ("lfm2_vl", "Lfm2VlForConditionalGeneration"),
+    "gemma-4-unified-default": ("gemma4_unified", "Gemma4UnifiedForConditionalGeneration"),
+    "exaone-4.5-default": ("exaone4_5", "Exaone4_5_ForConditionalGeneration"),
+    "qwen3-asr-default": ("qwen3_asr", "Qwen3ASRForConditionalGeneration"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
@@ -252,6 +258,44 @@ FIX_SOURCES = {
                  "them; Lfm2Config has none)",
 }
 
+# Composite configs: a section the class leaves None (Gemma 4's towers) filled with that
+# section class's defaults, keys set or dropped inside a section as the top-level FIXES and
+# DROPS do. name -> {section: transformers class}, {section: {key: value}}, {section: keys}.
+SECTIONS: dict[str, dict[str, str]] = {
+    "gemma-4-mm-default": {"vision_config": "Gemma4VisionConfig",
+                           "audio_config": "Gemma4AudioConfig"},
+    "gemma-4-unified-default": {"vision_config": "Gemma4UnifiedVisionConfig",
+                                "audio_config": "Gemma4UnifiedAudioConfig"},
+}
+SECTION_FIXES: dict[str, dict[str, dict[str, Any]]] = {
+    # LiquidAI/LFM2-VL-1.6B's language model is LFM2-1.2B: its block_* sizes.
+    "lfm2-vl-default": {"text_config": FIXES["lfm2-1.2b"]},
+}
+SECTION_DROPS: dict[str, dict[str, tuple[str, ...]]] = {
+    name: {"text_config": ("per_layer_config",)}
+    for name in ("gemma-4-mm-default", "gemma-4-unified-default")
+}
+
+
+def fill_sections(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with :data:`SECTIONS`, :data:`SECTION_FIXES` and :data:`SECTION_DROPS`."""
+    import transformers
+
+    out = dict(data)
+    for section, cls in SECTIONS.get(name, {}).items():
+        if out.get(section) is None:
+            out[section] = getattr(transformers, cls)().to_dict()
+    for section, keys in SECTION_FIXES.get(name, {}).items():
+        out[section] = {**out[section], **keys}
+    for section, keys in SECTION_DROPS.get(name, {}).items():
+        out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    for section in ("text_config", "vision_config", "audio_config"):
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items()
+                            if k not in ("transformers_version", "id2label", "label2id")}
+    return out
+
+
 # Published config.json files, quoted (the keys that are not tokenizer ids).
 PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
     "jamba-1.5-mini": (
@@ -336,8 +380,12 @@ def main() -> int:
             print(f"{name}: {model_type} unknown to this transformers ({exc}); skipped")
             continue
         data = {k: v for k, v in data.items() if k not in DROPS.get(name, ())}
+        data = fill_sections(name, data)
         configs[name] = {**data, **FIXES.get(name, {}), "architectures": [arch]}
         sources[name] = source + (f"; {FIX_SOURCES[name]}" if name in FIX_SOURCES else "")
+        if name in SECTIONS or name in SECTION_FIXES:
+            sources[name] += (f"; sections {SECTIONS.get(name) or ''}"
+                              f"{SECTION_FIXES.get(name) or ''} filled")
         if name in DROPS:
             sources[name] += f"; {', '.join(DROPS[name])} left to the class to derive"
     for name, (module, cls, arch) in VLLM_CLASSES.items():
