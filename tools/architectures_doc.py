@@ -9,8 +9,10 @@ Usage: ``python tools/architectures_doc.py`` (rewrites the page), ``--check`` (e
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,15 +151,33 @@ _CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mist
 (tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
 
 
-def _multimodal(module: str, status: str, what: str, source: str) -> tuple[str, str, str]:
+@cache
+def _golden_runs() -> dict[str, str]:
+    """Architecture -> the config of vLLM 0.33's own golden rows for it
+    (tests/data/golden/vllm-0.33-new-archs.json, tools/golden_vllm.py --grid new)."""
+    table = json.loads((ROOT / "tests" / "data" / "golden" / "vllm-0.33-new-archs.json")
+                       .read_text(encoding="utf-8"))
+    runs: dict[str, str] = {}
+    for name, path in sorted(table["models"].items()):
+        arch = json.loads((ROOT / path).read_text(encoding="utf-8")).get("architectures")
+        if arch:
+            runs.setdefault(arch[0], name)
+    return runs
+
+
+def _multimodal(arch: str, module: str, status: str, what: str,
+                source: str) -> tuple[str, str, str]:
     """A multimodal row: exact where the text part is planned and both the tower's weights
     and the encoder's profile pass are modelled; else what is not modelled."""
     if status != "partial" or not what.startswith("KV cache from the text part"):
         return status, what, source
     if module not in MODELLED_MODULES or module not in _TOWERS:
+        run = _golden_runs().get(arch)
+        checked = (f"; text part checked against vLLM 0.33's model class "
+                   f"(golden rows, {run}.json)" if run else "")
         return status, ("KV cache from the text part's rule; the encoder's profile pass and "
                         "the tower's weights are not modelled (the KV figure is an upper "
-                        "bound)"), source
+                        f"bound){checked}"), source
     tower, where = _TOWERS[module]
     checked = ("tower count checked against vLLM 0.33's model class" if module in _CHECKED
                else "tower read from the model file, not built here (remote-code config)")
@@ -181,7 +201,7 @@ def render() -> str:
         for arch, module in sorted(rows.items()):
             status, what, source = status_of(module, table)
             if table == "multimodal":
-                status, what, source = _multimodal(module, status, what, source)
+                status, what, source = _multimodal(arch, module, status, what, source)
             mine[status] += 1
             lines.append(f"| `{arch}` | `{module}` | {status} | {what} | {source} |")
         counts += mine
