@@ -192,8 +192,13 @@ def _list_presets(flags: dict[str, Any], names: Any) -> None:
             f"--model list lists the model presets and plans nothing: drop {shown} (or give "
             "a model to plan)"
         )
+    from memacct.model.sources.presets import NEEDS_CHECKPOINT
+
     for name in names:
-        click.echo(name)
+        if name not in NEEDS_CHECKPOINT:
+            click.echo(name)
+    for name, why in NEEDS_CHECKPOINT.items():
+        click.echo(f"not listed: {name}: {why}", err=True)
 
 
 def _serve_flags() -> dict[str, Any]:

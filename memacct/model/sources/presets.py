@@ -22,7 +22,7 @@ gpt-oss-20b            openai/gpt-oss-20b                          layer_types, 
 deepseek-v3            deepseek-ai/DeepSeek-V3                     MLA, MoE, FP8 weights
 deepseek-v2-lite       deepseek-ai/DeepSeek-V2-Lite-Chat           MLA
 cohere2-7b             CohereLabs/c4ai-command-r7b-12-2024         sliding window + 1, 3:1
-gemma-3n-e4b           google/gemma-3n-E4B-it                      KV sharing, text_config
+gemma-3n-e4b           google/gemma-3n-E4B-it                      KV sharing (weights: checkpoint)
 qwen3-next-80b-a3b     Qwen/Qwen3-Next-80B-A3B-Instruct            gated delta net hybrid
 granite-4.0-h-small    ibm-granite/granite-4.0-h-small             Mamba2 hybrid
 =====================  ==========================================  ===========================
@@ -36,10 +36,28 @@ from typing import Any
 
 from memacct.errors import ConfigError
 
-__all__ = ["load_model_preset", "model_presets"]
+__all__ = ["NEEDS_CHECKPOINT", "load_model_preset", "model_presets", "offline_presets"]
 
 _PACKAGE = "memacct.model"
 _FOLDER = "configs"
+
+
+NEEDS_CHECKPOINT: dict[str, str] = {
+    "gemma-3n-e4b": (
+        "its KV cache plans from config.json, its weights do not: the formulas do not size "
+        "Gemma 3n's per-layer inputs, AltUp and LAuReL blocks, and vLLM 0.33 builds its vision "
+        "and audio towers with transformers' AutoModel.from_config "
+        "(vllm/model_executor/models/gemma3n_mm.py; the vision tower is timm's MobileNet-V5), "
+        "which this config.json does not describe; plan it with --model google/gemma-3n-E4B-it "
+        "or the checkpoint's directory (the weights are then read from its safetensors headers)"
+    ),
+}
+"""Presets whose weights memacct cannot size without the checkpoint, with the reason."""
+
+
+def offline_presets() -> list[str]:
+    """The presets ``memacct plan --model NAME`` plans without a checkpoint, sorted."""
+    return [name for name in model_presets() if name not in NEEDS_CHECKPOINT]
 
 
 def model_presets() -> list[str]:

@@ -1,0 +1,36 @@
+"""Every preset ``memacct plan --model list`` lists plans without a checkpoint; a preset
+whose weights need the checkpoint is not listed, and the list says why on stderr."""
+
+from __future__ import annotations
+
+import pytest
+
+from memacct.cli import main
+from memacct.model.sources.presets import NEEDS_CHECKPOINT, model_presets, offline_presets
+
+
+def _listed(capsys: pytest.CaptureFixture[str]) -> tuple[list[str], str]:
+    assert main(["plan", "--model", "list"]) == 0
+    captured = capsys.readouterr()
+    return captured.out.split(), captured.err
+
+
+def test_each_listed_preset_plans(capsys: pytest.CaptureFixture[str]) -> None:
+    names, _ = _listed(capsys)
+    assert names == offline_presets()
+    refused = []
+    for name in names:
+        code = main(["plan", "--model", name, "--device", "h100"])
+        err = capsys.readouterr().err
+        if code not in (0, 1):  # 1: planned, does not fit
+            refused.append((name, err.strip()))
+    assert not refused
+
+
+def test_gemma_3n_is_named_with_why_and_how(capsys: pytest.CaptureFixture[str]) -> None:
+    names, err = _listed(capsys)
+    assert "gemma-3n-e4b" in model_presets() and "gemma-3n-e4b" not in names
+    assert "gemma-3n-e4b" in NEEDS_CHECKPOINT
+    assert "not listed: gemma-3n-e4b" in err and "google/gemma-3n-E4B-it" in err
+    assert main(["plan", "--model", "gemma-3n-e4b", "--device", "h100"]) == 2
+    assert "checkpoint" in capsys.readouterr().err
