@@ -78,8 +78,17 @@ def test_a_mapping_to_a_text_class_without_a_rule_is_refused(
 
 
 def test_a_wrapper_whose_text_part_has_no_rule_is_refused_with_its_reason() -> None:
-    config = {"architectures": ["Molmo2ForConditionalGeneration"],
-              "text_config": {"model_type": "molmo2_text", "hidden_size": 64,
+    config = {"architectures": ["Moondream3ForCausalLM"],
+              "text_config": {"model_type": "moondream3_text", "hidden_size": 64,
                               "num_hidden_layers": 2, "num_attention_heads": 4}}
     with pytest.raises(ConfigError, match="text decoder of its own"):
         KVCacheSpec.from_hf_config(config)
+
+
+def test_cosmos3_edge_keeps_attention_only_on_its_attention_layers() -> None:
+    """cosmos3_edge.py builds a NemotronHModel of attention ('*') and MLP ('-') layers."""
+    text = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4,
+            "hybrid_override_pattern": "*-*-", "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 64, "torch_dtype": "bfloat16"}
+    config = {"architectures": ["Cosmos3EdgeForConditionalGeneration"], "text_config": text}
+    assert _layers(config) == [("FullAttention", 2, 64), ("NoCache", 0, 0)] * 2

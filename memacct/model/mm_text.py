@@ -78,6 +78,16 @@ MM_TEXT: dict[str, Backbone] = {
                           "a MiniCPMV4_6ForConditionalGeneration subclass"),
     "interns2_preview": _named("interns2_preview", "Qwen3_5MoeForCausalLM", 32,
                                "a Qwen3_5MoeForConditionalGeneration subclass"),
+    # Text models of their own whose layers are another class's, read (not run):
+    "cosmos3_edge": Backbone("NemotronHForCausalLM", f"{_M}/cosmos3_edge.py:439 and :493 "
+                             "(Cosmos3EdgeTextModel, a NemotronHModel subclass of attention "
+                             "'*' and MLP '-' layers only, Cosmos3EdgeAttention a "
+                             "NemotronHAttention subclass; text part: NemotronHForCausalLM's "
+                             "rule; read, not run)"),
+    "molmo2": Backbone("LlamaForCausalLM", f"{_M}/molmo2.py:951 and :1149 (Molmo2TextModel: "
+                       "full attention in each of num_hidden_layers layers, "
+                       "num_key_value_heads x head_dim read from the text config; text "
+                       "part: LlamaForCausalLM's rule; read, not run)"),
     "lfm2_vl": _own("lfm2_vl", 713, "architectures=config.text_config.architectures"),
     "eagle2_5_vl": _own("eagle2_5_vl", 182, "init_vllm_registered_model(text_config)"),
     "deepseek_ocr2": _own("deepseek_ocr2", 304, "init_vllm_registered_model(text_config)"),
@@ -103,9 +113,7 @@ MM_REFUSED: dict[str, str] = {
     "nemotron_parse3_5": "an MBart decoder with a RADIO prefix: no rule yet",
     "diffusion_gemma": "block diffusion over Gemma 4 layers: no KV-cache rule",
     "cohere_compass": _OWN_DECODER,
-    "cosmos3_edge": _OWN_DECODER,
     "moondream3": _OWN_DECODER,
-    "molmo2": _OWN_DECODER,
     "interns2_mobius": _OWN_DECODER,
     "dots3_note": "its text model (vllm/models/dots3_note/nvidia/model.py) pads MLA heads and "
                   "adds sliding layers of its own: no rule yet",
