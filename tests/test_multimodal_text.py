@@ -92,3 +92,14 @@ def test_cosmos3_edge_keeps_attention_only_on_its_attention_layers() -> None:
             "num_key_value_heads": 2, "head_dim": 64, "torch_dtype": "bfloat16"}
     config = {"architectures": ["Cosmos3EdgeForConditionalGeneration"], "text_config": text}
     assert _layers(config) == [("FullAttention", 2, 64), ("NoCache", 0, 0)] * 2
+
+
+def test_cohere_compass_slides_by_its_window_without_cohere2s_extra_token() -> None:
+    """cohere_compass.py passes sliding_window as written (commandr.py adds one)."""
+    text = {"model_type": "cohere_compass_text", "hidden_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+            "sliding_window": 512, "layer_types": ["sliding_attention", "full_attention"],
+            "torch_dtype": "bfloat16"}
+    config = {"architectures": ["CohereCompassForConditionalGeneration"], "text_config": text}
+    layers = KVCacheSpec.from_hf_config(config).layers
+    assert [getattr(x, "window", None) for x in layers] == [512, None]

@@ -88,6 +88,11 @@ MM_TEXT: dict[str, Backbone] = {
                        "full attention in each of num_hidden_layers layers, "
                        "num_key_value_heads x head_dim read from the text config; text "
                        "part: LlamaForCausalLM's rule; read, not run)"),
+    "cohere_compass": Backbone("LlamaForCausalLM", f"{_M}/cohere_compass.py:2106 and :2243 "
+                               "(CohereCompassTextModel: one attention a layer, "
+                               "sliding_window where layer_types says sliding_attention, no "
+                               "+1 as commandr.py adds; text part: LlamaForCausalLM's rule; "
+                               "read, not run)"),
     "lfm2_vl": _own("lfm2_vl", 713, "architectures=config.text_config.architectures"),
     "eagle2_5_vl": _own("eagle2_5_vl", 182, "init_vllm_registered_model(text_config)"),
     "deepseek_ocr2": _own("deepseek_ocr2", 304, "init_vllm_registered_model(text_config)"),
@@ -112,9 +117,10 @@ MM_REFUSED: dict[str, str] = {
     "nemotron_parse": "an MBart encoder-decoder behind a RADIO tower: no rule yet",
     "nemotron_parse3_5": "an MBart decoder with a RADIO prefix: no rule yet",
     "diffusion_gemma": "block diffusion over Gemma 4 layers: no KV-cache rule",
-    "cohere_compass": _OWN_DECODER,
     "moondream3": _OWN_DECODER,
-    "interns2_mobius": _OWN_DECODER,
+    "interns2_mobius": "Qwen3-Next's gated delta nets and attention in its own text model, "
+                       "whose layer kinds memacct reads by the Qwen3-Next model type only: "
+                       "no rule yet",
     "dots3_note": "its text model (vllm/models/dots3_note/nvidia/model.py) pads MLA heads and "
                   "adds sliding layers of its own: no rule yet",
     "muse_spark": "its text stack MuseSpark1xForCausalLM (vllm/models/muse_spark) has no rule "
