@@ -85,15 +85,6 @@ def test_a_wrapper_whose_text_part_has_no_rule_is_refused_with_its_reason() -> N
         KVCacheSpec.from_hf_config(config)
 
 
-def test_cosmos3_edge_keeps_attention_only_on_its_attention_layers() -> None:
-    """cosmos3_edge.py builds a NemotronHModel of attention ('*') and MLP ('-') layers."""
-    text = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4,
-            "hybrid_override_pattern": "*-*-", "num_attention_heads": 8,
-            "num_key_value_heads": 2, "head_dim": 64, "torch_dtype": "bfloat16"}
-    config = {"architectures": ["Cosmos3EdgeForConditionalGeneration"], "text_config": text}
-    assert _layers(config) == [("FullAttention", 2, 64), ("NoCache", 0, 0)] * 2
-
-
 def test_cohere_compass_slides_by_its_window_without_cohere2s_extra_token() -> None:
     """cohere_compass.py passes sliding_window as written (commandr.py adds one)."""
     text = {"model_type": "cohere_compass_text", "hidden_size": 256, "num_hidden_layers": 2,

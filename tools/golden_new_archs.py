@@ -87,6 +87,8 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "gemma-4-unified-default": ("gemma4_unified", "Gemma4UnifiedForConditionalGeneration"),
     "exaone-4.5-default": ("exaone4_5", "Exaone4_5_ForConditionalGeneration"),
     "qwen3-asr-default": ("qwen3_asr", "Qwen3ASRForConditionalGeneration"),
+    "glm-ocr-default": ("glm_ocr", "GlmOcrForConditionalGeneration"),
+    "minicpm-v-4.6-default": ("minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers

@@ -79,11 +79,6 @@ MM_TEXT: dict[str, Backbone] = {
     "interns2_preview": _named("interns2_preview", "Qwen3_5MoeForCausalLM", 32,
                                "a Qwen3_5MoeForConditionalGeneration subclass"),
     # Text models of their own whose layers are another class's, read (not run):
-    "cosmos3_edge": Backbone("NemotronHForCausalLM", f"{_M}/cosmos3_edge.py:439 and :493 "
-                             "(Cosmos3EdgeTextModel, a NemotronHModel subclass of attention "
-                             "'*' and MLP '-' layers only, Cosmos3EdgeAttention a "
-                             "NemotronHAttention subclass; text part: NemotronHForCausalLM's "
-                             "rule; read, not run)"),
     "molmo2": Backbone("LlamaForCausalLM", f"{_M}/molmo2.py:951 and :1149 (Molmo2TextModel: "
                        "full attention in each of num_hidden_layers layers, "
                        "num_key_value_heads x head_dim read from the text config; text "
@@ -101,7 +96,9 @@ MM_TEXT: dict[str, Backbone] = {
     "step3p7": _own("step3p7", 71, "init_vllm_registered_model(text_config)"),
     "alpamayo2_super": _own("alpamayo2_super", 69, "a Qwen3VLForConditionalGeneration subclass"),
     "cosmos3": _own("cosmos3", 27, "a Qwen3VLForConditionalGeneration subclass"),
-    "glm_ocr": _own("glm_ocr", 393, "a Glm4vForConditionalGeneration subclass"),
+    "glm_ocr": Backbone("Glm4ForCausalLM", f"{_M}/glm4_1v.py:1800 (GlmOcrForConditionalGeneration "
+                        "subclasses Glm4vForConditionalGeneration, which builds "
+                        "Glm4ForCausalLM for model_type glm_ocr; text part: that rule)"),
     "granite_speech_plus": _own("granite_speech_plus", 66,
                                 "a GraniteSpeechForConditionalGeneration subclass"),
     "qianfan_ocr": _own("qianfan_ocr", 85, "an InternVLChatModel subclass"),
@@ -118,6 +115,9 @@ MM_REFUSED: dict[str, str] = {
     "nemotron_parse3_5": "an MBart decoder with a RADIO prefix: no rule yet",
     "diffusion_gemma": "block diffusion over Gemma 4 layers: no KV-cache rule",
     "moondream3": _OWN_DECODER,
+    "cosmos3_edge": "its dense text config rebuilt as Nemotron-H attention and MLP blocks "
+                    "(cosmos3_edge.py:448); vLLM's golden rows hold half the KV of one "
+                    "attention per text layer: not resolved, no rule yet",
     "interns2_mobius": "Qwen3-Next's gated delta nets and attention in its own text model, "
                        "whose layer kinds memacct reads by the Qwen3-Next model type only: "
                        "no rule yet",
