@@ -94,3 +94,13 @@ def test_cohere_compass_slides_by_its_window_without_cohere2s_extra_token() -> N
     config = {"architectures": ["CohereCompassForConditionalGeneration"], "text_config": text}
     layers = KVCacheSpec.from_hf_config(config).layers
     assert [getattr(x, "window", None) for x in layers] == [512, None]
+
+
+def test_a_text_config_of_an_unknown_model_type_is_refused_naming_the_wrapper() -> None:
+    """step_vl.py builds its text config's own architecture: none named, none known."""
+    config = {"architectures": ["StepVLForConditionalGeneration"],
+              "text_config": {"model_type": "step_vl_text_unknown", "hidden_size": 64,
+                              "num_hidden_layers": 2, "num_attention_heads": 4}}
+    with pytest.raises(ConfigError, match=r"StepVLForConditionalGeneration \(vLLM module "
+                                          r"step_vl\)"):
+        KVCacheSpec.from_hf_config(config)

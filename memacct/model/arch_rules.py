@@ -425,7 +425,7 @@ def resolve_rule(cfg: ModelConfig, *, assume_full_attention: bool = False) -> Ru
     multimodal = module in _MULTIMODAL or module in MM_TEXT
     if module in MM_TEXT:  # the text class its model file builds (memacct/model/mm_text.py)
         module = backbone_module(module, cfg.text.get("architectures"),
-                                 _text_module(cfg.model_type))
+                                 _text_module(cfg.model_type)) or module
     elif multimodal and module is not None:
         # The text part: text_config's model type, or the flat config's own decoder.
         flat = not cfg.text
