@@ -19,21 +19,30 @@ layers holding weights:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from memacct.model.config import ModelConfig
 from memacct.model.weights.rules import ceil_div, int_of, padded_vocab_per_rank, required_int
 
-if TYPE_CHECKING:
-    from memacct.model.weights.inventory import _Inventory
+__all__ = ["LOOPED_TYPES", "TensorSink", "looped_layers"]
 
-__all__ = ["LOOPED_TYPES", "looped_layers"]
+
+class TensorSink(Protocol):
+    """What the layers here are added to (the weight inventory's list of tensors)."""
+
+    def add(self, name: str, role: str, shape: tuple[int, ...], nbytes: int | None = None) -> None:
+        """One tensor; ``nbytes`` default: its elements in the model's dtype."""
+
+    def linear(
+        self, module: str, out_f: int, in_f: int, role: str, name: str | None = None
+    ) -> None:
+        """A linear layer's weight on this rank, quantized as the checkpoint says."""
 
 LOOPED_TYPES = frozenset({"hrm_text", "dory"})
 """Model types whose physical layers :func:`looped_layers` builds."""
 
 
-def _hrm_text(inv: _Inventory, cfg: ModelConfig, h: int, tp: int) -> None:
+def _hrm_text(inv: TensorSink, cfg: ModelConfig, h: int, tp: int) -> None:
     per_stack = required_int(cfg, "num_layers_per_stack", "num_layers_per_stack")
     heads = required_int(cfg, "num_attention_heads", "num_attention_heads")
     head_dim = int_of(cfg, "head_dim", default=h // heads) or h // heads
@@ -49,7 +58,7 @@ def _hrm_text(inv: _Inventory, cfg: ModelConfig, h: int, tp: int) -> None:
     inv.add("model.z_L_init", "embedding", (h,))  # the L stack's initial state
 
 
-def _dory(inv: _Inventory, cfg: ModelConfig, h: int) -> None:
+def _dory(inv: TensorSink, cfg: ModelConfig, h: int) -> None:
     layers = required_int(cfg, "num_hidden_layers", "num_hidden_layers")
     kinds = cfg.get("layer_types") or []
     heads = required_int(cfg, "num_attention_heads", "num_attention_heads")
@@ -74,7 +83,7 @@ def _dory(inv: _Inventory, cfg: ModelConfig, h: int) -> None:
             (required_int(cfg, "vocab_size", "vocab_size"),))
 
 
-def looped_layers(inv: _Inventory, cfg: ModelConfig, h: int, tp: int) -> None:
+def looped_layers(inv: TensorSink, cfg: ModelConfig, h: int, tp: int) -> None:
     """The embedding, untied LM head and physical layers of a looped model
     (``model_type`` in :data:`LOOPED_TYPES`), in the model file's terms."""
     vocab = required_int(cfg, "vocab_size", "vocab_size")
