@@ -15,6 +15,8 @@ DEV_FRAMEWORKS := torch==2.13.0 mindspore nvidia-ml-py
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(filter-out backends/_template/%,$(wildcard backends/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 91
+# pytest-xdist workers for make test (this project's machines have 2 cores).
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test test-core test-all lint bench seed-cases hardware accuracy fuzz docs clean
 
@@ -41,13 +43,16 @@ test-core:
 	test -x $(CORE_VENV)/bin/python || $(PYTHON) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/python -m pip install -q --upgrade pip
 	$(CORE_VENV)/bin/python -m pip install -q -e ".[dev]"
-	$(CORE_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
+	$(CORE_VENV)/bin/python -m pytest tests -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # coverage starts before pytest, so the import-time lines of memacct's own pytest
-# plugin (loaded before pytest-cov could start) are measured too.
+# plugin (loaded before pytest-cov could start) are measured too; the tests run in
+# TEST_WORKERS pytest-xdist processes (one per core here), each measured from its first
+# line (pyproject.toml: patch = subprocess), their data combined before the report.
 test-all: install
 	$(PY) -m coverage erase
-	$(PY) -m coverage run -m pytest -q -p no:cacheprovider
+	$(PY) -m coverage run -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	$(PY) -m coverage combine -q
 	$(PY) -m coverage report --skip-covered --sort=cover --fail-under=$(COV_FLOOR)
 
 test: test-all test-core

@@ -59,7 +59,9 @@ def run_cli(
     fsize_limit: int | None = None,
 ) -> Any:
     """The console script in a fresh process (what a user runs), with a time limit."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMACCT_")}
+    # A process that cannot write files cannot write coverage data either: measure it not.
+    skip = ("MEMACCT_",) if fsize_limit is None else ("MEMACCT_", "COVERAGE_")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
     extra = dict(env or {})
     if "PYTHONPATH" in extra and base.get("PYTHONPATH"):
         extra["PYTHONPATH"] += os.pathsep + base["PYTHONPATH"]
