@@ -246,6 +246,22 @@ def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: in
     inv.add("multi_modal_projector", "vision", (projector,), projector * dt)
 
 
+def _refuse_no_mlp_width(cfg: ModelConfig, model_type: str) -> None:
+    """Raise: a dense model whose config gives no MLP width the formulas can use."""
+    widths = cfg.get("intermediate_size")
+    if isinstance(widths, list):  # Gemma 3n: one width per layer, beside per-layer inputs
+        raise ConfigError(
+            f"intermediate_size is a per-layer list ({len(widths)} widths) and this "
+            f"{model_type or 'model'} has weights the formulas do not size: give the "
+            "checkpoint directory or its Hub id (the weights are then read from its "
+            "safetensors headers)"
+        )
+    raise ConfigError(
+        "intermediate_size: the config has no MLP width; add it to config.json or give the "
+        "checkpoint directory"
+    )
+
+
 def formula_tensors(
     config: Mapping[str, Any] | ModelConfig,
     *,
@@ -289,18 +305,7 @@ def formula_tensors(
     dense_i = int_of(cfg, "intermediate_size_mlp", default=intermediate) or intermediate
     moe_i = int_of(cfg, "moe_intermediate_size", default=intermediate) or intermediate
     if not experts and not dense_i:
-        raw = cfg.get("intermediate_size")
-        if isinstance(raw, list):  # Gemma 3n: one width per layer, beside per-layer inputs
-            raise ConfigError(
-                f"intermediate_size is a per-layer list ({len(raw)} widths) and this "
-                f"{model_type or 'model'} has weights the formulas do not size: give the "
-                "checkpoint directory or its Hub id (the weights are then read from its "
-                "safetensors headers)"
-            )
-        raise ConfigError(
-            "intermediate_size: the config has no MLP width; add it to config.json or give the "
-            "checkpoint directory"
-        )
+        _refuse_no_mlp_width(cfg, model_type)
     pv = padded_vocab_per_rank(vocab, tp)
     inv.add("model.embed_tokens.weight", "embedding", (pv, h))
     if model_type in _LEARNED_POSITIONS:
