@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memacct.engines.vllm.multimodal import MODELLED_MODULES  # noqa: E402
+from memacct.engines.vllm.multimodal import MODELLED_MODULES, PLUGGED_FAMILIES  # noqa: E402
 from memacct.model.arch_rules import registry, status_of  # noqa: E402
 
 DOC = ROOT / "docs" / "architectures.md"
@@ -124,7 +124,7 @@ Every layer-shaping key a vLLM model file reads (`memacct/model/vllm_config_keys
 """
 
 
-_TOWERS = {
+_TOWERS: dict[str, tuple[str, str]] = {
     "qwen2_vl": ("Qwen2-VL ViT and merger", "weights/inventory.py"),
     "qwen2_5_vl": ("Qwen2.5-VL ViT and merger", "weights/inventory.py"),
     "qwen3_vl": ("Qwen3-VL ViT, merger and deepstack mergers", "towers/qwen.py"),
@@ -145,10 +145,13 @@ _TOWERS = {
 }
 """The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
 
-_CHECKED = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mistral3", "mllama4",
-            "llava_next", "qwen3_5"}
+_CHECKED: set[str] = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mistral3",
+                      "mllama4", "llava_next", "qwen3_5"}
 """Towers whose parameter count vLLM 0.33's own model class confirmed
 (tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
+for _fam in PLUGGED_FAMILIES:
+    _TOWERS.update(_fam.towers)
+    _CHECKED |= _fam.checked
 
 
 @cache

@@ -65,10 +65,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
+from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "PLUGGED_FAMILIES",
     "EncoderProfile",
     "attention_widths",
     "encoder_profile",
@@ -103,6 +105,20 @@ MODELLED_MODULES = {
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
+
+PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = ()
+"""Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
+
+MODELLED_MODULES.update({m: label for fam in PLUGGED_FAMILIES for m, label in fam.modules.items()})
+
+
+def _plugged(config: Mapping[str, Any]) -> EncoderFamily | None:
+    """The family module that models this config's encoder pass, if one does."""
+    kind = str(config.get("model_type", ""))
+    for fam in PLUGGED_FAMILIES:
+        if kind in fam.model_types and fam.accepts(config):
+            return fam
+    return None
 _ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "visual",
                  "speech_config")  # fmt: skip
 
@@ -120,6 +136,8 @@ class EncoderProfile:
 def modelled(config: Mapping[str, Any]) -> bool:
     """Whether memacct models this config's encoder pass (:data:`_FAMILIES`; LLaVA with a
     CLIP tower only)."""
+    if _plugged(config) is not None:
+        return True
     kind = str(config.get("model_type", ""))
     vision = config.get("vision_config")
     if kind not in _FAMILIES or not isinstance(vision, Mapping):
@@ -158,7 +176,9 @@ def unapplied_notes(config: Mapping[str, Any], mm: Multimodal) -> tuple[str, ...
         kind = config.get("model_type") or "this model"
         return (f"{' and '.join(given)} not applied: {kind} is a text-only model (no vision "
                 "or audio tower), whose vLLM start-up reads no multimodal setting",)
-    keys = _PROCESSOR_KEYS.get(str(config.get("model_type", ""))) if modelled(config) else None
+    fam = _plugged(config)
+    keys = (fam.processor_keys if fam is not None else
+            _PROCESSOR_KEYS.get(str(config.get("model_type", ""))) if modelled(config) else None)
     if keys is None:
         return ()
     notes = []
@@ -408,7 +428,11 @@ def encoder_profile(
     positions = (text if isinstance(text, Mapping) else config).get("max_position_embeddings")
     seq_len = max_model_len or int(positions or 32768)
     kind = str(config.get("model_type"))
-    if kind == "gemma3":
+    fam = _plugged(config)
+    if fam is not None:
+        context = ItemContext(seq_len, dtype_bytes, tensor_parallel_size, version)
+        item = fam.item(config, mm, context)
+    elif kind == "gemma3":
         item = _gemma3_item(config, mm, dtype_bytes)
     elif kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         item = _qwen3_item(config, mm, dtype_bytes, tensor_parallel_size)
