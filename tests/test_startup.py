@@ -374,21 +374,22 @@ def test_weights_that_do_not_fit_still_ask_for_more_ranks() -> None:
 
 
 def test_non_torch_growth_follows_release_tp_and_device() -> None:
+    from memacct.engines.vllm.nontorch import non_torch_bytes
     from memacct.engines.vllm.releases import (
         NON_TORCH_TP1_BYTES,
         NON_TORCH_TP1_BYTES_0_18,
         NON_TORCH_TP_BYTES,
         NON_TORCH_TP_FUSED_BYTES,
         flashinfer_allreduce_workspace_bytes,
-        non_torch_bytes,
     )
 
     assert non_torch_bytes((0, 11), 1, "h100-sxm") == NON_TORCH_TP1_BYTES
     assert non_torch_bytes((0, 17), 1, "h100-sxm") == NON_TORCH_TP1_BYTES
     assert non_torch_bytes((0, 18), 1, "h100-sxm") == NON_TORCH_TP1_BYTES_0_18
     assert non_torch_bytes(None, 1, "h100-sxm") == NON_TORCH_TP1_BYTES_0_18  # 0.33
-    assert non_torch_bytes((0, 11), 2, "h100-sxm") == NON_TORCH_TP_BYTES
-    assert non_torch_bytes((0, 19), 2, "h100-sxm") == NON_TORCH_TP_FUSED_BYTES
+    # Boards whose NCCL sizes are not derived keep the measured TP figures.
+    assert non_torch_bytes((0, 11), 2, "h100-pcie") == NON_TORCH_TP_BYTES
+    assert non_torch_bytes((0, 19), 2, "h100-pcie") == NON_TORCH_TP_FUSED_BYTES
     assert non_torch_bytes(None, 4, "b200") == NON_TORCH_TP_FUSED_BYTES
     # The fusion needs compute capability 9.0 or 10.x: not an A100, L40S or RTX 5090.
     for device in ("a100-80gb", "l40s", "rtx-5090"):

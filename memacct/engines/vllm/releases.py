@@ -1,5 +1,6 @@
 """vLLM's rules that changed between releases: the dummy sampler's top-k/top-p path, the
-non-torch growth after vLLM's baseline snapshot, and the release number itself.
+measured parts of the non-torch growth after vLLM's baseline snapshot (the sum of named terms
+is :mod:`memacct.engines.vllm.nontorch`), and the release number itself.
 
 Split from :mod:`memacct.engines.vllm.startup`; importers take these names from here. Sources and
 measurements of each constant are in its docstring and in docs/engines.md.
@@ -38,7 +39,6 @@ __all__ = [
     "default_sampler",
     "device_class",
     "flashinfer_allreduce_workspace_bytes",
-    "non_torch_bytes",
     "parse_release",
     "parse_version",
     "sampler_note",
@@ -104,21 +104,21 @@ NON_TORCH_TP1_RISE_SINCE = (0, 18)
 """The first release logging the higher one-GPU figure (llm-d-planner's release table)."""
 
 NON_TORCH_TP_BYTES = round(0.55 * GiB)
-"""The same under tensor parallelism without the all-reduce + RMSNorm fusion (NCCL
-connections set up by the profile run's first collectives): 0.54-0.55 GiB measured at
-TP2 on H100 by vLLM 0.11 (Qwen3-32B, Llama-3.3-70B). NCCL's own buffers are no size in
-vLLM's code; vLLM's custom all-reduce and symmetric-memory buffers are made before the
-baseline snapshot (``init_worker_distributed_environment`` runs first in ``init_device``),
-so they are not in it."""
+"""The same under tensor parallelism without the all-reduce + RMSNorm fusion, measured:
+0.54-0.55 GiB at TP2 on H100 by vLLM 0.11 (Qwen3-32B, Llama-3.3-70B). Charged whole on boards
+whose NCCL sizes memacct does not derive (PCIe, NVLink bridges, Blackwell, AMD); on an
+NVSwitch Hopper board the figure is the sum of named terms
+(:func:`memacct.engines.vllm.nontorch.non_torch_terms`), which puts 0.60 GiB on those logs."""
 
 NON_TORCH_TP_FUSED_BYTES = round(2.10 * GiB)
 """Under tensor parallelism with the all-reduce + RMSNorm fusion on
 (:func:`allreduce_fusion_on`): 2.06-2.21 GiB (median 2.10) measured on H100 by vLLM 0.19
-for Llama-3.1-8B, Qwen2.5-7B and Llama-3.3-70B-FP8 at TP2 and TP4. The fusion pass
-creates FlashInfer's all-reduce workspace while the profile run compiles, after the
-baseline; its own size (:func:`flashinfer_allreduce_workspace_bytes`) is 0.03-0.5 GiB and
+for Llama-3.1-8B, Qwen2.5-7B and Llama-3.3-70B-FP8 at TP2 and TP4. Charged whole where the
+board is not derived (as :data:`NON_TORCH_TP_BYTES`); on an NVSwitch Hopper board the
+fusion's own part is :data:`memacct.engines.vllm.nontorch.ALLREDUCE_FUSION_MEASURED_BYTES`.
+FlashInfer's workspace (:func:`flashinfer_allreduce_workspace_bytes`) is 0.03-0.5 GiB and
 does not follow the logged figure (TP4 with a 34 MiB workspace logs more than TP2 with a
-514 MiB one), so the rest is measured, not derived. Carried to 0.33 unmeasured."""
+514 MiB one), so the fusion's part is measured, not derived. Carried to 0.33 unmeasured."""
 
 ALLREDUCE_FUSION_SINCE = (0, 17)
 """The all-reduce + RMSNorm fusion (``fuse_allreduce_rms``) is on by default at the default
@@ -188,20 +188,6 @@ def flashinfer_allreduce_workspace_bytes(
         + up(tp * 256 * 4)
         + up(3 * min(tp * tokens * hidden_size * dtype_bytes, 2147483647 & ~(2 * MiB - 1)))
     )
-
-
-def non_torch_bytes(version: tuple[int, int] | None, tensor_parallel_size: int,
-                    device_name: str = "") -> int:
-    """Non-torch growth after vLLM's baseline snapshot on one rank, by release and TP
-    (``None``: :data:`VERSION`'s rules). See the constants' notes and docs/engines.md."""
-    v = version if version is not None else parse_version(VERSION)
-    if tensor_parallel_size > 1:
-        if allreduce_fusion_on(v, tensor_parallel_size, device_name):
-            return NON_TORCH_TP_FUSED_BYTES
-        return NON_TORCH_TP_BYTES
-    if v is not None and v >= NON_TORCH_TP1_RISE_SINCE:
-        return NON_TORCH_TP1_BYTES_0_18
-    return NON_TORCH_TP1_BYTES
 
 
 def default_sampler(

@@ -20,8 +20,8 @@ of each worker as (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memor
   :func:`default_sampler`): PyTorch's sort, vLLM's Triton kernel or FlashInfer;
 * **non-torch growth**: memory outside PyTorch's allocator that appears after
   the engine's own baseline snapshot (NCCL and custom all-reduce buffers
-  under TP, FlashInfer's all-reduce fusion workspace), by release and TP:
-  :func:`non_torch_bytes`;
+  under TP, FlashInfer's all-reduce fusion workspace), by release, TP and board, as
+  named terms: :func:`memacct.engines.vllm.nontorch.non_torch_terms`;
 * **CUDA graphs**: the pool of the largest captured batch, charged by
   default as vLLM 0.33 does and zero with ``enforce_eager``.
 
@@ -48,6 +48,7 @@ from memacct.engines.vllm.defaults import (
     serving_kv_cache_dtype,
 )
 from memacct.engines.vllm.multimodal import has_encoder as is_multimodal
+from memacct.engines.vllm.nontorch import non_torch_bytes, non_torch_note
 from memacct.engines.vllm.releases import (
     SAMPLER_BYTES_PER_LOGIT,
     SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
@@ -57,7 +58,6 @@ from memacct.engines.vllm.releases import (
     check_sampler,
     default_sampler,
     device_class,
-    non_torch_bytes,
     parse_version,
 )
 from memacct.model.config import ModelConfig
@@ -176,6 +176,8 @@ class VllmStartup(BatchDefaults):
         tp = s.tensor_parallel_size
         if self.non_torch is None:
             non_torch = non_torch_bytes(version, tp, device_name)
+            if tp > 1:
+                notes.append(non_torch_note(version, tp, device_name))
         else:
             non_torch = self.non_torch[0] if tp == 1 else self.non_torch[1]
         graphs = (
