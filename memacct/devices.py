@@ -457,8 +457,8 @@ def _shared_memory_notes(info: DeviceInfo, engine: str, gpu_memory_utilization: 
             "(gpu_memory_utilization x total) is free then: memacct assumed the OS and the "
             "other processes leave that much, which it cannot see",
             "vLLM also counts as non-KV memory what MemAvailable loses during its profile run "
-            "(host memory of its own processes, the compiler's, other programs'); memacct "
-            "counts the device's terms only, so this KV figure is an upper bound",
+            "(its processes' host memory, the compiler's, a cold load's page cache: no size "
+            "in vLLM's code); memacct counts the device's terms only: an upper bound",
         )
     if info.hbm_numa_node:
         return (
