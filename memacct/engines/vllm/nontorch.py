@@ -17,13 +17,15 @@ torch 2.7.1 ships it for vLLM 0.10 and 2.27.3 for torch 2.8 / vLLM 0.11):
 * **How NCCL allocates.** vLLM 0.10 sets ``NCCL_CUMEM_ENABLE=0`` (``vllm/env_override.py``;
   dropped by vllm-project/vllm#24141, absent in 0.11.0 and 0.33): NCCL then connects every
   algorithm (ring, tree, NVLS) inside ``ncclCommInitRank`` (``src/init.cc``:
-  ``runtimeConn = cuMemSupport && NCCL_RUNTIME_CONNECT``) with ``cudaMalloc``. With cuMem
+  ``runtimeConn = cuMemSupport && NCCL_RUNTIME_CONNECT``) with ``cudaMalloc`` (NVLS with
+  cuMem's multicast calls either way). With cuMem
   on (0.11 on) it connects an algorithm the first time a collective uses it
   (``src/enqueue.cc``) and rounds every device allocation up to the 2 MiB granularity
   (``ncclCuMemAlloc``, ``src/include/alloc.h``), its small per-channel structures included.
 * **Which communicators exist under TP alone** (``vllm/distributed/parallel_state.py``):
   the TP group's PyNccl communicator (``pynccl.py``: made with a one-element warm-up
-  all-reduce, which connects the ring), and torch's own NCCL communicator for the TP
+  all-reduce, taken here to connect the ring, NCCL's choice for so small a message), and
+  torch's own NCCL communicator for the TP
   group, which torch makes on the group's first ``torch.distributed`` collective: the
   profile run's logits all-gather, which ``CudaCommunicator`` leaves to the base class's
   ``dist.all_gather_into_tensor`` up to 0.19.0 and sends through PyNccl in 0.32 and 0.33
@@ -36,7 +38,8 @@ torch 2.7.1 ships it for vLLM 0.10 and 2.27.3 for torch 2.8 / vLLM 0.11):
   channels (``pow2Up(24)``, ``src/graph/paths.cc``); a P2P connection's receiver holds the
   LL, LL128 and SIMPLE buffers (512 KiB, 4800 KiB, 4 MiB: ``DEFAULT_*BUFFSIZE``,
   ``src/init.cc``; P2P read, which moves SIMPLE to the sender, is for SM 8.0 only,
-  ``src/graph/paths.cc``); NVLS (more than two GPUs with multicast, ``src/transport/nvls.cc``)
+  ``src/graph/paths.cc``) and its sender a header, each rounded to ``CUDA_IPC_MIN``, 2 MiB
+  (``src/transport/p2p.cc``); NVLS (more than two GPUs with multicast, ``src/transport/nvls.cc``)
   holds 16 channels x 2 x 1 MiB (``NVLS_CHUNKSIZE`` 128 KiB x ``NCCL_STEPS`` 8) per head, one
   head per GPU.
 
