@@ -110,7 +110,7 @@ header (one 4 KiB page), NCCL 2.26-2.27 ``src/init.cc`` and ``src/transport/p2p.
 
 RING_CHANNELS_NVSWITCH_HOPPER = 24
 """Ring (and tree) channels of a communicator on an NVSwitch Hopper board (module docstring;
-public NCCL logs on H100 print channels 00-23, vllm-project/vllm#10453)."""
+a public H100 NCCL log lists channels up to 23, vllm-project/vllm#10453)."""
 
 P2P_CHANNELS_NVSWITCH_HOPPER = 32
 """Channels NCCL initializes for point-to-point work, ``pow2Up`` of the ring channels."""
