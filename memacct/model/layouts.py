@@ -26,6 +26,7 @@ from memacct.model.layers import (
     SparseIndexerCache,
 )
 from memacct.model.loop_layouts import LOOP_LAYOUTS
+from memacct.model.mm_layouts import MM_LAYOUTS
 from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
 __all__ = [
@@ -395,8 +396,7 @@ LAYOUTS: dict[str, Layout] = {
     "full": lambda cfg, n: _each([_FULL] * n),
     "llama4": _llama4,
     "gemma4": _gemma4,
-    "step": _decoder,
-    "step3": _decoder,
+    "step": _decoder, "step3": _decoder,
     "plamo3": _plamo3,
     "sparse_mla": _sparse_mla,
     "block_configs": _block_configs,
@@ -416,7 +416,7 @@ LAYOUTS: dict[str, Layout] = {
     "transformers": _transformers_backend,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
-    **LOOP_LAYOUTS,
+    **LOOP_LAYOUTS, **MM_LAYOUTS,
 }
 
 
