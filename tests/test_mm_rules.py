@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from memacct.engines import get_engine
+from memacct.engines.base import KVSettings
 from memacct.errors import ConfigError, InvalidInputError
-from memacct.model.layers import FullAttention, GatedDeltaNetState, SlidingWindow
+from memacct.model.layers import CrossAttention, FullAttention, GatedDeltaNetState, SlidingWindow
 from memacct.planner import KVCacheSpec
 
 
@@ -87,3 +89,29 @@ def test_intern_s2_mobius_reads_layer_types_whatever_its_model_type() -> None:
 def test_intern_s2_mobius_refuses_a_layer_kind_its_file_does_not_build() -> None:
     with pytest.raises(ConfigError, match="sliding_attention"):
         KVCacheSpec.from_hf_config(_mobius(["linear_attention", "sliding_attention"]))
+
+
+def _whisper() -> dict[str, Any]:
+    return {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper",
+            "torch_dtype": "float16", "d_model": 1280, "encoder_layers": 32,
+            "num_hidden_layers": 32, "decoder_layers": 4, "encoder_attention_heads": 20,
+            "decoder_attention_heads": 20, "max_source_positions": 1500,
+            "max_target_positions": 448}
+
+
+def test_whisper_plans_self_and_cross_attention_in_each_decoder_layer() -> None:
+    """WhisperDecoderLayer: Attention and CrossAttention; decoder_layers, not the encoder's."""
+    spec = KVCacheSpec.from_hf_config(_whisper(), tensor_parallel_size=2)
+    assert [type(x) for x in spec.layers] == [FullAttention, CrossAttention] * 4
+    assert spec.layers[1].max_encoder_len == 1500  # type: ignore[attr-defined]
+    assert (spec.num_kv_heads, spec.head_dim, spec.position_limit) == (10, 64, 448)
+
+
+def test_vllm_holds_the_schedulers_encoder_budget_of_cross_attention() -> None:
+    """CrossAttentionSpec.max_memory_usage_bytes: cdiv(max_num_encoder_input_tokens, block)
+    blocks, max_num_batched_tokens (SchedulerConfig.__post_init__), beside the self
+    attention's cdiv(max_model_len, block): 28 + 128 for 448 tokens and a batch of 2048."""
+    settings = KVSettings(block_size=16, max_model_len=448, max_num_batched_tokens=2048)
+    layout = get_engine("vllm").kv.plan(KVCacheSpec.from_hf_config(_whisper()), 1 << 30,
+                                        settings)
+    assert layout.blocks_per_request == 28 + 128

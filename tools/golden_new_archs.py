@@ -92,6 +92,8 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     # Intern-S2-Mobius: its config class is remote code; Qwen3.5-MoE's class (the text and
     # vision sections interns2_mobius.py reads) with the two keys of its own (SECTION_FIXES).
     "interns2-mobius-synthetic": ("qwen3_5_moe", "InternS2MobiusForConditionalGeneration"),
+    # Encoder-decoders: the decoder's self and cross attention (memacct/model/mm_rules.py).
+    "whisper-default": ("whisper", "WhisperForConditionalGeneration"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
@@ -330,6 +332,16 @@ _FALCON_H1_TABLE = ("transformers' FalconH1 model doc size table (docs v5.0.0rc1
                     "model_doc/falcon_h1.md) on FalconH1Config defaults")
 # Published size tables applied to a class's defaults: name -> (base, source, overrides).
 SIZED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "whisper-large-v3-turbo": ("whisper", "openai/whisper-large-v3-turbo's sizes (d_model "
+                               "1280, 32 encoder and 4 decoder layers of 20 heads, 128 mel "
+                               "bins, vocabulary 51866), as public code quotes them "
+                               "(ooples/AiDotNet WhisperLargeV3TurboOptions), float16; "
+                               "num_hidden_layers 32 as WhisperConfig writes it (the "
+                               "encoder's)", {
+        "d_model": 1280, "encoder_layers": 32, "decoder_layers": 4,
+        "encoder_attention_heads": 20, "decoder_attention_heads": 20, "encoder_ffn_dim": 5120,
+        "decoder_ffn_dim": 5120, "num_mel_bins": 128, "vocab_size": 51866,
+        "num_hidden_layers": 32, "torch_dtype": "float16"}),
     "falcon-h1-0.5b": ("falcon_h1", _FALCON_H1_TABLE, {
         "num_hidden_layers": 36, "hidden_size": 1024, "num_attention_heads": 8,
         "num_key_value_heads": 2, "mamba_n_heads": 24, "head_dim": 64, "mamba_d_head": 64,

@@ -297,7 +297,6 @@ REFUSED: dict[str, str] = {
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
     "hunyuan_vision": "HunYuan's text part: no rule yet",
-    "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
     # Read in vLLM 0.33 (vllm/models/<module>), not sized: caches kinds memacct has no spec of.
     **dict.fromkeys(("deepseek_v4", "deepseek_v41"), "compressed sparse MLA (tokens_per_state "

@@ -8,6 +8,15 @@ on any other kind; it reads the list by position, whatever the text config's mod
 (a remote-code class), so this layout does not go through the model-type table of
 :mod:`memacct.model.layouts`. The states are sized by ``states._gdn`` (vLLM's
 ``mamba_utils.gated_delta_net_state_shape``).
+
+Whisper (``whisper.py``, ``WhisperDecoderLayer.__init__``) is an encoder-decoder: each of
+``decoder_layers`` decoder layers holds its self attention (``Attention``, a
+``FullAttentionSpec``) and its cross attention over the encoder's output
+(``CrossAttention``, a ``CrossAttentionSpec``, ``vllm/model_executor/layers/attention/
+cross_attention.py``); the encoder's layers keep no cache (``MMEncoderAttention``). The
+cross layer is sized here by ``max_source_positions`` (the encoder's frames); vLLM 0.33's
+manager holds ``max_num_encoder_input_tokens`` of it per request, which the engine applies
+(:func:`memacct.engines.vllm.kv.layer_pages`).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from memacct.errors import ConfigError
-from memacct.model.config import ModelConfig
+from memacct.model.config import MAX_POSITIONS, ModelConfig
 
 __all__ = ["MM_LAYOUTS"]
 
@@ -42,7 +51,14 @@ def _mobius(cfg: ModelConfig, n: int) -> list[list[Kind]]:
     return [[_MOBIUS_KINDS[str(t)]] for t in types]
 
 
+def _encoder_decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
+    """Whisper: self attention and cross attention over ``max_source_positions`` frames."""
+    frames = cfg.required(("max_source_positions",), MAX_POSITIONS)
+    return [[("full", None), ("cross", frames)] for _ in range(n)]
+
+
 MM_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {
     "mobius": _mobius,
+    "encoder_decoder": _encoder_decoder,
 }
 """Layout name -> the layout (merged into :data:`memacct.model.layouts.LAYOUTS`)."""

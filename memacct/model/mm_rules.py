@@ -19,6 +19,10 @@ the engine's); the text part's KV cache is the model file's:
   (``RadioMBartPrefixForCausalLM`` refuses ``add_cross_attention``), ``self_attention_kv_heads``
   (else all) heads of ``d_model // decoder_attention_heads``; the class is not SupportsPP.
 * ``interns2_mobius``: :func:`memacct.model.mm_layouts._mobius`.
+* ``whisper``: an encoder-decoder (:mod:`memacct.model.mm_layouts`): ``decoder_layers``
+  layers of self and cross attention, ``decoder_attention_heads`` heads (as KV heads,
+  ``max(1, heads // tp)``) of ``d_model // heads`` (``WhisperAttention``); the model class
+  is not SupportsPP.
 """
 
 from __future__ import annotations
@@ -47,5 +51,11 @@ MM_RULES: dict[str, Rule] = {
                             "(InternS2MobiusDecoderLayer), vllm/model_executor/layers/mamba/"
                             "mamba_utils.py; remote-code config (run on a synthetic one)",
                             frozenset({"layer_types", *GDN_KEYS})),
+    "whisper": Rule("encoder_decoder", "exact", f"{_M}/whisper.py:157 and :438 "
+                    "(WhisperAttention, WhisperDecoderLayer), vllm/v1/kv_cache_interface.py "
+                    "(CrossAttentionSpec); transformers WhisperConfig",
+                    frozenset({"decoder_layers", "decoder_attention_heads",
+                               "max_source_positions"}),
+                    pipeline_parallel=False, layer_keys=("decoder_layers",)),
 }
 """vLLM module -> its rule (merged into :data:`memacct.model.arch_rules.RULES`)."""
