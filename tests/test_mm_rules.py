@@ -115,3 +115,33 @@ def test_vllm_holds_the_schedulers_encoder_budget_of_cross_attention() -> None:
     layout = get_engine("vllm").kv.plan(KVCacheSpec.from_hf_config(_whisper()), 1 << 30,
                                         settings)
     assert layout.blocks_per_request == 28 + 128
+
+
+def test_nemotron_parse_plans_whisper_modules_in_its_mbart_decoder() -> None:
+    """nemotron_parse.py BartDecoderLayer: WhisperAttention and WhisperCrossAttention of
+    decoder_attention_heads (all of them KV heads) of d_model // heads; no encoder length
+    in the config, so the cross layer holds vLLM's batch budget."""
+    config = {"architectures": ["NemotronParseForConditionalGeneration"],
+              "model_type": "nemotron_parse", "torch_dtype": "bfloat16",
+              "decoder": {"model_type": "mbart", "d_model": 1024, "decoder_layers": 10,
+                          "decoder_attention_heads": 16, "max_position_embeddings": 9000}}
+    spec = KVCacheSpec.from_hf_config(config)
+    assert [type(x) for x in spec.layers] == [FullAttention, CrossAttention] * 10
+    assert (spec.num_kv_heads, spec.head_dim) == (16, 64)
+    settings = KVSettings(block_size=16, max_model_len=4096, max_num_batched_tokens=8192)
+    layout = get_engine("vllm").kv.plan(spec, 1 << 32, settings)
+    assert layout.blocks_per_request == 256 + 512
+
+
+def test_cohere_asr_reads_its_transf_decoder_section() -> None:
+    """cohere_asr.py CohereASRDecoder: transf_decoder.config_dict's sizes, not the encoder's."""
+    config = {"architectures": ["CohereAsrForConditionalGeneration"], "model_type": "cohere_asr",
+              "torch_dtype": "bfloat16", "encoder": {"n_heads": 8, "n_layers": 24},
+              "transf_decoder": {"config_dict": {
+                  "hidden_size": 1024, "num_layers": 8, "num_attention_heads": 8,
+                  "inner_size": 4096, "max_sequence_length": 1024}}}
+    spec = KVCacheSpec.from_hf_config(config, tensor_parallel_size=2)
+    assert [type(x) for x in spec.layers] == [FullAttention, CrossAttention] * 8
+    assert (spec.num_kv_heads, spec.head_dim, spec.position_limit) == (4, 128, 1024)
+    with pytest.raises(InvalidInputError, match="pipeline"):
+        KVCacheSpec.from_hf_config(config, pipeline_parallel_size=2)

@@ -106,11 +106,14 @@ _DTYPE_KEYS = ("torch_dtype", "dtype")
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
 # Text models a vLLM 0.33 model file reads from a section of another name, by architecture:
 # Moondream3Config's config["text"] (vllm/transformers_utils/configs/moondream3.py), the
-# MBart decoder of Nemotron-Parse 3.5 in config.decoder (nemotron_parse3_5.py,
-# RadioMBartPrefixForCausalLM.__init__).
+# MBart decoders of Nemotron-Parse in config.decoder (nemotron_parse3_5.py,
+# RadioMBartPrefixForCausalLM.__init__; nemotron_parse.py), Cohere's ASR decoder in
+# transf_decoder.config_dict (cohere_asr.py, CohereASRDecoder.__init__).
 NESTED_TEXT_SECTIONS: dict[str, tuple[str, ...]] = {
     "Moondream3ForCausalLM": ("config", "text"), "HfMoondream": ("config", "text"),
     "RadioMBartPrefixForCausalLM": ("decoder",),
+    "NemotronParseForConditionalGeneration": ("decoder",),
+    "CohereAsrForConditionalGeneration": ("transf_decoder", "config_dict"),
 }
 # vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).
 _LENGTH_KEYS = (

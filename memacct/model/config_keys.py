@@ -153,6 +153,8 @@ MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
     # MuseSparkDSparkConfig); the target's windows come from layer_types and sliding_window.
     "muse_spark": dict.fromkeys(("every_n_layers_nope", "global_attn_cfg"),
                                 "read for the DSpark draft only (drafts are not planned)"),
+    "cohere_asr": {"overlap_chunk_second": "how long audio is cut into chunks "
+                                           "(get_speech_to_text_config): no cache"},
     "zamba2": {"hybrid_layer_ids": "which shared block a hybrid layer runs (weights); the "
                                    "hybrid layers are those of layers_block_type"},
 }

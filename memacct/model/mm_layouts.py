@@ -9,7 +9,10 @@ on any other kind; it reads the list by position, whatever the text config's mod
 :mod:`memacct.model.layouts`. The states are sized by ``states._gdn`` (vLLM's
 ``mamba_utils.gated_delta_net_state_shape``).
 
-Whisper (``whisper.py``, ``WhisperDecoderLayer.__init__``) is an encoder-decoder: each of
+Whisper (``whisper.py``, ``WhisperDecoderLayer.__init__``; Nemotron-Parse's MBart decoder,
+``nemotron_parse.py`` ``BartDecoderLayer``, builds the same Whisper modules; Cohere's ASR
+decoder, ``cohere_asr.py`` ``CohereASRDecoderLayer``, its own of the same shape) is an
+encoder-decoder: each of
 ``decoder_layers`` decoder layers holds its self attention (``Attention``, a
 ``FullAttentionSpec``) and its cross attention over the encoder's output
 (``CrossAttention``, a ``CrossAttentionSpec``, ``vllm/model_executor/layers/attention/
@@ -52,9 +55,15 @@ def _mobius(cfg: ModelConfig, n: int) -> list[list[Kind]]:
 
 
 def _encoder_decoder(cfg: ModelConfig, n: int) -> list[list[Kind]]:
-    """Whisper: self attention and cross attention over ``max_source_positions`` frames."""
-    frames = cfg.required(("max_source_positions",), MAX_POSITIONS)
-    return [[("full", None), ("cross", frames)] for _ in range(n)]
+    """Self attention and cross attention over the encoder's ``max_source_positions``
+    frames (Whisper); a config that states no encoder length (an image or Conformer
+    encoder) gets 0 there, the engine's budget being what vLLM holds."""
+    frames = cfg.integer(("max_source_positions",), MAX_POSITIONS)
+    if frames is None:
+        cfg.notes.append(
+            f"{cfg.source} states no encoder length: the cross attention holds what the "
+            f"engine's scheduler lets the encoder emit (vLLM: max_num_batched_tokens)")
+    return [[("full", None), ("cross", frames or 0)] for _ in range(n)]
 
 
 MM_LAYOUTS: dict[str, Callable[[ModelConfig, int], list[list[Kind]]]] = {

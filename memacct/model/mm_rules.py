@@ -22,7 +22,11 @@ the engine's); the text part's KV cache is the model file's:
 * ``whisper``: an encoder-decoder (:mod:`memacct.model.mm_layouts`): ``decoder_layers``
   layers of self and cross attention, ``decoder_attention_heads`` heads (as KV heads,
   ``max(1, heads // tp)``) of ``d_model // heads`` (``WhisperAttention``); the model class
-  is not SupportsPP.
+  is not SupportsPP. ``nemotron_parse`` (``BartDecoderLayer``: WhisperAttention and
+  WhisperCrossAttention of ``decoder_attention_heads``, in ``config.decoder``) and
+  ``cohere_asr`` (``CohereASRDecoderLayer``: ``transf_decoder.config_dict``'s
+  ``num_layers`` layers of ``num_attention_heads`` heads of ``hidden_size // heads``) alike;
+  neither class is SupportsPP.
 """
 
 from __future__ import annotations
@@ -57,5 +61,16 @@ MM_RULES: dict[str, Rule] = {
                     frozenset({"decoder_layers", "decoder_attention_heads",
                                "max_source_positions"}),
                     pipeline_parallel=False, layer_keys=("decoder_layers",)),
+    "nemotron_parse": Rule("encoder_decoder", "exact", f"{_M}/nemotron_parse.py:82 "
+                           "(BartDecoderLayer: whisper.py's WhisperAttention and "
+                           "WhisperCrossAttention; read, not run: a remote-code config); "
+                           "transformers MBartConfig", frozenset({
+                               "decoder_layers", "decoder_attention_heads",
+                               "max_source_positions"}),
+                           pipeline_parallel=False, layer_keys=("decoder_layers",)),
+    "cohere_asr": Rule("encoder_decoder", "exact", f"{_M}/cohere_asr.py:99 and :340 "
+                       "(CohereASRAttention, CohereASRDecoderLayer; read, not run: no "
+                       "published config here); the checkpoint's transf_decoder.config_dict",
+                       frozenset({"max_source_positions"}), pipeline_parallel=False),
 }
 """vLLM module -> its rule (merged into :data:`memacct.model.arch_rules.RULES`)."""
