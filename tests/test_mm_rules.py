@@ -145,3 +145,19 @@ def test_cohere_asr_reads_its_transf_decoder_section() -> None:
     assert (spec.num_kv_heads, spec.head_dim, spec.position_limit) == (4, 128, 1024)
     with pytest.raises(InvalidInputError, match="pipeline"):
         KVCacheSpec.from_hf_config(config, pipeline_parallel_size=2)
+
+
+def test_diffusion_gemma_forces_k_eq_v_on_gemma_4s_full_layers() -> None:
+    """diffusion_gemma.py:189 sets attention_k_eq_v = True whatever the config says: the
+    full layers take num_global_key_value_heads of global_head_dim."""
+    text = {"model_type": "diffusion_gemma_text", "num_hidden_layers": 2, "hidden_size": 2816,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+            "global_head_dim": 512, "num_global_key_value_heads": 2,
+            "attention_k_eq_v": False, "sliding_window": 1024,
+            "layer_types": ["sliding_attention", "full_attention"]}
+    config = {"architectures": ["DiffusionGemmaForBlockDiffusion"],
+              "model_type": "diffusion_gemma", "torch_dtype": "bfloat16", "text_config": text}
+    layers = KVCacheSpec.from_hf_config(config).layers
+    assert [type(x) for x in layers] == [SlidingWindow, FullAttention]
+    assert layers[0].bytes_per_token == 8 * 256 * 2 * 2
+    assert layers[1].bytes_per_token == 2 * 512 * 2 * 2

@@ -94,6 +94,7 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "interns2-mobius-synthetic": ("qwen3_5_moe", "InternS2MobiusForConditionalGeneration"),
     # Encoder-decoders: the decoder's self and cross attention (memacct/model/mm_rules.py).
     "whisper-default": ("whisper", "WhisperForConditionalGeneration"),
+    "diffusion-gemma-default": ("diffusion_gemma", "DiffusionGemmaForBlockDiffusion"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers

@@ -396,7 +396,7 @@ LAYOUTS: dict[str, Layout] = {
     "decoder": _decoder,
     "full": lambda cfg, n: _each([_FULL] * n),
     "llama4": _llama4,
-    "gemma4": _gemma4,
+    "gemma4": _gemma4, "diffusion_gemma": _gemma4,
     "step": _decoder, "step3": _decoder,
     "plamo3": _plamo3,
     "sparse_mla": _sparse_mla,

@@ -27,6 +27,9 @@ the engine's); the text part's KV cache is the model file's:
   ``cohere_asr`` (``CohereASRDecoderLayer``: ``transf_decoder.config_dict``'s
   ``num_layers`` layers of ``num_attention_heads`` heads of ``hidden_size // heads``) alike;
   neither class is SupportsPP.
+* ``diffusion_gemma``: ``Gemma4Model`` (Gemma 4's layout and geometry) with
+  ``attention_k_eq_v`` forced on (``attention_geometry._diffusion_gemma_attention``); not
+  SupportsPP.
 """
 
 from __future__ import annotations
@@ -72,5 +75,14 @@ MM_RULES: dict[str, Rule] = {
                        "(CohereASRAttention, CohereASRDecoderLayer; read, not run: no "
                        "published config here); the checkpoint's transf_decoder.config_dict",
                        frozenset({"max_source_positions"}), pipeline_parallel=False),
+    # Gemma 4's layers (Gemma4Model), attention_k_eq_v forced on; the block-diffusion
+    # decoding pass reads the cache its causal pass writes (diffusion_gemma.py docstring).
+    "diffusion_gemma": Rule("diffusion_gemma", "exact", f"{_M}/diffusion_gemma.py:189 and "
+                            ":236 (attention_k_eq_v = True; Gemma4Model of gemma4.py); "
+                            "transformers DiffusionGemmaTextConfig", frozenset({
+                                "global_head_dim", "num_global_key_value_heads",
+                                "attention_k_eq_v", "per_layer_config",
+                                "use_bidirectional_attention"}),
+                            pipeline_parallel=False, defaults=(("sliding_window", 512),)),
 }
 """vLLM module -> its rule (merged into :data:`memacct.model.arch_rules.RULES`)."""

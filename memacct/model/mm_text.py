@@ -109,7 +109,6 @@ MM_TEXT: dict[str, Backbone] = {
 """Multimodal module -> the text backbone its vLLM 0.33 model file builds."""
 
 MM_REFUSED: dict[str, str] = {
-    "diffusion_gemma": "block diffusion over Gemma 4 layers: no KV-cache rule",
     "cosmos3_edge": "its dense text config rebuilt as Nemotron-H attention and MLP blocks "
                     "(cosmos3_edge.py:448); vLLM's golden rows hold half the KV of one "
                     "attention per text layer: not resolved, no rule yet",
