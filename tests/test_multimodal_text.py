@@ -78,10 +78,10 @@ def test_a_mapping_to_a_text_class_without_a_rule_is_refused(
 
 
 def test_a_wrapper_whose_text_part_has_no_rule_is_refused_with_its_reason() -> None:
-    config = {"architectures": ["Moondream3ForCausalLM"],
-              "text_config": {"model_type": "moondream3_text", "hidden_size": 64,
+    config = {"architectures": ["Dots3NoteForCausalLM"],
+              "text_config": {"model_type": "dots3_note_text", "hidden_size": 64,
                               "num_hidden_layers": 2, "num_attention_heads": 4}}
-    with pytest.raises(ConfigError, match="text decoder of its own"):
+    with pytest.raises(ConfigError, match="pads MLA heads"):
         KVCacheSpec.from_hf_config(config)
 
 

@@ -89,6 +89,12 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "qwen3-asr-default": ("qwen3_asr", "Qwen3ASRForConditionalGeneration"),
     "glm-ocr-default": ("glm_ocr", "GlmOcrForConditionalGeneration"),
     "minicpm-v-4.6-default": ("minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration"),
+    # Intern-S2-Mobius: its config class is remote code; Qwen3.5-MoE's class (the text and
+    # vision sections interns2_mobius.py reads) with the two keys of its own (SECTION_FIXES).
+    "interns2-mobius-synthetic": ("qwen3_5_moe", "InternS2MobiusForConditionalGeneration"),
+    # Encoder-decoders: the decoder's self and cross attention (memacct/model/mm_rules.py).
+    "whisper-default": ("whisper", "WhisperForConditionalGeneration"),
+    "diffusion-gemma-default": ("diffusion_gemma", "DiffusionGemmaForBlockDiffusion"),
 }
 
 # vLLM's own config classes (vllm/transformers_utils/configs/), for architectures transformers
@@ -226,6 +232,9 @@ FIXES["inkling-local"] = {"local_layer_ids": [i for i in range(16) if i % 4 != 3
                           "n_routed_experts": 16, "num_experts_per_tok": 2, "n_shared_experts": 1,
                           "shared_expert_sink": True, "torch_dtype": "bfloat16"}
 FIX_SOURCES = {
+    "interns2-mobius-synthetic": "synthetic: Intern-S2-Mobius's config class is remote code "
+                                 "(no published config here); Qwen3.5-MoE's sections with "
+                                 "text_config.num_blocks 4 (interns2_mobius.py's MoE banks)",
     "inkling-local": "local_layer_ids (every layer but each 4th slides), 16 routed experts "
                      "(top 2), one shared expert with its sink, bfloat16 set: the class "
                      "defaults have no local layers and no experts, which inkling's MoE "
@@ -272,6 +281,9 @@ SECTIONS: dict[str, dict[str, str]] = {
 SECTION_FIXES: dict[str, dict[str, dict[str, Any]]] = {
     # LiquidAI/LFM2-VL-1.6B's language model is LFM2-1.2B: its block_* sizes.
     "lfm2-vl-default": {"text_config": FIXES["lfm2-1.2b"]},
+    # interns2_mobius.py: num_blocks MoE banks shared round-robin by the layers (MLP, no
+    # cache); layer_scale read with getattr (default off).
+    "interns2-mobius-synthetic": {"text_config": {"num_blocks": 4}},
 }
 SECTION_DROPS: dict[str, dict[str, tuple[str, ...]]] = {
     name: {"text_config": ("per_layer_config",)}
@@ -321,6 +333,16 @@ _FALCON_H1_TABLE = ("transformers' FalconH1 model doc size table (docs v5.0.0rc1
                     "model_doc/falcon_h1.md) on FalconH1Config defaults")
 # Published size tables applied to a class's defaults: name -> (base, source, overrides).
 SIZED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "whisper-large-v3-turbo": ("whisper", "openai/whisper-large-v3-turbo's sizes (d_model "
+                               "1280, 32 encoder and 4 decoder layers of 20 heads, 128 mel "
+                               "bins, vocabulary 51866), as public code quotes them "
+                               "(ooples/AiDotNet WhisperLargeV3TurboOptions), float16; "
+                               "num_hidden_layers 32 as WhisperConfig writes it (the "
+                               "encoder's)", {
+        "d_model": 1280, "encoder_layers": 32, "decoder_layers": 4,
+        "encoder_attention_heads": 20, "decoder_attention_heads": 20, "encoder_ffn_dim": 5120,
+        "decoder_ffn_dim": 5120, "num_mel_bins": 128, "vocab_size": 51866,
+        "num_hidden_layers": 32, "torch_dtype": "float16"}),
     "falcon-h1-0.5b": ("falcon_h1", _FALCON_H1_TABLE, {
         "num_hidden_layers": 36, "hidden_size": 1024, "num_attention_heads": 8,
         "num_key_value_heads": 2, "mamba_n_heads": 24, "head_dim": 64, "mamba_d_head": 64,
@@ -359,6 +381,48 @@ def vllm_class_defaults(module: str, cls: str) -> tuple[dict[str, Any], str]:
         data.pop(key, None)
     path = module.replace(".", "/") + ".py"
     return data, f"vLLM 0.33 {cls} defaults ({path})"
+
+
+# Checkpoints whose text model sits in a section of its own (memacct/model/config.py
+# NESTED_TEXT_SECTIONS): that section written with a vLLM config class's __init__ defaults
+# (the checkpoint's own key names). name -> (model type, architecture, path, module, class,
+# keys set over the defaults).
+NESTED: dict[str, tuple[str, str, tuple[str, ...], str, str, dict[str, Any]]] = {
+    "moondream3-default": ("moondream3", "HfMoondream", ("config", "text"),
+                           "vllm.transformers_utils.configs.moondream3", "Moondream3TextConfig",
+                           {}),
+    "moondream3-gqa": ("moondream3", "Moondream3ForCausalLM", ("config", "text"),
+                       "vllm.transformers_utils.configs.moondream3", "Moondream3TextConfig",
+                       {"n_kv_heads": 8, "max_context": 32768}),
+}
+
+
+def init_defaults(module: str, cls: str) -> dict[str, Any]:
+    """The ``__init__`` defaults of one of vLLM's config classes (``None`` ones left out)."""
+    import importlib
+    import inspect
+    import sys
+
+    sys.path.insert(0, "/tmp/vllm033/src")
+    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
+    return {k: p.default for k, p in params.items()
+            if p.default is not inspect.Parameter.empty and p.default is not None}
+
+
+def nested_configs() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """:data:`NESTED`'s configs and their sources."""
+    configs: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    for name, (model_type, arch, path, module, cls, keys) in NESTED.items():
+        section: dict[str, Any] = {**init_defaults(module, cls), **keys}
+        for part in reversed(path):
+            section = {part: section}
+        configs[name] = {"architectures": [arch], "model_type": model_type,
+                         "torch_dtype": "bfloat16", **section}
+        sources[name] = (f"vLLM 0.33 {cls}.__init__ defaults ({module.replace('.', '/')}.py) "
+                         f"written under {'.'.join(path)}, bfloat16"
+                         + (f"; set over them: {keys}" if keys else ""))
+    return configs, sources
 
 
 def _finite(value: Any) -> bool:
@@ -407,6 +471,9 @@ def main() -> int:
     for name, (source, data) in PUBLISHED.items():
         configs[name] = data
         sources[name] = source
+    nested, nested_sources = nested_configs()
+    configs.update(nested)
+    sources.update(nested_sources)
     for name, data in configs.items():
         # A class default that is not a finite number (Mamba-2's time_step_limit upper
         # bound, inf) is left to the class: plain JSON cannot carry it.

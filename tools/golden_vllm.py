@@ -185,7 +185,9 @@ def fake_config(v: dict[str, Any], *, max_model_len: int, tp: int, pp: int,
         )
         scheduler_config = types.SimpleNamespace(
             disable_hybrid_kv_cache_manager=False, max_num_batched_tokens=batched,
-            async_scheduling=async_scheduling, max_num_encoder_input_tokens=0,
+            # SchedulerConfig.__post_init__: the encoder's budget is the batch's (what a
+            # CrossAttentionSpec holds per request).
+            async_scheduling=async_scheduling, max_num_encoder_input_tokens=batched,
         )
         parallel_config = types.SimpleNamespace(
             pipeline_parallel_size=pp, tensor_parallel_size=tp,
@@ -282,7 +284,8 @@ def grid_models(grid: str) -> tuple[dict[str, Path], dict[str, str]]:
 def model_rows(v: dict[str, Any], raw: dict[str, Any], grid: dict[str, Any], model: str,
                small: bool) -> list[dict[str, Any]]:
     cfg = text_config(raw)
-    full_len = int(cfg.get("max_position_embeddings") or 0)
+    # An encoder-decoder's decoder length is max_target_positions (Whisper).
+    full_len = int(cfg.get("max_position_embeddings") or cfg.get("max_target_positions") or 0)
     keys = list(grid)
     seen: set[tuple[Any, ...]] = set()
     rows: list[dict[str, Any]] = []

@@ -31,7 +31,24 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
         full = text
     for key, value in text.items():  # keys transformers 5 turns into properties
         full.setdefault(key, value)
+    if "num_hidden_layers" not in full:  # a text section of its own (Moondream3's config.text)
+        full = {**vllm_text_config(raw), **full}
     return full
+
+
+def vllm_text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The text config as vLLM's own config loading reads ``raw`` (``get_config``, then the
+    config's ``get_text_config``): for checkpoints whose text model is a section no
+    transformers class reads."""
+    import tempfile
+
+    from vllm.transformers_utils.config import get_config
+
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "config.json").write_text(json.dumps(raw))
+        config = get_config(folder, trust_remote_code=False)
+    found: dict[str, Any] = config.get_text_config().to_dict()
+    return found
 
 
 _SPECS: dict[tuple[str, int, str, int], list[tuple[int, Any, str | None]]] = {}
@@ -115,7 +132,8 @@ def build_model_specs(raw: dict[str, Any], *, tp: int, cache_dtype: str,
             # The decoder layer a module sits in, by its place in the module tree: a
             # module's registered name may number it otherwise (Falcon-H1's Mamba mixers
             # are "model.{num_layers + i}.mixer").
-            match = re.search(r"layers\.(\d+)\.", paths.get(id(module), name))
+            # (Moondream3's text decoder names its layers "text.blocks.{i}".)
+            match = re.search(r"(?:layers|blocks)\.(\d+)\.", paths.get(id(module), name))
             if spec is None or match is None:
                 continue
             found.append((int(match.group(1)), spec, getattr(module, "mamba_type", None)))

@@ -20,6 +20,7 @@ from dataclasses import replace
 from memacct.errors import ConfigError
 from memacct.model.config import ModelConfig
 from memacct.model.config_keys import GDN_KEYS, MAMBA2_KEYS, rule_reads
+from memacct.model.mm_rules import MM_RULES
 from memacct.model.mm_text import MM_REFUSED, MM_TEXT, backbone_module
 from memacct.model.rule import Rule
 from memacct.model.vllm_tables import engine_keys, module_of, registry, removed
@@ -79,7 +80,6 @@ def _state(layout: str, module: str, config_class: str, *reads: str, note: str =
     return Rule(layout, "partial" if note else "exact",
                 f"{_MODELS}/{module}.py, {_MAMBA}; transformers {config_class}",
                 frozenset(reads), note)
-
 
 
 RULES: dict[str, Rule] = {
@@ -143,8 +143,8 @@ RULES: dict[str, Rule] = {
                                      "short_conv_kernel_size", "v_head_dim"),
                               defaults=(("kv_lora_rank", 512), ("qk_rope_head_dim", 64))),
     # step1.py / step3p5.py: num_attention_groups KV heads; Step-3.5 slides per layer_types.
-    "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no "
-                  f"transformers class)", frozenset({"num_attention_groups"})),
+    "step1": Rule("step", "exact", f"{_MODELS}/step1.py; vLLM's Step1 config (no transformers "
+                  "class)", frozenset({"num_attention_groups"})), **MM_RULES,
     # Its per_layer_config gives query heads per layer (_get_num_attention_heads): not cached.
     "step3p5": Rule("step", "exact", f"{_MODELS}/step3p5.py; transformers Step3p7TextConfig "
                     f"(model type step3p5)", frozenset({"num_attention_groups",
@@ -297,7 +297,6 @@ REFUSED: dict[str, str] = {
     "plamo2": "Mamba layers with Plamo2's own state: no rule yet",
     "ouro": "layers run total_ut_steps times, each with its own cache: no rule yet",
     "hunyuan_vision": "HunYuan's text part: no rule yet",
-    "whisper": "encoder-decoder with cross attention: no rule yet",
     "voxtral_streaming": "streaming audio model: no rule yet",
     # Read in vLLM 0.33 (vllm/models/<module>), not sized: caches kinds memacct has no spec of.
     **dict.fromkeys(("deepseek_v4", "deepseek_v41"), "compressed sparse MLA (tokens_per_state "

@@ -34,15 +34,16 @@ def gemma4_layer_types(cfg: ModelConfig, n: int) -> list[str]:
     return [*layer_types[:-1], "full_attention"]
 
 
-def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
-                      ) -> dict[str, tuple[int, int, int]]:
+def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank,
+                      k_eq_v: bool | None = None) -> dict[str, tuple[int, int, int]]:
     """Gemma 4's two geometries (``Gemma4TextConfig.per_layer_config``, read by gemma4.py's
     decoder layer): full layers take ``global_head_dim`` (class default 512) and, when
     ``attention_k_eq_v`` is true, ``num_global_key_value_heads``; sliding layers keep
-    ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins."""
+    ``head_dim`` and ``num_key_value_heads``. A written ``per_layer_config`` wins.
+    ``k_eq_v`` overrides the config's ``attention_k_eq_v`` (DiffusionGemma)."""
     global_head = cfg.integer(("global_head_dim",), MAX_DIM) or 512
     global_kv = kv_heads
-    if cfg.get("attention_k_eq_v") is True:
+    if (cfg.get("attention_k_eq_v") is True) if k_eq_v is None else k_eq_v:
         global_kv = cfg.integer(("num_global_key_value_heads",), MAX_HEADS) or kv_heads
     written = cfg.get("per_layer_config")
     if isinstance(written, dict) and written:
@@ -67,6 +68,14 @@ def _gemma4_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHe
                                   high=MAX_HEADS)
     return {"full": (per_rank(global_kv), global_head, global_head),
             "sliding": (per_rank(kv_heads), head, head)}
+
+
+def _diffusion_gemma_attention(cfg: ModelConfig, head: int, kv_heads: int,
+                               per_rank: KVHeadsPerRank) -> dict[str, tuple[int, int, int]]:
+    """DiffusionGemma (diffusion_gemma.py:189, DiffusionGemmaForConditionalGeneration.__init__)
+    sets ``text_config.attention_k_eq_v = True`` before it builds Gemma 4's layers, whatever
+    the config says: Gemma 4's geometry with it on."""
+    return _gemma4_attention(cfg, head, kv_heads, per_rank, k_eq_v=True)
 
 
 def _step_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVHeadsPerRank
@@ -149,6 +158,7 @@ def _inkling_attention(cfg: ModelConfig, head: int, kv_heads: int, per_rank: KVH
 ATTENTION_GEOMETRY: dict[str, Callable[[ModelConfig, int, int, KVHeadsPerRank],
                                        dict[str, tuple[int, int, int]]]] = {
     "gemma4": _gemma4_attention,
+    "diffusion_gemma": _diffusion_gemma_attention,
     "step": _step_attention,
     "step3": _step3_attention,
     "hrm_text": _hrm_attention,

@@ -21,7 +21,8 @@ from typing import Any
 from memacct.errors import ConfigError
 from memacct.model.key_names import DERIVED_SIZES, KEY_NAMES
 
-__all__ = ["DTYPE_BYTES", "NO_LENGTH_MAX_MODEL_LEN", "ModelConfig", "config_int"]
+__all__ = ["DTYPE_BYTES", "NESTED_TEXT_SECTIONS", "NO_LENGTH_MAX_MODEL_LEN", "ModelConfig",
+           "config_int"]
 
 NO_LENGTH_MAX_MODEL_LEN = 2048
 """The ``max_model_len`` vLLM assumes for a config with none of its length keys
@@ -103,6 +104,17 @@ HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 _DTYPE_KEYS = ("torch_dtype", "dtype")
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
+# Text models a vLLM 0.33 model file reads from a section of another name, by architecture:
+# Moondream3Config's config["text"] (vllm/transformers_utils/configs/moondream3.py), the
+# MBart decoders of Nemotron-Parse in config.decoder (nemotron_parse3_5.py,
+# RadioMBartPrefixForCausalLM.__init__; nemotron_parse.py), Cohere's ASR decoder in
+# transf_decoder.config_dict (cohere_asr.py, CohereASRDecoder.__init__).
+NESTED_TEXT_SECTIONS: dict[str, tuple[str, ...]] = {
+    "Moondream3ForCausalLM": ("config", "text"), "HfMoondream": ("config", "text"),
+    "RadioMBartPrefixForCausalLM": ("decoder",),
+    "NemotronParseForConditionalGeneration": ("decoder",),
+    "CohereAsrForConditionalGeneration": ("transf_decoder", "config_dict"),
+}
 # vLLM's length keys (vllm/config/model.py _get_and_verify_max_len, possible_keys).
 _LENGTH_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -160,6 +172,13 @@ class ModelConfig:
         thinker = root.get("thinker_config")
         if text is None and isinstance(thinker, Mapping) and thinker.get("text_config"):
             key, text = "thinker_config.text_config", thinker["text_config"]
+        names = root.get("architectures")
+        path = NESTED_TEXT_SECTIONS.get(names[0] if isinstance(names, list) and names
+                                        and isinstance(names[0], str) else "", ())
+        if text is None and path:
+            key, text = ".".join(path), root
+            for part in path:
+                text = text.get(part) if isinstance(text, Mapping) else None
         if text is not None and not isinstance(text, Mapping):
             raise ConfigError(
                 f"{source}: {key} must be a JSON object, got {type(text).__name__}"

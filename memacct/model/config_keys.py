@@ -149,6 +149,12 @@ MODULE_NOT_CACHE_SHAPING: dict[str, dict[str, str]] = {
                 "window_left": "an argument of the ROCm attention kernels (amd/ops/gluon)"},
     "k2_horizon": {"rope_head_dim": "the rotary part of each head (k2_horizon.py folds its "
                                     "channel order into q/k): the cache keeps head_dim"},
+    # muse_spark: MuseSpark1xAttention reads these only for a DSpark draft (is_draft:
+    # MuseSparkDSparkConfig); the target's windows come from layer_types and sliding_window.
+    "muse_spark": dict.fromkeys(("every_n_layers_nope", "global_attn_cfg"),
+                                "read for the DSpark draft only (drafts are not planned)"),
+    "cohere_asr": {"overlap_chunk_second": "how long audio is cut into chunks "
+                                           "(get_speech_to_text_config): no cache"},
     "zamba2": {"hybrid_layer_ids": "which shared block a hybrid layer runs (weights); the "
                                    "hybrid layers are those of layers_block_type"},
 }

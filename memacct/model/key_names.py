@@ -54,6 +54,24 @@ KEY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "num_attention_heads": ("attention_heads",), "hidden_size": ("d_model",),
         "num_hidden_layers": ("num_layers",), "intermediate_size": ("ffn_dim",),
     },
+    # vLLM's Moondream3TextConfig (vllm/transformers_utils/configs/moondream3.py): the
+    # checkpoint's config["text"] names, which the class copies to the standard ones.
+    "moondream3": {
+        "num_key_value_heads": ("n_kv_heads",), "hidden_size": ("dim",),
+        "max_position_embeddings": ("max_context",), "intermediate_size": ("ff_dim",),
+    },
+    # transformers MBartConfig's decoder sizes, which vLLM's MBart decoders read
+    # (nemotron_parse3_5.py MBartDecoderLayer: decoder_attention_heads,
+    # self_attention_kv_heads, decoder_layers, decoder_ffn_dim).
+    "mbart": {
+        "num_hidden_layers": ("decoder_layers",),
+        "num_attention_heads": ("decoder_attention_heads",),
+        "num_key_value_heads": ("self_attention_kv_heads",),
+        "intermediate_size": ("decoder_ffn_dim",),
+    },
+    # transformers WhisperConfig: the decoder's heads, which whisper.py's decoder reads
+    # (WhisperDecoderLayer: config.decoder_attention_heads); the rule counts decoder_layers.
+    "whisper": {"num_attention_heads": ("decoder_attention_heads",)},
     # ChatGLM's class (vLLM transformers_utils/configs/chatglm.py, THUDM's configuration_chatglm.py)
     "chatglm": {
         "num_hidden_layers": ("num_layers",), "vocab_size": ("padded_vocab_size",),

@@ -190,7 +190,11 @@ class ChunkedLocalAttention(FullAttention):
 
 @dataclass(frozen=True, kw_only=True)
 class CrossAttention(FullAttention):
-    """Cross attention over the encoder's output (Whisper): ``ceil(max_encoder_len / block)``."""
+    """Cross attention over the encoder's output (Whisper): ``ceil(max_encoder_len / block)``.
+
+    The model gives the encoder's length (``max_source_positions``); vLLM 0.33 holds its
+    scheduler's ``max_num_encoder_input_tokens`` instead (``CrossAttentionSpec``), which its
+    manager substitutes (:func:`memacct.engines.vllm.kv.layer_pages`)."""
 
     kind: ClassVar[str] = "cross"
     max_encoder_len: int

@@ -17,6 +17,7 @@ from memacct.model.attention_geometry import ATTENTION_GEOMETRY, gemma4_layer_ty
 from memacct.model.config import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, ModelConfig
 from memacct.model.layers import (
     ChunkedLocalAttention,
+    CrossAttention,
     FullAttention,
     LayerSpec,
     MLAAttention,
@@ -26,6 +27,7 @@ from memacct.model.layers import (
     SparseIndexerCache,
 )
 from memacct.model.loop_layouts import LOOP_LAYOUTS
+from memacct.model.mm_layouts import MM_LAYOUTS
 from memacct.model.states import STATES, Geometry, linear_config, ssm_dtype_bytes
 
 __all__ = [
@@ -394,9 +396,8 @@ LAYOUTS: dict[str, Layout] = {
     "decoder": _decoder,
     "full": lambda cfg, n: _each([_FULL] * n),
     "llama4": _llama4,
-    "gemma4": _gemma4,
-    "step": _decoder,
-    "step3": _decoder,
+    "gemma4": _gemma4, "diffusion_gemma": _gemma4,
+    "step": _decoder, "step3": _decoder,
     "plamo3": _plamo3,
     "sparse_mla": _sparse_mla,
     "block_configs": _block_configs,
@@ -405,18 +406,15 @@ LAYOUTS: dict[str, Layout] = {
     "bailing_v3": _bailing_v3,
     "longcat_flash": lambda cfg, n: [[_FULL, _FULL] for _ in range(n)],
     "nemotron_h": _nemotron_h,
-    "jamba": _jamba,
-    "bamba": _bamba,
-    "falcon_h1": _falcon_h1,
-    "mimo_v2_flash": _mimo_v2_flash,
-    "minimax": _minimax,
-    "zamba2": _zamba2,
+    "jamba": _jamba, "bamba": _bamba,
+    "falcon_h1": _falcon_h1, "mimo_v2_flash": _mimo_v2_flash,
+    "minimax": _minimax, "zamba2": _zamba2,
     "kimi_linear": _kimi_linear,
     "lfm2": _decoder,
     "transformers": _transformers_backend,
     "mamba": lambda cfg, n: _each([("mamba1", None)] * n),
     "mamba2": lambda cfg, n: _each([("mamba2", None)] * n),
-    **LOOP_LAYOUTS,
+    **LOOP_LAYOUTS, **MM_LAYOUTS,
 }
 
 
@@ -447,6 +445,8 @@ def _attention(i: int, kind: str, size: int | None, geo: Geometry, target: int |
         return SlidingWindow(sliding_window=size, **common)  # type: ignore[arg-type]
     if kind == "chunked" and size is not None:
         return ChunkedLocalAttention(attention_chunk_size=size, **common)  # type: ignore[arg-type]
+    if kind == "cross" and size is not None:  # an encoder-decoder's (mm_layouts._encoder_decoder)
+        return CrossAttention(max_encoder_len=size, **common)  # type: ignore[arg-type]
     return FullAttention(**common)  # type: ignore[arg-type]
 
 

@@ -108,23 +108,12 @@ MM_TEXT: dict[str, Backbone] = {
 }
 """Multimodal module -> the text backbone its vLLM 0.33 model file builds."""
 
-_OWN_DECODER = "its model file builds a text decoder of its own (no text rule reads it)"
 MM_REFUSED: dict[str, str] = {
-    "cohere_asr": "an audio encoder-decoder (cross attention): no rule yet",
-    "nemotron_parse": "an MBart encoder-decoder behind a RADIO tower: no rule yet",
-    "nemotron_parse3_5": "an MBart decoder with a RADIO prefix: no rule yet",
-    "diffusion_gemma": "block diffusion over Gemma 4 layers: no KV-cache rule",
-    "moondream3": _OWN_DECODER,
     "cosmos3_edge": "its dense text config rebuilt as Nemotron-H attention and MLP blocks "
                     "(cosmos3_edge.py:448); vLLM's golden rows hold half the KV of one "
                     "attention per text layer: not resolved, no rule yet",
-    "interns2_mobius": "Qwen3-Next's gated delta nets and attention in its own text model, "
-                       "whose layer kinds memacct reads by the Qwen3-Next model type only: "
-                       "no rule yet",
     "dots3_note": "its text model (vllm/models/dots3_note/nvidia/model.py) pads MLA heads and "
                   "adds sliding layers of its own: no rule yet",
-    "muse_spark": "its text stack MuseSpark1xForCausalLM (vllm/models/muse_spark) has no rule "
-                  "yet",
 }
 """Multimodal modules whose text part no decoder rule reads, with the reason."""
 

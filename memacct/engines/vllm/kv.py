@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from memacct._attrs import ReadOnly
 from memacct.engines.base import KVBlock, KVGroup, KVLayout, KVSettings
 from memacct.errors import InsufficientMemoryError, InvalidInputError
-from memacct.model.layers import LayerSpec
+from memacct.model.layers import CrossAttention, LayerSpec
 from memacct.model.spec import KVCacheSpec
 from memacct.units import format_gib
 
@@ -132,10 +132,21 @@ def layer_pages(spec: KVCacheSpec, settings: KVSettings) -> list[Page]:
     # A module paged in blocks of its own (Inkling's conv state: block_tokens) keeps them.
     sizes = [getattr(layer, "block_tokens", None) or block for layer in spec.layers]
     return [
-        Page(layer, size, (state_page or layer.page_bytes(size))
+        Page(_encoder_budget(layer, settings), size, (state_page or layer.page_bytes(size))
              if layer.state_bytes is not None else layer.page_bytes(size), prefix)
         for layer, size in zip(spec.layers, sizes, strict=True) if layer.has_cache
     ]
+
+
+def _encoder_budget(layer: LayerSpec, settings: KVSettings) -> LayerSpec:
+    """A cross-attention layer holds what vLLM's scheduler lets the encoder emit: its
+    ``max_num_encoder_input_tokens``, which ``SchedulerConfig.__post_init__``
+    (vllm/config/scheduler.py) sets to ``max_num_batched_tokens``, per request
+    (``CrossAttentionSpec.max_memory_usage_bytes``, vllm/v1/kv_cache_interface.py), not the
+    model's encoder length."""
+    if isinstance(layer, CrossAttention):
+        return replace(layer, max_encoder_len=settings.max_num_batched_tokens)
+    return layer
 
 
 def unify_page_sizes(pages: Sequence[Page]) -> list[Page]:
