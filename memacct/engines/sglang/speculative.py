@@ -230,9 +230,12 @@ def draft_weight_bytes(config: Mapping[str, Any], spec: Speculative, *,
         return more.total_bytes - base.total_bytes + own + (3 * h + 2 * h * h) * dt
     draft = _draft(spec)
     w = formula_weights(draft, tensor_parallel_size=tp)
-    if spec.method == "draft_model":
-        return w.total_bytes
     h, dt = _int(draft, "hidden_size"), dtype_bytes(draft)
+    # The rotary table stays float32 on CUDA (layers/rotary_embedding/base.py); the formulas
+    # keep it in the model dtype.
+    total = w.total_bytes + w.by_role.get("buffers", 0) * (4 - dt) // dt
+    if spec.method == "draft_model":
+        return total
     if spec.method == "eagle":
-        return w.total_bytes + 2 * h * h * dt + h * dt
-    return w.total_bytes + _eagle3_extra(draft, tp, w.by_role.get("lm_head", 0))
+        return total + 2 * h * h * dt + h * dt
+    return total + _eagle3_extra(draft, tp, w.by_role.get("lm_head", 0))
