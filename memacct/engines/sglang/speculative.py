@@ -44,6 +44,7 @@ __all__ = [
     "SGLANG_ALGORITHMS",
     "draft_kv_layers",
     "draft_weight_bytes",
+    "launch_flags",
     "sglang_algorithm",
     "with_draft_pool",
 ]
@@ -239,3 +240,18 @@ def draft_weight_bytes(config: Mapping[str, Any], spec: Speculative, *,
     if spec.method == "eagle":
         return total + 2 * h * h * dt + h * dt
     return total + _eagle3_extra(draft, tp, w.by_role.get("lm_head", 0))
+
+
+def launch_flags(spec: Speculative) -> list[str]:
+    """``sglang.launch_server``'s flags for ``spec`` (``arg_groups/fields/spec.py``): the
+    algorithm, the draft's path (none for the MTP head, which SGLang finds in the target:
+    ``_handle_eagle_family``) and a chain of ``num_speculative_tokens`` steps, ``topk`` 1,
+    ``steps + 1`` draft tokens, as vLLM's ``num_speculative_tokens`` proposes."""
+    flags = ["--speculative-algorithm", sglang_algorithm(spec)]
+    if spec.method == "ngram":
+        return flags
+    if spec.method != "mtp" and spec.model is not None:
+        flags += ["--speculative-draft-model-path", spec.model]
+    steps = spec.num_speculative_tokens
+    return [*flags, "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(steps + 1)]
