@@ -150,3 +150,25 @@ def test_a_plan_caps_running_requests_at_48_unless_given(tmp_path: Any) -> None:
     assert given.max_running_requests == 100
     with pytest.raises(InvalidInputError, match="--quantization"):
         plan_offline("llama-3.1-8b", engine="sglang", device="h100-80gb", quantization="fp8")
+
+
+def test_sglangs_own_speculative_flags_read_as_one_config() -> None:
+    import json
+
+    from memacct.engines.spellings import normalize_argv
+
+    argv = normalize_argv(["--engine", "sglang", "--speculative-algorithm", "EAGLE3",
+                           "--speculative-draft-model-path", "org/draft",
+                           "--speculative-num-steps=5", "--speculative-eagle-topk", "1"])
+    assert argv[:2] == ["--engine", "sglang"] and argv[2] == "--speculative-config"
+    assert json.loads(argv[3]) == {"method": "eagle3", "model": "org/draft",
+                                   "num_speculative_tokens": 5}
+    mtp = normalize_argv(["--engine", "sglang", "--speculative-algorithm", "EAGLE"])
+    assert json.loads(mtp[-1]) == {"method": "mtp", "num_speculative_tokens": 3}
+    with pytest.raises(InvalidInputError, match="DFLASH"):
+        normalize_argv(["--engine", "sglang", "--speculative-algorithm", "DFLASH"])
+
+
+def test_sglang_on_ascend_is_refused_as_not_modelled() -> None:
+    with pytest.raises(InvalidInputError, match="SGLang's Ascend backend: its ModelSlim W8A8"):
+        plan_offline("qwen3-8b", engine="sglang", device="ascend-910c-64gb")
