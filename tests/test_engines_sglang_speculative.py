@@ -78,7 +78,8 @@ def test_eagle_and_standalone_drafts_hold_every_weight_of_their_own() -> None:
                                tensor_parallel_size=1)
     whole = draft_weight_bytes(target, Speculative("draft_model", 3, draft_config=draft),
                                tensor_parallel_size=1)
-    assert eagle - whole == (2 * 4096 * 4096 + 4096) * 2  # fc: 2 x hidden -> hidden, with bias
+    # fc (2 x hidden -> hidden, with bias); no final norm, no input norm in layer 0.
+    assert eagle - whole == (2 * 4096 * 4096 + 4096 - 2 * 4096) * 2
     assert whole > 128256 * 4096 * 2 * 2  # its own embedding and LM head (untied)
 
 

@@ -204,11 +204,12 @@ def draft_weight_bytes(config: Mapping[str, Any], spec: Speculative, *,
     """The draft's weights on one rank when the target's pool is sized (see the module notes).
 
     EAGLE (``models/llama_eagle.py``): a Llama of the draft's layers with ``fc`` (``2 x
-    hidden -> hidden``, with bias); EAGLE-3 (``models/llama_eagle3.py``): see
-    :func:`_eagle3_extra`; STANDALONE: the whole draft model; MTP (``models/deepseek_nextn.py``):
-    the extra decoder layers, ``enorm``, ``hnorm``, ``eh_proj`` (``2 x hidden -> hidden``,
-    whole), the shared head's norm and its own embedding and LM head. Every draft is split
-    over the target's TP (``speculative/draft_parallel.py``, without DP attention).
+    hidden -> hidden``, with bias), without the final norm and layer 0's input norm;
+    EAGLE-3 (``models/llama_eagle3.py``): see :func:`_eagle3_extra`; STANDALONE: the
+    whole draft model; MTP (``models/deepseek_nextn.py``): one more decoder layer,
+    ``enorm``, ``hnorm``, ``eh_proj`` (``2 x hidden -> hidden``, whole), the shared head's
+    norm and its own embedding and LM head. Every draft is split over the target's TP
+    (``speculative/draft_parallel.py``, without DP attention).
 
     Raises:
         InvalidInputError: a draft memacct cannot size (see the module notes).
@@ -238,7 +239,8 @@ def draft_weight_bytes(config: Mapping[str, Any], spec: Speculative, *,
     if spec.method == "draft_model":
         return total
     if spec.method == "eagle":
-        return total + 2 * h * h * dt + h * dt
+        # fc with bias; no final norm and no input_layernorm in layer 0 (llama_eagle.py).
+        return total + (2 * h * h + h - 2 * h) * dt
     return total + _eagle3_extra(draft, tp, w.by_role.get("lm_head", 0))
 
 
