@@ -343,6 +343,29 @@ def _golden() -> list[dict[str, object]]:
     return [json.loads(line) for line in lines[1:]]
 
 
+_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "STANDALONE": "draft_model"}
+
+
+def _spec_row(row: dict[str, object]) -> dict[str, object]:
+    """memacct's figures for a speculative row of the golden table."""
+    from memacct.engines.deployment import Speculative
+    from memacct.engines.sglang.speculative import draft_kv_layers, with_draft_pool
+
+    model, tp = str(row["model"]), int(str(row["tensor_parallel_size"]))
+    given = row["draft_config"]
+    draft = dict(given) if isinstance(given, dict) else None
+    method = "mtp" if draft is None else _METHODS[str(row["algorithm"])]
+    speculative = Speculative(method=method, num_speculative_tokens=3, draft_config=draft)
+    layers = draft_kv_layers(memacct.planner.load_model_preset(model), speculative)
+    spec = with_draft_pool(KVCacheSpec.from_preset(model, tensor_parallel_size=tp), layers)
+    page = int(str(row["page"]))
+    layout = SGLANG.plan(spec, int(str(row["budget_bytes"])), KVSettings(
+        max_model_len=int(str(row["max_model_len"])), block_size=page,
+        engine_options={"speculative_algorithm": str(row["algorithm"])}))
+    return {"draft_layers": layers, "cell": layout.block_bytes // page,
+            "kv_tokens": layout.kv_tokens, "max_running_requests": layout.max_running_requests}
+
+
 def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) -> None:
     """tools/golden_sglang.py ran SGLang 0.5.23's pool functions from its wheel."""
     monkeypatch.delenv("SGLANG_MAMBA_CONV_DTYPE", raising=False)
@@ -350,7 +373,10 @@ def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) 
     mismatches = []
     for row in rows:
         budget, model = int(str(row["budget_bytes"])), str(row["model"])
-        if row["kind"] == "swa":
+        if row["kind"] == "spec":
+            got, want = _spec_row(row), {k: row[k] for k in ("draft_layers", "cell", "kv_tokens",
+                                                            "max_running_requests")}
+        elif row["kind"] == "swa":
             page, ratio = int(str(row["page"])), float(str(row["swa_full_tokens_ratio"]))
             options: dict[str, float | int | str] = {"swa_full_tokens_ratio": ratio}
             try:
@@ -379,6 +405,7 @@ def test_golden_rows_of_sglangs_own_code_match(monkeypatch: pytest.MonkeyPatch) 
             want = {k: row[k] for k in got}
         if got != want:
             mismatches.append((row, got))
-    assert len(rows) == 306
+    assert len(rows) == 462
     assert sum(1 for r in rows if r.get("pipeline_parallel_size", 1) > 1) == 72
+    assert sum(1 for r in rows if r["kind"] == "spec") == 156
     assert not mismatches, mismatches[:3]

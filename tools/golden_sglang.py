@@ -51,6 +51,7 @@ class _Env:
         "SGLANG_MAMBA_CONV_DTYPE": "bfloat16",
         "SGLANG_MAMBA_SSM_DTYPE": None,
         "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False,
+        "SGLANG_NPU_ENABLE_SPARSE_KV_OFFLOAD": False,
     }
 
     def __getattr__(self, name: str) -> Any:
@@ -290,6 +291,144 @@ def mamba_row(src: Path, mamba_utils: types.ModuleType, cfg: dict[str, Any], tp:
             "kv_tokens": tokens, "max_running_requests": running}
 
 
+def _hf(config: dict[str, Any]) -> Any:
+    """A config dict as the attribute object SGLang's ``ModelConfig`` reads."""
+    return types.SimpleNamespace(**config)
+
+
+def _model_config(src: Path, config: dict[str, Any], context_len: int) -> Any:
+    """The few ``ModelConfig`` fields the pool code reads, with SGLang's own
+    ``get_num_kv_heads`` / ``get_total_num_kv_heads`` compiled from ``configs/model_config.py``
+    (head sizes as its ``__init__`` unifies them: ``head_dim`` else hidden / heads)."""
+    hf = _hf(config)
+    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    fns = _methods(src / SRT / "configs/model_config.py", "ModelConfig",
+                   {"get_num_kv_heads", "get_total_num_kv_heads"},
+                   {"AttentionArch": types.SimpleNamespace(SSM="ssm")})
+    mc = types.SimpleNamespace(
+        hf_config=hf, hf_text_config=hf, is_draft_model=False, attention_arch="mha",
+        head_dim=head, v_head_dim=config.get("v_head_dim") or head, context_len=context_len,
+        kv_lora_rank=config.get("kv_lora_rank"), qk_rope_head_dim=config.get("qk_rope_head_dim"),
+        num_nextn_predict_layers=config.get("num_nextn_predict_layers"),
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_layers=config["num_hidden_layers"], is_hybrid_swa=False,
+        is_deepseek_v4_arch=False)  # fmt: skip
+    for name, fn in fns.items():
+        setattr(mc, name, types.MethodType(fn, mc))
+    return mc
+
+
+def spec_row(src: Path, target: dict[str, Any], draft: dict[str, Any] | None, algorithm: str,
+             tp: int, budget: int, context_len: int, page: int = 1) -> dict[str, Any]:
+    """A target with an EAGLE / EAGLE3 / STANDALONE / NEXTN draft (``draft`` ``None``: the
+    path-less MTP head, sized off the target's config): ``_resolve_eagle_aux_hidden_state``
+    (``model_runner_components/spec_aux_hidden_state.py``) for the draft's layers,
+    ``DefaultPoolConfigurator.__init__`` / ``_compute_cell_size`` / ``calculate_pool_sizes``
+    (``pool_configurator.py``) for the cell and the tokens, ``calculate_mla_kv_cache_dim``
+    and ``resolve_max_num_reqs`` (``kv_cache_configurator.py``) with the 48 requests
+    ``_handle_eagle_family`` sets (``arg_groups/speculative_hook.py``)."""
+    import torch
+
+    ns = types.SimpleNamespace
+    target_mc = _model_config(src, target, context_len)
+    draft_mc = target_mc if draft is None else _model_config(src, draft, context_len)
+    aux = ns(eagle_draft_num_layers=None, eagle_draft_swa_num_layers=None,
+             eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None,
+             draft_kv_num_layers=None, draft_model_config=None)  # fmt: skip
+    algo = ns(is_eagle=lambda: algorithm in ("EAGLE", "EAGLE3"),
+              is_eagle3=lambda: algorithm == "EAGLE3",
+              is_standalone=lambda: algorithm == "STANDALONE",
+              is_dflash_family=lambda: False, is_none=lambda: False)  # fmt: skip
+    resolve = _methods_free(
+        src / SRT / "model_executor/model_runner_components/spec_aux_hidden_state.py",
+        "_resolve_eagle_aux_hidden_state",
+        {"get_spec": lambda: ns(speculative_draft_model_path=None if draft is None else "d",
+                                speculative_draft_model_revision=None),
+         "ModelConfig": ns(from_server_args=lambda *_a, **_k: draft_mc)})
+    resolve(config=aux, server_args=None, model_config=target_mc, spec_algorithm=algo,
+            is_draft_worker=False)
+    cp_utils = types.ModuleType("sglang.srt.layers.cp.utils")
+    cp_utils.get_glm_dsa_layer_split_effective_num_layers = (  # type: ignore[attr-defined]
+        lambda _kvc, n: n)  # GLM-DSA layer split only: every other model keeps n
+    for name in ("sglang.srt.layers", "sglang.srt.layers.cp"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["sglang.srt.layers.cp.utils"] = cp_utils
+    mla = target.get("kv_lora_rank") is not None
+    kvc_fns = _sglang(src, _Ctx(_Schedule(max_running_requests=48)))
+    mla_dim = _methods_free(src / SRT / "mem_cache/kv_cache_configurator.py",
+                            "calculate_mla_kv_cache_dim", {"is_deepseek_dsa": lambda _c: False})
+    env = {
+        "mambaish_config": lambda _c: None, "torch": torch, "envs": _Env(),
+        "get_parallel": lambda: ns(attn_dcp_size=1, attn_tp_size=tp),
+        "get_schedule": lambda: ns(max_total_tokens=None, page_size=page),
+        "get_memory": lambda: ns(enable_hisparse=False),
+        # Logical-page KV sharding (--enable-kv-cache-sharding) is off by default: no scratch.
+        "compute_page_shard_scratch_bytes": lambda _kvc, include_mtp: 0,
+        "is_deepseek_dsa": lambda _c: False, "is_minimax_sparse": lambda _c: False,
+        "is_float4_e2m1fn_x2": lambda _d: False,
+    }
+    fns = _methods(src / SRT / "model_executor/pool_configurator.py", "DefaultPoolConfigurator",
+                   {"__init__", "_compute_cell_size", "calculate_pool_sizes"}, env)
+    env["MemoryPoolConfig"] = MemoryPoolConfig
+    kv_mod = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
+    kv_mod.calculate_mla_kv_cache_dim = mla_dim  # type: ignore[attr-defined]
+    sys.modules.setdefault("sglang.srt.mem_cache", types.ModuleType("sglang.srt.mem_cache"))
+    sys.modules["sglang.srt.mem_cache.kv_cache_configurator"] = kv_mod
+    layers = target["num_hidden_layers"]
+    kvc = ns(model_config=target_mc, kv_cache_dtype=torch.bfloat16, kv_cache_dtype_str="auto",
+             server_args=ns(enable_hisparse=False), use_mla_backend=mla, is_draft_worker=False,
+             layer_info=ns(num_effective_layers=layers, start_layer=0, end_layer=layers),
+             pp_size=1, spec_algorithm=algo, spec_aux_config=aux, device="cuda",
+             fused_entry_bytes=lambda _name: None)  # fmt: skip
+    configurator = ns(_compute_qsa_cell_size=lambda **_k: 0)  # no QSA profile in these configs
+    configurator._compute_cell_size = types.MethodType(fns["_compute_cell_size"], configurator)
+    fns["__init__"](configurator, kvc)
+    config = fns["calculate_pool_sizes"](configurator, budget, page)
+    holder = ns(model_config=target_mc, attn_dp_size=1, mambaish_config=None)
+    running = kvc_fns["resolve_max_num_reqs"](holder, config.max_total_num_tokens)
+    return {"draft_layers": aux.eagle_draft_num_layers, "cell": configurator._cell_size,
+            "kv_tokens": config.max_total_num_tokens, "max_running_requests": running}
+
+
+DRAFTS: dict[str, dict[str, Any]] = {
+    # The layer counts SGLang reads (published config.json values of such drafts).
+    "eagle3-1-layer": {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+                       "num_hidden_layers": 1, "hidden_size": 4096, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "draft_vocab_size": 32000},
+    "eagle-1-layer": {"architectures": ["LlamaForCausalLMEagle"], "model_type": "llama",
+                      "num_hidden_layers": 1, "hidden_size": 4096, "num_attention_heads": 32,
+                      "num_key_value_heads": 8},
+    "standalone-28-layers": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                             "num_hidden_layers": 28, "hidden_size": 1024,
+                             "num_attention_heads": 16, "num_key_value_heads": 8,
+                             "head_dim": 128},
+}
+"""Draft configs for :func:`spec_rows` (only the keys the pool code reads)."""
+
+
+def spec_rows(src: Path, load: Any) -> list[dict[str, Any]]:
+    """Speculative rows: each target with each draft, TP, budget, length and page."""
+    cases = [("qwen3-8b", "EAGLE3", "eagle3-1-layer"), ("llama-3.1-8b", "EAGLE", "eagle-1-layer"),
+             ("llama-3.1-70b", "EAGLE3", "eagle3-1-layer"),
+             ("qwen3-8b", "STANDALONE", "standalone-28-layers"),
+             ("deepseek-v3", "EAGLE", None)]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for model, algorithm, draft_name in cases:
+        target = load(model)
+        draft = None if draft_name is None else DRAFTS[draft_name]
+        for tp in ((8,) if model == "deepseek-v3" else (1, 2, 4)):
+            for budget in (20 * GiB, 60 * GiB + 12345, 7 * GiB + 999):
+                for length in (8192, 131072):
+                    for page in (1, 64):
+                        row = spec_row(src, target, draft, algorithm, tp, budget, length, page)
+                        rows.append({"kind": "spec", "model": model, "algorithm": algorithm,
+                                     "draft": draft_name, "draft_config": draft,
+                                     "tensor_parallel_size": tp,
+                                     "budget_bytes": budget, "max_model_len": length,
+                                     "page": page, **row})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sglang-src", type=Path, required=True)
@@ -365,6 +504,7 @@ def main() -> None:
                              "tensor_parallel_size": tp, "budget_bytes": budget,
                              "ssm_env": ssm, "radix": True, "max_model_len": 8192, **row})
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
+    rows += spec_rows(src, load_model_preset)
     header = {
         "sglang": "0.5.23",
         "source": "sglang-0.5.23 wheel: configs/mamba_utils.py imported; "
@@ -372,8 +512,9 @@ def main() -> None:
                   "KVCacheConfigurator._handle_max_mamba_cache/_calculate_mamba_ratio/"
                   "resolve_max_num_reqs and allocation_sizing.get_mamba_tracking_slots "
                   "compiled from the wheel's source",
-        "emulated": "page_size as given, overlap scheduler on, no speculative decoding, "
-                    "no DP attention, no unified memory, PP 1 (rows with "
+        "emulated": "page_size as given, overlap scheduler on, no DP attention, no unified "
+                    "memory; speculative only in the spec rows (DefaultPoolConfigurator, "
+                    "max_running_requests 48, no KV sharding, bf16 KV); PP 1 (rows with "
                     "pipeline_parallel_size: PP, overlap off, SGLang's stage split); "
                     "gpt-oss window = "
                     "sliding_window - 1; Qwen3-Next: extra buffer with the radix cache",

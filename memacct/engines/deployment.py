@@ -413,12 +413,16 @@ def serve_deployment(options: Any) -> Deployment | None:
         d = replace(d, pipeline_parallel_size=max(pp, d.pipeline_parallel_size))
     if d.is_default:
         return None
-    if options.engine != "vllm":
-        changed = ", ".join(f"--{f.name.replace('_', '-')}" for f in fields(d)
-                            if getattr(d, f.name) != getattr(Deployment(), f.name))  # fmt: skip
+    # SGLang plans --speculative-config too (memacct.engines.sglang.speculative).
+    planned = ("speculative",) if options.engine == "sglang" else ()
+    changed = ", ".join(f"--{f.name.replace('_', '-')}" for f in fields(d)
+                        if getattr(d, f.name) != getattr(Deployment(), f.name)
+                        and f.name not in planned)  # fmt: skip
+    if options.engine != "vllm" and changed:
         raise InvalidInputError(
             f"{changed}: memacct plans these vLLM 0.33 start-up settings for --engine vllm; "
-            f"{options.engine} is planned with its defaults only (drop them, or plan with "
+            f"{options.engine} is planned with its defaults only"
+            f"{' and --speculative-config' if planned else ''} (drop them, or plan with "
             "--engine vllm)"
         )
     return d

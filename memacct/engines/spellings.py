@@ -41,6 +41,7 @@ __all__ = [
     "engine_flag",
     "normalize_argv",
     "parse_engine_int",
+    "sglang_speculative_argv",
 ]
 
 ENGINE_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -153,6 +154,70 @@ def _reverse(engine: str) -> dict[str, str]:
     return table
 
 
+_SGLANG_SPEC_FLAGS = {
+    "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "model",
+    "--speculative-draft-model": "model", "--speculative-num-steps": "steps",
+    "--speculative-eagle-topk": "topk", "--speculative-num-draft-tokens": "tokens",
+}  # fmt: skip
+"""SGLang 0.5.23's speculative flags (``sglang/srt/arg_groups/fields/spec.py``) memacct reads."""
+
+_SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
+                   "STANDALONE": None, "NGRAM": "ngram"}  # fmt: skip
+"""``--speculative-algorithm`` -> ``--speculative-config``'s method (``None``: a draft named
+by its model alone)."""
+
+
+def sglang_speculative_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with SGLang's speculative flags as one ``--speculative-config``: the algorithm
+    as the method (``EAGLE`` or ``NEXTN`` without a draft path: the target's MTP head, the
+    draft SGLang then loads from the target, ``_handle_eagle_family``), the draft path as the
+    model, ``--speculative-num-steps`` as ``num_speculative_tokens`` (the pool does not
+    depend on the steps, ``topk`` or draft tokens; 3 if not given, SGLang's usual choice).
+
+    Raises:
+        InvalidInputError: an algorithm memacct does not plan, or ``NEXTN`` with a draft path.
+    """
+    out: list[str] = []
+    given: dict[str, str] = {}
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in _SGLANG_SPEC_FLAGS:
+            if not eq and i + 1 < len(args):
+                i += 1
+                value = args[i]
+            given[_SGLANG_SPEC_FLAGS[flag]] = value
+        else:
+            out.append(args[i])
+        i += 1
+    if not given:
+        return out
+    algorithm = given.get("algorithm", "").upper()
+    if algorithm not in _SGLANG_METHODS:
+        raise InvalidInputError(
+            f"--speculative-algorithm {given.get('algorithm')!r}: memacct plans SGLang's "
+            f"{', '.join(_SGLANG_METHODS)}"
+        )
+    model = given.get("model")
+    method = _SGLANG_METHODS[algorithm]
+    if method == "mtp" and model is not None:
+        raise InvalidInputError(
+            "--speculative-algorithm NEXTN with --speculative-draft-model-path: memacct sizes "
+            "the MTP head the target itself holds only: drop the draft path"
+        )
+    if method == "eagle" and model is None:
+        method = "mtp"
+    steps = given.get("steps", "3")
+    obj: dict[str, object] = {} if method is None else {"method": method}
+    if model is not None:
+        obj["model"] = model
+    obj["num_speculative_tokens"] = int(steps) if steps.isdigit() else steps
+    import json
+
+    return [*out, "--speculative-config", json.dumps(obj)]
+
+
 def normalize_argv(argv: Sequence[str]) -> list[str]:
     """``memacct plan``'s arguments with the engine's spellings written as its own flags
     and the engine's human-readable integers as plain ones (``--engine`` decides whose).
@@ -166,6 +231,8 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     """
     engine = _engine_of(argv)
     family = _family(engine)
+    if family == "sglang":
+        argv = sglang_speculative_argv(argv)
     reverse = _reverse(engine)
     options = {"--" + name.replace("_", "-"): name for name in HUMAN_READABLE[family]}
     phases = [arg for arg in argv if arg in _SGLANG_GRAPH_PHASES] if family == "sglang" else []

@@ -285,6 +285,10 @@ def _sglang_flags(plan: KVCachePlan, options: PlanOptions,
         flags += ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
     if options.swa_full_tokens_ratio is not None:
         flags += ["--swa-full-tokens-ratio", _number(options.swa_full_tokens_ratio)]
+    if options.deployment is not None and options.deployment.speculative is not None:
+        from memacct.engines.sglang.speculative import launch_flags
+
+        flags += launch_flags(options.deployment.speculative)
     # sglang/srt/configs/model_config.py: a context past the model's positions needs this.
     env = [("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1")] if (
         options.allow_long_max_model_len) else []  # fmt: skip

@@ -158,8 +158,14 @@ class PlanOptions:
 
     def engine_options(self) -> dict[str, float | int | str]:
         """The engine-specific options set (``plan_kv_cache``'s ``engine_options``)."""
-        given = {"swa_full_tokens_ratio": self.swa_full_tokens_ratio,
-                 "max_running_requests": self.max_running_requests}
+        given: dict[str, float | int | str | None] = {
+            "swa_full_tokens_ratio": self.swa_full_tokens_ratio,
+            "max_running_requests": self.max_running_requests}
+        spec = self.deployment.speculative if self.deployment is not None else None
+        if self.engine == "sglang" and spec is not None:
+            from memacct.engines.sglang.speculative import sglang_algorithm
+
+            given["speculative_algorithm"] = sglang_algorithm(spec)
         return {key: value for key, value in given.items() if value is not None}
 
     @classmethod

@@ -25,9 +25,10 @@ the differences from vLLM are in ``docs/engines.md``:
   float32 unless told otherwise, the conv state in bfloat16), and only the
   full-attention layers count in the cell;
 * ``max_running_requests`` = min(clamp(int(tokens / context x 512), 2048,
-  4096), tokens // 2), and for Mamba hybrids at most slots // (3 + the radix
-  cache's tracking slots: 2 with the extra buffer, 5 in all); concurrency is
-  capped by it; a pool smaller than one request is only warned about.
+  4096), tokens // 2) (48 in place of the clamp under speculative decoding,
+  unless given), and for Mamba hybrids at most slots // (3 + the radix cache's
+  tracking slots: 2 with the extra buffer, 5 in all); concurrency is capped by
+  it; a pool smaller than one request is only warned about.
 """
 
 from __future__ import annotations
@@ -288,7 +289,7 @@ class SglangKVManager:
                 estimated_max_model_len=0,
             )
         length = settings.max_model_len
-        running = max_running_requests(full, length, options.max_running_requests, mamba_cap)
+        running = max_running_requests(full, length, options.running_requests(), mamba_cap)
         if running <= 0:
             raise InsufficientMemoryError(
                 f"SGLang's Mamba state cache of {spec.model_name} serves no request: "

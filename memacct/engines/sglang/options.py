@@ -10,7 +10,12 @@ is ``swa_full_tokens_ratio``); sources in ``docs/engines.md`` ("SGLang 0.5.23's 
   the config's ``mamba_ssm_dtype``, else float32 (``configs/mamba_utils.py``,
   ``mamba2_state_dtype``; the flag sets the variable, ``arg_groups/serving_hook.py``);
 * ``max_running_requests``: the cap on running requests SGLang is given; unset: its
-  default for the pool (``kv_cache_configurator.py``, ``resolve_max_num_reqs``).
+  default for the pool (``kv_cache_configurator.py``, ``resolve_max_num_reqs``), 48 under
+  speculative decoding (``arg_groups/speculative_hook.py``, ``_handle_eagle_family``);
+* ``speculative_algorithm``: SGLang's ``--speculative-algorithm`` (``EAGLE``, ``EAGLE3``,
+  ``NEXTN``, ``STANDALONE``, ``NGRAM``); unset: none. The draft's weights and its layers
+  in the cell come from the plan's ``--speculative-config``
+  (:mod:`memacct.engines.sglang.speculative`).
 
 The conv state is in ``SGLANG_MAMBA_CONV_DTYPE`` (default bfloat16), never the SSM dtype.
 """
@@ -31,6 +36,8 @@ __all__ = [
     "OPTIONS",
     "SGLANG_RELEASES",
     "SGLANG_VERSION",
+    "SPECULATIVE_ALGORITHMS",
+    "SPECULATIVE_RUNNING",
     "STATE_DTYPE_BYTES",
     "SglangOptions",
     "check_kv_cache_dtype",
@@ -42,6 +49,9 @@ SGLANG_RELEASES: tuple[str, ...] = (SGLANG_VERSION,)
 refused with this list, :func:`memacct.engines.accepts.check_release`)."""
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+
+SPECULATIVE_RUNNING = 48
+"""``max_running_requests`` SGLang sets under speculative decoding when none is given."""
 
 KV_CACHE_DTYPES: tuple[str, ...] = (
     "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
@@ -60,8 +70,13 @@ OPTIONS: dict[str, str] = {
     "swa_full_tokens_ratio": "--swa-full-tokens-ratio",
     "mamba_ssm_dtype": "--mamba-ssm-dtype",
     "max_running_requests": "--max-running-requests",
+    "speculative_algorithm": "--speculative-algorithm",
 }
 """Plan option -> the ``sglang.launch_server`` flag it stands for."""
+
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+"""The ``--speculative-algorithm`` values memacct plans (``speculative/spec_info.py``;
+``NEXTN`` is ``EAGLE``'s alias)."""
 
 
 def check_kv_cache_dtype(name: str) -> str:
@@ -95,6 +110,7 @@ class SglangOptions:
     swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
     mamba_ssm_dtype: str | None = None
     max_running_requests: int | None = None
+    speculative_algorithm: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> SglangOptions:
@@ -129,7 +145,21 @@ class SglangOptions:
                 f"max_running_requests {running!r} must be a positive integer "
                 f"(--max-running-requests)"
             )
-        return cls(float(ratio), ssm, running)
+        algorithm = given.get("speculative_algorithm")
+        if algorithm is not None and algorithm not in SPECULATIVE_ALGORITHMS:
+            raise InvalidInputError(
+                f"speculative_algorithm {algorithm!r} is not one memacct plans for SGLang: give "
+                f"{', '.join(SPECULATIVE_ALGORITHMS)} (--speculative-algorithm)"
+            )
+        return cls(float(ratio), ssm, running, algorithm)
+
+    def running_requests(self) -> int | None:
+        """The ``--max-running-requests`` SGLang resolves before sizing: the one given, else
+        48 under speculative decoding (``_handle_eagle_family``, ``_handle_ngram``), else
+        ``None`` (its default for the pool)."""
+        if self.max_running_requests is not None or self.speculative_algorithm is None:
+            return self.max_running_requests
+        return SPECULATIVE_RUNNING
 
     def ssm_dtype(self, declared: str | None) -> tuple[str, str]:
         """The SSM state dtype SGLang takes, and where it came from.

@@ -20,14 +20,22 @@ Sources in ``docs/engines.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from memacct.engines.base import StartupEstimate, StartupRequest, StartupSettings
+from memacct.engines.deployment import Deployment
 from memacct.engines.sglang.options import SGLANG_VERSION, check_kv_cache_dtype
+from memacct.engines.sglang.speculative import (
+    draft_kv_layers,
+    draft_weight_bytes,
+    sglang_algorithm,
+    with_draft_pool,
+)
 from memacct.engines.vllm.startup import BatchDefaults
 from memacct.errors import InvalidInputError
-from memacct.model.weights.estimate import estimate_weights
+from memacct.model.spec import KVCacheSpec
+from memacct.model.weights.estimate import WeightEstimate, estimate_weights
 from memacct.units import GiB, MiB
 
 __all__ = [
@@ -215,6 +223,7 @@ class SglangStartup(BatchDefaults):
             )
         _tokens, seqs = self.defaults(total_memory, device_name)
         notes.append(f"mem_fraction_static {fraction:.3f}: activations and graphs use the rest")
+        weights, kv_spec = _with_draft(request, s, weights, notes)
         return StartupEstimate(
             engine=self.name,
             version=self.version,
@@ -228,7 +237,46 @@ class SglangStartup(BatchDefaults):
             max_num_seqs=s.max_num_seqs or seqs,
             weights=weights,
             notes=tuple(notes),
+            kv_spec=kv_spec,
         )
+
+
+def _with_draft(
+    request: StartupRequest, s: StartupSettings, weights: WeightEstimate, notes: list[str]
+) -> tuple[WeightEstimate, KVCacheSpec | None]:
+    """The weights with the draft's, and the KV spec with its layers in the cell
+    (:mod:`memacct.engines.sglang.speculative`); ``(weights, None)`` without a draft.
+
+    Raises:
+        InvalidInputError: a deployment setting other than ``--speculative-config``, or a
+            draft memacct does not plan for SGLang.
+    """
+    d = s.deployment
+    if d is None or d.is_default:
+        return weights, None
+    plain = Deployment()
+    other = [f.name for f in fields(d) if f.name != "speculative"
+             and getattr(d, f.name) != getattr(plain, f.name)]  # fmt: skip
+    if other or d.speculative is None:
+        raise InvalidInputError(
+            f"{', '.join('--' + n.replace('_', '-') for n in other)}: memacct plans SGLang "
+            "with --speculative-config only among these settings: drop them"
+        )
+    spec, config, tp = d.speculative, request.config, s.tensor_parallel_size
+    algorithm = sglang_algorithm(spec)
+    target = request.spec or KVCacheSpec.from_hf_config(
+        dict(config), kv_cache_dtype=s.kv_cache_dtype, tensor_parallel_size=tp)
+    layers = draft_kv_layers(config, spec)
+    kv_spec = with_draft_pool(target, layers)
+    draft = draft_weight_bytes(config, spec, tensor_parallel_size=tp)
+    roles = {**weights.by_role, "draft": draft}
+    weights = replace(weights, by_role=roles, total_bytes=weights.total_bytes + draft)
+    notes.append(
+        f"speculative decoding ({algorithm}): the draft's weights ({draft / GiB:.2f} GiB, "
+        f"its own embedding and LM head still held when the pool is sized) and {layers} "
+        "draft layer(s) in the KV cell; max_running_requests 48 unless given"
+    )
+    return weights, (kv_spec if layers else None)
 
 
 STARTUP = SglangStartup()
