@@ -76,6 +76,23 @@ CLIP_L_336: dict[str, Any] = {
     "projection_dim": 768,
 }
 
+# google/siglip-so400m-patch14-384's vision section, as the LLaVA-OneVision and
+# LLaVA-Interleave checkpoints carry it (26 of its 27 layers kept by the HF conversion).
+SIGLIP_SO400M_384: dict[str, Any] = {
+    "model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+    "num_hidden_layers": 26, "num_attention_heads": 16, "image_size": 384, "patch_size": 14,
+    "vision_use_head": False,
+}
+
+_QWEN2_7B_TEXT: dict[str, Any] = {
+    "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 1, "num_attention_heads": 28, "num_key_value_heads": 4,
+    "vocab_size": 152128, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+}
+
+_ONEVISION_PINPOINTS = [[h, w] for h in range(384, 2305, 384) for w in range(384, 2305, 384)]
+"""llava-hf/llava-onevision-qwen2-7b-ov-hf: 384 to 2304 pixels a side in steps of 384."""
+
 MODELS: dict[str, dict[str, Any]] = {
     # llava-hf/llava-1.5-7b-hf config.json
     "llava-1.5-7b": {
@@ -95,6 +112,50 @@ MODELS: dict[str, dict[str, Any]] = {
         "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336],
                                  [336, 1008]],
         "vision_config": CLIP_L_336,
+        "text_config": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "vocab_size": 32064,
+                        "max_position_embeddings": 32768},
+    },
+    # llava-hf/llava-interleave-qwen-7b-hf config.json (LLaVA with a SigLIP tower)
+    "llava-interleave-qwen-7b": {
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+        "image_token_index": 151646, "projector_hidden_act": "gelu",
+        "vision_config": SIGLIP_SO400M_384, "text_config": _QWEN2_7B_TEXT,
+    },
+    # llava-hf/llava-onevision-qwen2-7b-ov-hf config.json
+    "llava-onevision-qwen2-7b": {
+        "architectures": ["LlavaOnevisionForConditionalGeneration"],
+        "model_type": "llava_onevision", "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "full", "vision_aspect_ratio": "anyres_max_9",
+        "image_token_index": 151646, "video_token_index": 151647,
+        "projector_hidden_act": "gelu", "use_image_newline_parameter": True,
+        "image_grid_pinpoints": _ONEVISION_PINPOINTS,
+        "vision_config": SIGLIP_SO400M_384, "text_config": _QWEN2_7B_TEXT,
+    },
+    # llava-hf/LLaVA-NeXT-Video-7B-hf config.json
+    "llava-next-video-7b": {
+        "architectures": ["LlavaNextVideoForConditionalGeneration"],
+        "model_type": "llava_next_video", "vision_feature_layer": -2,
+        "vision_feature_select_strategy": "default", "image_token_index": 32001,
+        "video_token_index": 32000, "projector_hidden_act": "gelu",
+        "spatial_pool_mode": "average", "spatial_pool_stride": 2,
+        "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336],
+                                 [336, 1008]],
+        "vision_config": CLIP_L_336,
+        "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "vocab_size": 32064, "max_position_embeddings": 4096},
+    },
+    # Synthetic: llava-v1.6-mistral-7b's config with the SigLIP tower above (LLaVA-NeXT's
+    # SigLIP branch of init_vision_tower_for_llava)
+    "llava-next-siglip-synthetic": {
+        "architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next",
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+        "image_token_index": 32000, "projector_hidden_act": "gelu",
+        "image_grid_pinpoints": [[384, 768], [768, 384], [768, 768]],
+        "vision_config": SIGLIP_SO400M_384,
         "text_config": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 8, "vocab_size": 32064,

@@ -35,7 +35,7 @@ def tower_kind(config: Mapping[str, Any]) -> str | None:
     if kind == "clip":
         vision = config.get("vision_config")
         vtype = vision.get("model_type", "clip_vision_model") if isinstance(vision, Mapping) else ""
-        return kind if vtype in ("clip_vision_model", "pixtral") else None
+        return kind if vtype in ("clip_vision_model", "pixtral", "siglip_vision_model") else None
     return kind
 
 

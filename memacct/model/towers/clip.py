@@ -1,20 +1,25 @@
-"""The CLIP, SigLIP and Pixtral towers (LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3, Mistral 3), following
-the modules vLLM 0.33 builds (files under ``vllm/model_executor/models/``):
+"""The CLIP, SigLIP and Pixtral towers (the LLaVA family, PaliGemma, Gemma 3, Mistral 3),
+following the modules vLLM 0.33 builds (files under ``vllm/model_executor/models/``):
 
 * **CLIP** (``clip.py``, ``CLIPVisionModel``; LLaVA 1.5): ``class_embedding``, a bias-free
 patch convolution, ``(image_size / patch_size)^2 + 1`` positions, ``pre_layrnorm``;
 per layer ``qkv_proj`` and ``out_proj`` with biases, two LayerNorms, ``fc1`` / ``fc2``
-with biases; ``post_layernorm`` only when every layer is built. LLaVA builds the layers
-up to ``vision_feature_layer`` (``llava.py``, ``_get_num_hidden_layers``: -2 of 24 is
-23 layers, so no ``post_layernorm``); LLaVA-NeXT adds ``image_newline`` (the text width).
-* **SigLIP** (``siglip.py``, ``SiglipVisionModel``; Gemma 3, PaliGemma): a biased patch
-convolution, ``(image_size / patch_size)^2`` positions, no pre-norm, the same layer,
-``post_layernorm`` when every layer is built, no pooling head (``use_head`` defaults to
-False).
+with biases; ``post_layernorm`` only when every layer is built and the model asks for it.
+* **SigLIP** (``siglip.py``, ``SiglipVisionModel``; Gemma 3, PaliGemma, LLaVA-OneVision): a
+biased patch convolution, ``(image_size / patch_size)^2`` positions, no pre-norm, the same
+layer, ``post_layernorm`` when every layer is built (``require_post_norm`` None), no pooling
+head (``use_head`` defaults to False).
 * **Pixtral** (``pixtral.py``, ``PixtralHFVisionModel``; Mistral 3, Pixtral-HF as LLaVA): a
 bias-free patch convolution, ``ln_pre`` (RMSNorm); per layer RMSNorms ``attention_norm``
 and ``ffn_norm``, bias-free ``qkv_proj`` / ``o_proj`` and a gated bias-free MLP
 (``gate_up_proj`` of 2 x intermediate, ``down_proj``); 2-D rotary positions, no weights.
+
+The LLaVA family (``llava.py``, ``llava_next.py``, ``llava_onevision.py``,
+``llava_next_video.py``) builds its tower with ``init_vision_tower_for_llava``: CLIP, SigLIP
+or Pixtral by the vision section's type, only the layers up to ``vision_feature_layer``
+(``_get_num_hidden_layers``: -2 of 24 is 23 layers) and never ``post_layernorm`` (each
+model passes ``require_post_norm=False``); LLaVA-NeXT and LLaVA-OneVision add
+``image_newline`` (the text width), LLaVA-NeXT-Video none (its pooler has no weights).
 
 Projectors: LLaVA's ``linear_1`` / ``linear_2`` (``multimodal_projector_bias``, default
 true), PaliGemma's biased ``linear`` to ``projection_dim``, Gemma 3's
@@ -41,7 +46,8 @@ from memacct.model.towers.parts import (
 __all__ = ["RULES", "TYPES"]
 
 
-def _clip_siglip(out: Out, v: Mapping[str, Any], layers: int, clip: bool) -> None:
+def _clip_siglip(out: Out, v: Mapping[str, Any], layers: int, clip: bool,
+                 post_norm: bool = True) -> None:  # fmt: skip
     h, inner = int_key(v, "hidden_size"), int_key(v, "intermediate_size")
     patch, side = int_key(v, "patch_size"), int_key(v, "image_size") // int_key(v, "patch_size")
     channels = int_key(v, "num_channels", 3)
@@ -57,7 +63,7 @@ def _clip_siglip(out: Out, v: Mapping[str, Any], layers: int, clip: bool) -> Non
         norm(out, "vision_tower.pre_layrnorm", h)
     for i in range(layers):
         vit_layer(out, f"vision_tower.encoder.layers.{i}", h, inner)
-    if layers == total:
+    if post_norm and layers == total:
         norm(out, "vision_tower.post_layernorm", h)
 
 
@@ -97,23 +103,26 @@ def _mistral3(config: Mapping[str, Any]) -> Out:
     return out
 
 
+_LLAVA_TOWERS = ("clip_vision_model", "siglip_vision_model", "pixtral")
+"""The vision sections ``init_vision_tower_for_llava`` builds (``llava.py``)."""
+
+_NEWLINE_TYPES = ("llava_next", "llava_onevision")
+"""The LLaVA models holding one learned ``image_newline`` row of the text width."""
+
+
 def _llava(config: Mapping[str, Any]) -> Out:
     v = section_of(config, "vision_config")
     out: Out = []
-    if v.get("model_type") == "pixtral":
-        _pixtral_tower(out, v, layers_to(int_key(v, "num_hidden_layers"),
-                                          config.get("vision_feature_layer", -2)))  # fmt: skip
-        th = text_hidden(config)
-        bias = config.get("multimodal_projector_bias", True) is not False
-        linear(out, "multi_modal_projector.linear_1", th, int_key(v, "hidden_size"), bias)
-        linear(out, "multi_modal_projector.linear_2", th, th, bias, split="row")
-        return out
+    vtype = v.get("model_type", "clip_vision_model")
     layers = layers_to(int_key(v, "num_hidden_layers"), config.get("vision_feature_layer", -2))
-    _clip_siglip(out, v, layers, clip=True)
+    if vtype == "pixtral":
+        _pixtral_tower(out, v, layers)
+    else:
+        _clip_siglip(out, v, layers, clip=vtype == "clip_vision_model", post_norm=False)
     th, bias = text_hidden(config), config.get("multimodal_projector_bias", True) is not False
     linear(out, "multi_modal_projector.linear_1", th, int_key(v, "hidden_size"), bias)
     linear(out, "multi_modal_projector.linear_2", th, th, bias, split="row")
-    if config.get("model_type") == "llava_next":  # llava_next.py: one learned newline row
+    if config.get("model_type") in _NEWLINE_TYPES:
         out.append(TowerTensor("image_newline", (th,), False))
     return out
 
@@ -133,8 +142,8 @@ def _siglip_model(config: Mapping[str, Any]) -> Out:
 
 
 TYPES: dict[str, str] = {
-    "llava": "clip", "llava_next": "clip", "paligemma": "siglip", "gemma3": "siglip",
-    "mistral3": "pixtral",
+    "llava": "clip", "llava_next": "clip", "llava_onevision": "clip", "llava_next_video": "clip",
+    "paligemma": "siglip", "gemma3": "siglip", "mistral3": "pixtral",
 }
 """Top-level ``model_type`` -> the tower kind this module builds."""
 
