@@ -94,7 +94,7 @@ def test_a_bad_tower_size_names_the_key() -> None:
     bad = {**cfg, "vision_config": {**cfg["vision_config"], "hidden_size": "1152"}}
     with pytest.raises(ConfigError, match="hidden_size"):
         tower_tensors(bad)
-    assert tower_tensors({"model_type": "idefics3"}) is None
+    assert tower_tensors({"model_type": "chameleon"}) is None
 
 
 def _pass(cfg: dict[str, Any], mm: Multimodal | None = None, **kw: int) -> Any:

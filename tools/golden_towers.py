@@ -161,6 +161,38 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_key_value_heads": 8, "vocab_size": 32064,
                         "max_position_embeddings": 32768},
     },
+    # HuggingFaceM4/Idefics3-8B-Llama3 config.json
+    "idefics3-8b-llama3": {
+        "architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+        "image_token_id": 128257, "scale_factor": 2,
+        "vision_config": {**_SIGLIP_400M, "model_type": "idefics3_vision", "image_size": 364},
+        "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "vocab_size": 128259,
+                        "max_position_embeddings": 131072, "rope_theta": 500000.0},
+    },
+    # HuggingFaceTB/SmolVLM2-2.2B-Instruct config.json
+    "smolvlm2-2.2b": {
+        "architectures": ["SmolVLMForConditionalGeneration"], "model_type": "smolvlm",
+        "image_token_id": 49190, "scale_factor": 3,
+        "vision_config": {**_SIGLIP_400M, "model_type": "smolvlm_vision", "image_size": 384},
+        "text_config": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 32, "vocab_size": 49280,
+                        "max_position_embeddings": 8192, "rope_theta": 130000.0},
+    },
+    # HuggingFaceTB/SmolVLM-256M-Instruct config.json
+    "smolvlm-256m": {
+        "architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+        "image_token_id": 49190, "scale_factor": 4,
+        "vision_config": {"model_type": "idefics3_vision", "hidden_size": 768,
+                          "intermediate_size": 3072, "num_hidden_layers": 12,
+                          "num_attention_heads": 12, "image_size": 512, "patch_size": 16},
+        "text_config": {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+                        "num_hidden_layers": 1, "num_attention_heads": 9,
+                        "num_key_value_heads": 3, "vocab_size": 49280,
+                        "max_position_embeddings": 8192, "rope_theta": 100000.0},
+    },
     # google/paligemma-3b-pt-224 config.json
     "paligemma-3b-224": {
         "architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",
@@ -324,7 +356,8 @@ def tower_count(raw: dict[str, Any]) -> int:
                 meta_values():
             model = initialize_model(vllm_config=vllm_config, prefix="")
     return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("language_model.", "model.language_model.")))
+               if not name.startswith(("language_model.", "model.language_model.",
+                                       "model.text_model.", "lm_head.")))
 
 
 def main() -> int:
