@@ -193,6 +193,41 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_key_value_heads": 3, "vocab_size": 49280,
                         "max_position_embeddings": 8192, "rope_theta": 100000.0},
     },
+    # mistralai/Pixtral-12B-2409 params.json (Mistral format: PixtralForConditionalGeneration)
+    "pixtral-12b-2409": {
+        "dim": 5120, "n_layers": 1, "head_dim": 128, "hidden_dim": 14336, "n_heads": 32,
+        "n_kv_heads": 8, "rope_theta": 1000000000.0, "norm_eps": 1e-05, "vocab_size": 131072,
+        "vision_encoder": {"hidden_size": 1024, "num_channels": 3, "image_size": 1024,
+                           "patch_size": 16, "rope_theta": 10000.0, "intermediate_size": 4096,
+                           "num_hidden_layers": 24, "num_attention_heads": 16,
+                           "image_token_id": 10, "image_break_token_id": 12,
+                           "image_end_token_id": 13, "adapter_bias": True},
+    },
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 params.json (the patch merger and the
+    # pre-projector norm)
+    "mistral-small-3.1-24b-params": {
+        "dim": 5120, "n_layers": 1, "head_dim": 128, "hidden_dim": 32768, "n_heads": 32,
+        "n_kv_heads": 8, "rope_theta": 1000000000.0, "norm_eps": 1e-05, "vocab_size": 131072,
+        "vision_encoder": {"hidden_size": 1024, "num_channels": 3, "image_size": 1540,
+                           "max_image_size": 1540, "patch_size": 14, "rope_theta": 10000.0,
+                           "intermediate_size": 4096, "num_hidden_layers": 24,
+                           "num_attention_heads": 16, "image_token_id": 10,
+                           "image_break_token_id": 12, "image_end_token_id": 13,
+                           "adapter_bias": False, "spatial_merge_size": 2,
+                           "mm_projector_id": "patch_merge",
+                           "add_pre_mm_projector_layer_norm": True},
+    },
+    # lightonai/LightOnOCR-1B-1025 config.json (Mistral 3's config on a Qwen3 text model)
+    "lightonocr-1b": {
+        "architectures": ["LightOnOCRForConditionalGeneration"], "model_type": "mistral3",
+        "image_token_index": 151655, "multimodal_projector_bias": False,
+        "projector_hidden_act": "gelu", "spatial_merge_size": 2, "vision_feature_layer": -1,
+        "vision_config": _PIXTRAL | {"image_size": 1540, "patch_size": 14},
+        "text_config": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+                        "num_hidden_layers": 1, "num_attention_heads": 16,
+                        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                        "max_position_embeddings": 40960, "rope_theta": 1000000.0},
+    },
     # google/paligemma-3b-pt-224 config.json
     "paligemma-3b-224": {
         "architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",
@@ -346,9 +381,13 @@ def tower_count(raw: dict[str, Any]) -> int:
 
     patch_parallel_groups(1)
     with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "config.json").write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
+        if "vision_encoder" in raw:  # a Mistral-format params.json (vLLM remaps it)
+            Path(folder, "params.json").write_text(json.dumps({**raw, "dtype": "bfloat16"}))
+        else:
+            Path(folder, "config.json").write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
         args = EngineArgs(model=folder, skip_tokenizer_init=True, load_format="dummy",
                           max_model_len=4096, enforce_eager=True, trust_remote_code=True,
+                          config_format="mistral" if "vision_encoder" in raw else "auto",
                           runner="generate", tensor_parallel_size=1)
         vllm_config = args.create_engine_config()
         vllm_config.device_config.device = torch.device("meta")

@@ -9,7 +9,8 @@ with biases; ``post_layernorm`` only when every layer is built and the model ask
 biased patch convolution, ``(image_size / patch_size)^2`` positions, no pre-norm, the same
 layer, ``post_layernorm`` when every layer is built (``require_post_norm`` None), no pooling
 head (``use_head`` defaults to False).
-* **Pixtral** (``pixtral.py``, ``PixtralHFVisionModel``; Mistral 3, Pixtral-HF as LLaVA): a
+* **Pixtral** (``pixtral.py``, ``PixtralHFVisionModel``; Mistral 3, LightOnOCR, Pixtral-HF as
+LLaVA; ``VisionTransformer`` for Mistral-format Pixtral, :func:`_pixtral_mistral`): a
 bias-free patch convolution, ``ln_pre`` (RMSNorm); per layer RMSNorms ``attention_norm``
 and ``ffn_norm``, bias-free ``qkv_proj`` / ``o_proj`` and a gated bias-free MLP
 (``gate_up_proj`` of 2 x intermediate, ``down_proj``); 2-D rotary positions, no weights.
@@ -67,14 +68,15 @@ def _clip_siglip(out: Out, v: Mapping[str, Any], layers: int, clip: bool,
         norm(out, "vision_tower.post_layernorm", h)
 
 
-def _pixtral_tower(out: Out, v: Mapping[str, Any], layers: int) -> None:
+def _pixtral_tower(out: Out, v: Mapping[str, Any], layers: int,
+                   prefix: str = "vision_tower") -> None:  # fmt: skip
     h, inner = int_key(v, "hidden_size"), int_key(v, "intermediate_size")
     patch = int_key(v, "patch_size")
-    out.append(TowerTensor("vision_tower.patch_conv.weight",
+    out.append(TowerTensor(f"{prefix}.patch_conv.weight",
                            (h, int_key(v, "num_channels", 3), patch, patch), False))  # fmt: skip
-    norm(out, "vision_tower.ln_pre", h, bias=False)
+    norm(out, f"{prefix}.ln_pre", h, bias=False)
     for i in range(layers):
-        p = f"vision_tower.transformer.layers.{i}"
+        p = f"{prefix}.transformer.layers.{i}"
         norm(out, f"{p}.attention_norm", h, bias=False)
         linear(out, f"{p}.attention.qkv_proj", 3 * h, h, False)
         linear(out, f"{p}.attention.o_proj", h, h, False, split="row")
@@ -110,6 +112,30 @@ _NEWLINE_TYPES = ("llava_next", "llava_onevision")
 """The LLaVA models holding one learned ``image_newline`` row of the text width."""
 
 
+def _pixtral_mistral(config: Mapping[str, Any]) -> Out:
+    """Pixtral in Mistral's format (``pixtral.py``, ``PixtralForConditionalGeneration``; vLLM
+    remaps ``params.json`` to ``model_type`` "pixtral" with its ``vision_encoder`` as
+    ``vision_config``, ``transformers_utils/configs/mistral.py``,
+    ``_remap_mistral_vision_args``): ``VisionTransformer`` (Pixtral's layers, every one), an
+    RMSNorm ``pre_mm_projector_norm`` where ``add_pre_mm_projector_layer_norm``, the bias-free
+    ``patch_merger.merging_layer`` where ``mm_projector_id`` is "patch_merge", and
+    ``vision_language_adapter``'s ``w_in`` / ``w_out`` (``adapter_bias``, default true); the
+    merger and adapter are ``ReplicatedLinear``, whole on every rank."""
+    v = section_of(config, "vision_config")
+    out: Out = []
+    _pixtral_tower(out, v, int_key(v, "num_hidden_layers"), "vision_encoder")
+    h, th = int_key(v, "hidden_size"), text_hidden(config)
+    if v.get("add_pre_mm_projector_layer_norm") is True:
+        norm(out, "pre_mm_projector_norm", h, bias=False)
+    if v.get("mm_projector_id") == "patch_merge":
+        merge = int_key(v, "spatial_merge_size", 1)
+        linear(out, "patch_merger.merging_layer", h, h * merge * merge, False, split="none")
+    bias = v.get("adapter_bias", True) is not False
+    linear(out, "vision_language_adapter.w_in", th, h, bias, split="none")
+    linear(out, "vision_language_adapter.w_out", th, th, bias, split="none")
+    return out
+
+
 def _llava(config: Mapping[str, Any]) -> Out:
     v = section_of(config, "vision_config")
     out: Out = []
@@ -143,11 +169,12 @@ def _siglip_model(config: Mapping[str, Any]) -> Out:
 
 TYPES: dict[str, str] = {
     "llava": "clip", "llava_next": "clip", "llava_onevision": "clip", "llava_next_video": "clip",
-    "paligemma": "siglip", "gemma3": "siglip", "mistral3": "pixtral",
+    "paligemma": "siglip", "gemma3": "siglip", "mistral3": "pixtral", "pixtral": "pixtral_mistral",
 }
 """Top-level ``model_type`` -> the tower kind this module builds."""
 
 RULES: dict[str, Callable[[Mapping[str, Any]], Out]] = {
     "clip": _llava, "siglip": _siglip_model, "pixtral": _mistral3,
+    "pixtral_mistral": _pixtral_mistral,
 }
 """Tower kind -> the rule that lists its tensors."""
