@@ -228,6 +228,21 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                         "max_position_embeddings": 40960, "rope_theta": 1000000.0},
     },
+    # CohereLabs/command-a-vision-07-2025 config.json (a SigLIP2 so400m tower at 512 px)
+    "command-a-vision": {
+        "architectures": ["Cohere2VisionForConditionalGeneration"],
+        "model_type": "cohere2_vision", "downsample_factor": 2,
+        "alignment_intermediate_size": 36864, "image_token_id": 255036,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 512, "patch_size": 16},
+        "text_config": {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"],
+                        "hidden_size": 12288, "intermediate_size": 36864,
+                        "num_hidden_layers": 1, "num_attention_heads": 96,
+                        "num_key_value_heads": 8, "vocab_size": 256000,
+                        "max_position_embeddings": 131072, "sliding_window": 4096,
+                        "layer_types": ["sliding_attention"], "rope_theta": 50000,
+                        "logit_scale": 0.25},
+    },
     # google/paligemma-3b-pt-224 config.json
     "paligemma-3b-224": {
         "architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",

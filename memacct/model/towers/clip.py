@@ -5,7 +5,8 @@ following the modules vLLM 0.33 builds (files under ``vllm/model_executor/models
 patch convolution, ``(image_size / patch_size)^2 + 1`` positions, ``pre_layrnorm``;
 per layer ``qkv_proj`` and ``out_proj`` with biases, two LayerNorms, ``fc1`` / ``fc2``
 with biases; ``post_layernorm`` only when every layer is built and the model asks for it.
-* **SigLIP** (``siglip.py``, ``SiglipVisionModel``; Gemma 3, PaliGemma, LLaVA-OneVision): a
+* **SigLIP** (``siglip.py``, ``SiglipVisionModel``; Gemma 3, PaliGemma, LLaVA-OneVision,
+Command A Vision): a
 biased patch convolution, ``(image_size / patch_size)^2`` positions, no pre-norm, the same
 layer, ``post_layernorm`` when every layer is built (``require_post_norm`` None), no pooling
 head (``use_head`` defaults to False).
@@ -24,7 +25,8 @@ model passes ``require_post_norm=False``); LLaVA-NeXT and LLaVA-OneVision add
 
 Projectors: LLaVA's ``linear_1`` / ``linear_2`` (``multimodal_projector_bias``, default
 true), PaliGemma's biased ``linear`` to ``projection_dim``, Gemma 3's
-``mm_input_projection_weight`` and ``mm_soft_emb_norm`` (``gemma3_mm.py``).
+``mm_input_projection_weight`` and ``mm_soft_emb_norm`` (``gemma3_mm.py``), Command A
+Vision's SwiGLU projector after a pixel shuffle (``cohere2_vision.py``).
 """
 
 from __future__ import annotations
@@ -162,6 +164,15 @@ def _siglip_model(config: Mapping[str, Any]) -> Out:
         out.append(TowerTensor("multi_modal_projector.mm_input_projection_weight",
                                (h, text_hidden(config)), False))  # fmt: skip
         norm(out, "multi_modal_projector.mm_soft_emb_norm", h, bias=False)
+    elif config.get("model_type") == "cohere2_vision":
+        # cohere2_vision.py, Cohere2VisionMultiModalProjector: the pixel shuffle has no
+        # weights; linear_1 is a biased MergedColumnParallelLinear of two halves of
+        # alignment_intermediate_size (SwiGLU), linear_2 a biased RowParallelLinear.
+        shuffled = h * int_key(config, "downsample_factor", 2) ** 2
+        align = int_key(config, "alignment_intermediate_size", 36864)
+        linear(out, "multi_modal_projector.linear_1", align, shuffled)
+        linear(out, "multi_modal_projector.linear_2", text_hidden(config), align // 2,
+               split="row")  # fmt: skip
     else:
         linear(out, "multi_modal_projector.linear", int_key(v, "projection_dim"), h, split="none")
     return out
@@ -170,6 +181,7 @@ def _siglip_model(config: Mapping[str, Any]) -> Out:
 TYPES: dict[str, str] = {
     "llava": "clip", "llava_next": "clip", "llava_onevision": "clip", "llava_next_video": "clip",
     "paligemma": "siglip", "gemma3": "siglip", "mistral3": "pixtral", "pixtral": "pixtral_mistral",
+    "cohere2_vision": "siglip",
 }
 """Top-level ``model_type`` -> the tower kind this module builds."""
 
