@@ -64,10 +64,11 @@ MISTRAL_SMALL_31: dict[str, Any] = {
                       "num_hidden_layers": 24, "patch_size": 14, "head_dim": 64},
 }  # fmt: skip
 
-LLAVA_SIGLIP: dict[str, Any] = {
-    # LLaVA over a SigLIP tower (as llava-interleave's configs): no encoder rule for it here.
+LLAVA_UNRULED: dict[str, Any] = {
+    # LLaVA over a vision section none of the rules reads (init_vision_tower_for_llava builds
+    # CLIP, SigLIP and Pixtral only; memacct.engines.vllm.mm.llava reads those three).
     **MISTRAL_SMALL_31, "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
-    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
+    "vision_config": {"model_type": "dinov2", "hidden_size": 1152,
                       "image_size": 384, "intermediate_size": 4304, "num_attention_heads": 16,
                       "num_hidden_layers": 27, "patch_size": 14},
 }  # fmt: skip
@@ -138,15 +139,15 @@ def test_qwen_vl_vision_towers_hold_what_transformers_builds() -> None:
 
 
 def test_a_multimodal_model_without_an_encoder_rule_says_so_in_the_plan() -> None:
-    plan = plan_offline(LLAVA_SIGLIP, device="h100", max_model_len=8192)
+    plan = plan_offline(LLAVA_UNRULED, device="h100", max_model_len=8192)
     notes = [n for n in plan.notes if "LlavaForConditionalGeneration" in n]
     assert notes and "not modelled" in notes[0] and "upper bound" in notes[0]
     skip = Deployment(multimodal=Multimodal(skip_mm_profiling=True))
-    skipped = plan_offline(LLAVA_SIGLIP, device="h100", max_model_len=8192, deployment=skip)
+    skipped = plan_offline(LLAVA_UNRULED, device="h100", max_model_len=8192, deployment=skip)
     assert not any("not modelled" in n for n in skipped.notes)
     assert any("--skip-mm-profiling" in n for n in skipped.notes)
     none = Deployment(multimodal=Multimodal(limit_mm_per_prompt={"image": 0}))
-    zeroed = plan_offline(LLAVA_SIGLIP, device="h100", max_model_len=8192, deployment=none)
+    zeroed = plan_offline(LLAVA_UNRULED, device="h100", max_model_len=8192, deployment=none)
     assert any("allows no image item: no encoder pass" in n for n in zeroed.notes)
     text = plan_offline(load_model_preset("llama-3.1-8b"), device="h100", max_model_len=8192)
     assert not any(n.startswith("multimodal") for n in text.notes)

@@ -76,6 +76,23 @@ CLIP_L_336: dict[str, Any] = {
     "projection_dim": 768,
 }
 
+# google/siglip-so400m-patch14-384's vision section, as the LLaVA-OneVision and
+# LLaVA-Interleave checkpoints carry it (26 of its 27 layers kept by the HF conversion).
+SIGLIP_SO400M_384: dict[str, Any] = {
+    "model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+    "num_hidden_layers": 26, "num_attention_heads": 16, "image_size": 384, "patch_size": 14,
+    "vision_use_head": False,
+}
+
+_QWEN2_7B_TEXT: dict[str, Any] = {
+    "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 1, "num_attention_heads": 28, "num_key_value_heads": 4,
+    "vocab_size": 152128, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+}
+
+_ONEVISION_PINPOINTS = [[h, w] for h in range(384, 2305, 384) for w in range(384, 2305, 384)]
+"""llava-hf/llava-onevision-qwen2-7b-ov-hf: 384 to 2304 pixels a side in steps of 384."""
+
 MODELS: dict[str, dict[str, Any]] = {
     # llava-hf/llava-1.5-7b-hf config.json
     "llava-1.5-7b": {
@@ -99,6 +116,132 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 8, "vocab_size": 32064,
                         "max_position_embeddings": 32768},
+    },
+    # llava-hf/llava-interleave-qwen-7b-hf config.json (LLaVA with a SigLIP tower)
+    "llava-interleave-qwen-7b": {
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+        "image_token_index": 151646, "projector_hidden_act": "gelu",
+        "vision_config": SIGLIP_SO400M_384, "text_config": _QWEN2_7B_TEXT,
+    },
+    # llava-hf/llava-onevision-qwen2-7b-ov-hf config.json
+    "llava-onevision-qwen2-7b": {
+        "architectures": ["LlavaOnevisionForConditionalGeneration"],
+        "model_type": "llava_onevision", "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "full", "vision_aspect_ratio": "anyres_max_9",
+        "image_token_index": 151646, "video_token_index": 151647,
+        "projector_hidden_act": "gelu", "use_image_newline_parameter": True,
+        "image_grid_pinpoints": _ONEVISION_PINPOINTS,
+        "vision_config": SIGLIP_SO400M_384, "text_config": _QWEN2_7B_TEXT,
+    },
+    # llava-hf/LLaVA-NeXT-Video-7B-hf config.json
+    "llava-next-video-7b": {
+        "architectures": ["LlavaNextVideoForConditionalGeneration"],
+        "model_type": "llava_next_video", "vision_feature_layer": -2,
+        "vision_feature_select_strategy": "default", "image_token_index": 32001,
+        "video_token_index": 32000, "projector_hidden_act": "gelu",
+        "spatial_pool_mode": "average", "spatial_pool_stride": 2,
+        "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336],
+                                 [336, 1008]],
+        "vision_config": CLIP_L_336,
+        "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "vocab_size": 32064, "max_position_embeddings": 4096},
+    },
+    # Synthetic: llava-v1.6-mistral-7b's config with the SigLIP tower above (LLaVA-NeXT's
+    # SigLIP branch of init_vision_tower_for_llava)
+    "llava-next-siglip-synthetic": {
+        "architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next",
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+        "image_token_index": 32000, "projector_hidden_act": "gelu",
+        "image_grid_pinpoints": [[384, 768], [768, 384], [768, 768]],
+        "vision_config": SIGLIP_SO400M_384,
+        "text_config": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "vocab_size": 32064,
+                        "max_position_embeddings": 32768},
+    },
+    # HuggingFaceM4/Idefics3-8B-Llama3 config.json
+    "idefics3-8b-llama3": {
+        "architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+        "image_token_id": 128257, "scale_factor": 2,
+        "vision_config": {**_SIGLIP_400M, "model_type": "idefics3_vision", "image_size": 364},
+        "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "vocab_size": 128259,
+                        "max_position_embeddings": 131072, "rope_theta": 500000.0},
+    },
+    # HuggingFaceTB/SmolVLM2-2.2B-Instruct config.json
+    "smolvlm2-2.2b": {
+        "architectures": ["SmolVLMForConditionalGeneration"], "model_type": "smolvlm",
+        "image_token_id": 49190, "scale_factor": 3,
+        "vision_config": {**_SIGLIP_400M, "model_type": "smolvlm_vision", "image_size": 384},
+        "text_config": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 32, "vocab_size": 49280,
+                        "max_position_embeddings": 8192, "rope_theta": 130000.0},
+    },
+    # HuggingFaceTB/SmolVLM-256M-Instruct config.json
+    "smolvlm-256m": {
+        "architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+        "image_token_id": 49190, "scale_factor": 4,
+        "vision_config": {"model_type": "idefics3_vision", "hidden_size": 768,
+                          "intermediate_size": 3072, "num_hidden_layers": 12,
+                          "num_attention_heads": 12, "image_size": 512, "patch_size": 16},
+        "text_config": {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+                        "num_hidden_layers": 1, "num_attention_heads": 9,
+                        "num_key_value_heads": 3, "vocab_size": 49280,
+                        "max_position_embeddings": 8192, "rope_theta": 100000.0},
+    },
+    # mistralai/Pixtral-12B-2409 params.json (Mistral format: PixtralForConditionalGeneration)
+    "pixtral-12b-2409": {
+        "dim": 5120, "n_layers": 1, "head_dim": 128, "hidden_dim": 14336, "n_heads": 32,
+        "n_kv_heads": 8, "rope_theta": 1000000000.0, "norm_eps": 1e-05, "vocab_size": 131072,
+        "vision_encoder": {"hidden_size": 1024, "num_channels": 3, "image_size": 1024,
+                           "patch_size": 16, "rope_theta": 10000.0, "intermediate_size": 4096,
+                           "num_hidden_layers": 24, "num_attention_heads": 16,
+                           "image_token_id": 10, "image_break_token_id": 12,
+                           "image_end_token_id": 13, "adapter_bias": True},
+    },
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 params.json (the patch merger and the
+    # pre-projector norm)
+    "mistral-small-3.1-24b-params": {
+        "dim": 5120, "n_layers": 1, "head_dim": 128, "hidden_dim": 32768, "n_heads": 32,
+        "n_kv_heads": 8, "rope_theta": 1000000000.0, "norm_eps": 1e-05, "vocab_size": 131072,
+        "vision_encoder": {"hidden_size": 1024, "num_channels": 3, "image_size": 1540,
+                           "max_image_size": 1540, "patch_size": 14, "rope_theta": 10000.0,
+                           "intermediate_size": 4096, "num_hidden_layers": 24,
+                           "num_attention_heads": 16, "image_token_id": 10,
+                           "image_break_token_id": 12, "image_end_token_id": 13,
+                           "adapter_bias": False, "spatial_merge_size": 2,
+                           "mm_projector_id": "patch_merge",
+                           "add_pre_mm_projector_layer_norm": True},
+    },
+    # lightonai/LightOnOCR-1B-1025 config.json (Mistral 3's config on a Qwen3 text model)
+    "lightonocr-1b": {
+        "architectures": ["LightOnOCRForConditionalGeneration"], "model_type": "mistral3",
+        "image_token_index": 151655, "multimodal_projector_bias": False,
+        "projector_hidden_act": "gelu", "spatial_merge_size": 2, "vision_feature_layer": -1,
+        "vision_config": _PIXTRAL | {"image_size": 1540, "patch_size": 14},
+        "text_config": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+                        "num_hidden_layers": 1, "num_attention_heads": 16,
+                        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                        "max_position_embeddings": 40960, "rope_theta": 1000000.0},
+    },
+    # CohereLabs/command-a-vision-07-2025 config.json (a SigLIP2 so400m tower at 512 px)
+    "command-a-vision": {
+        "architectures": ["Cohere2VisionForConditionalGeneration"],
+        "model_type": "cohere2_vision", "downsample_factor": 2,
+        "alignment_intermediate_size": 36864, "image_token_id": 255036,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 512, "patch_size": 16},
+        "text_config": {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"],
+                        "hidden_size": 12288, "intermediate_size": 36864,
+                        "num_hidden_layers": 1, "num_attention_heads": 96,
+                        "num_key_value_heads": 8, "vocab_size": 256000,
+                        "max_position_embeddings": 131072, "sliding_window": 4096,
+                        "layer_types": ["sliding_attention"], "rope_theta": 50000,
+                        "logit_scale": 0.25},
     },
     # google/paligemma-3b-pt-224 config.json
     "paligemma-3b-224": {
@@ -253,9 +396,13 @@ def tower_count(raw: dict[str, Any]) -> int:
 
     patch_parallel_groups(1)
     with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "config.json").write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
+        if "vision_encoder" in raw:  # a Mistral-format params.json (vLLM remaps it)
+            Path(folder, "params.json").write_text(json.dumps({**raw, "dtype": "bfloat16"}))
+        else:
+            Path(folder, "config.json").write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
         args = EngineArgs(model=folder, skip_tokenizer_init=True, load_format="dummy",
                           max_model_len=4096, enforce_eager=True, trust_remote_code=True,
+                          config_format="mistral" if "vision_encoder" in raw else "auto",
                           runner="generate", tensor_parallel_size=1)
         vllm_config = args.create_engine_config()
         vllm_config.device_config.device = torch.device("meta")
@@ -263,7 +410,8 @@ def tower_count(raw: dict[str, Any]) -> int:
                 meta_values():
             model = initialize_model(vllm_config=vllm_config, prefix="")
     return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("language_model.", "model.language_model.")))
+               if not name.startswith(("language_model.", "model.language_model.",
+                                       "model.text_model.", "lm_head.")))
 
 
 def main() -> int:

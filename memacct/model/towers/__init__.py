@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memacct.model.towers import clip, internvit, llama4, qwen, whisper
+from memacct.model.towers import clip, idefics, internvit, llama4, qwen, whisper
 from memacct.model.towers.parts import Out, TowerTensor
 
 __all__ = ["TOWER_TYPES", "TowerTensor", "tower_kind", "tower_params", "tower_tensors"]
 
-_FAMILIES = (clip, internvit, qwen, whisper, llama4)
+_FAMILIES = (clip, internvit, qwen, whisper, llama4, idefics)
 
 TOWER_TYPES: dict[str, str] = {k: v for fam in _FAMILIES for k, v in fam.TYPES.items()}
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""
@@ -35,7 +35,7 @@ def tower_kind(config: Mapping[str, Any]) -> str | None:
     if kind == "clip":
         vision = config.get("vision_config")
         vtype = vision.get("model_type", "clip_vision_model") if isinstance(vision, Mapping) else ""
-        return kind if vtype in ("clip_vision_model", "pixtral") else None
+        return kind if vtype in ("clip_vision_model", "pixtral", "siglip_vision_model") else None
     return kind
 
 

@@ -2,12 +2,12 @@
 
 Read off vLLM 0.33.0's model files (``vllm/model_executor/models/``):
 
-* **LLaVA** (``llava.py``, ``LlavaProcessingInfo``): every image is resized to the CLIP
-  tower's ``image_size``; ``(image_size / patch_size)^2 + 1`` patches go through the tower
-  (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default`` feature
-  strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at 336 px;
-* **LLaVA-NeXT** (:func:`_anyres_item`);
-* **Mistral 3 / Pixtral-HF** (:func:`_pixtral_item`);
+* **LLaVA** with a CLIP tower (``llava.py``, ``LlavaProcessingInfo``): every image is resized
+  to the CLIP tower's ``image_size``; ``(image_size / patch_size)^2 + 1`` patches go through
+  the tower (``clip.py``, ``CLIPEncoderInfo.get_num_image_tokens``) and the ``default``
+  feature strategy drops the class token (``get_num_selected_vision_tokens``): 576 tokens at
+  336 px (the whole LLaVA family is read by :mod:`memacct.engines.vllm.mm.llava`);
+* **Mistral 3 / Pixtral-HF** (:func:`pixtral_item`);
 * **Llama 4** (:func:`llama4_item`);
 * **PaliGemma** (``paligemma.py``): ``(image_size / patch_size)^2`` SigLIP patches, as many
   tokens (``siglip.py``, ``SiglipEncoderInfo``);
@@ -39,7 +39,7 @@ from typing import Any
 
 from memacct.engines.deployment import Multimodal
 
-__all__ = ["Item", "fixed_tile_item", "layer_bytes", "llama4_item"]
+__all__ = ["Item", "fixed_tile_item", "layer_bytes", "llama4_item", "pixtral_item"]
 
 _INTERNVL_TYPES = frozenset({"internvl_chat", "NVLM_D"})
 """InternVL's model type (Skywork-R1V's too) and NVLM-D's, which reuse its image processing
@@ -86,7 +86,7 @@ def _int(section: Mapping[str, Any], key: str, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_bytes: int,
+def pixtral_item(config: Mapping[str, Any], vision: Mapping[str, Any], dtype_bytes: int,
                   out_hidden: int, tp: int) -> Item:  # fmt: skip
     """Mistral 3 and Pixtral-HF (``pixtral.py``, ``PixtralHFEncoderInfo``): the largest image
     is ``image_size`` square; ``ceil(image_size / (patch_size x spatial_merge_size))^2``
@@ -135,25 +135,6 @@ def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
                 _int(_text(config), "hidden_size", width))  # fmt: skip
 
 
-def _anyres_item(config: Mapping[str, Any], side: int, per: int, values: int,
-                 out_hidden: int) -> Item:  # fmt: skip
-    """LLaVA-NeXT (``llava_next.py``, ``get_image_size_with_most_features``): the
-    ``image_grid_pinpoints`` entry with the most tokens, each ``base + unpadded + newline``
-    (``get_num_image_tokens``): for an image of exactly a pinpoint's size, ``base`` the
-    tile's ``side^2`` (the class token dropped by the default strategy), ``unpadded``
-    ``side^2 x rows x cols`` of its ``image_size`` tiles and one newline per feature row;
-    ``rows x cols + 1`` tiles of ``side^2 + 1`` CLIP patches go through the tower."""
-    vision = config.get("vision_config")
-    size = _int(vision if isinstance(vision, Mapping) else {}, "image_size", 336)
-    best = (0, 0)
-    for pin in config.get("image_grid_pinpoints") or [[size, size]]:
-        rows, cols = int(pin[0]) // size, int(pin[1]) // size
-        tokens = side * side * rows * cols + side * rows + side * side
-        if tokens > best[0]:
-            best = (tokens, rows * cols + 1)
-    return Item("image", best[0], best[1] * (side * side + 1), per, values, out_hidden)
-
-
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
                     dtype_bytes: int, tp: int = 1) -> Item | None:  # fmt: skip
     """The largest item of LLaVA (CLIP), PaliGemma (SigLIP) or InternVL (InternViT) tiles
@@ -171,10 +152,7 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
         if mm.count("image") <= 0:
             return None
         if vision.get("model_type") == "pixtral" or kind == "mistral3":
-            return _pixtral_item(config, vision, dtype_bytes, out_hidden, tp)
-        if kind == "llava_next":
-            per = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
-            return _anyres_item(config, side, per, values, out_hidden)
+            return pixtral_item(config, vision, dtype_bytes, out_hidden, tp)
         cls = 1 if kind == "llava" else 0
         drop = 1 if cls and config.get("vision_feature_select_strategy") != "full" else 0
         per = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
