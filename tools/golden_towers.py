@@ -55,6 +55,14 @@ _MISTRAL_TEXT = {"model_type": "mistral", "hidden_size": 5120, "intermediate_siz
                  "rope_theta": 1000000000.0, "sliding_window": None}
 
 
+_GEMMA4_TEXT = {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216,
+                "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 4,
+                "head_dim": 256, "layer_types": ["full_attention"], "sliding_window": 512,
+                "vocab_size": 262144, "hidden_size_per_layer_input": 256,
+                "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 0,
+                "max_position_embeddings": 131072}
+
+
 def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     text = {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 1,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -216,6 +224,34 @@ MODELS: dict[str, dict[str, Any]] = {
         "text_config": {"model_type": "qwen2", "hidden_size": 4096, "intermediate_size": 11008,
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 32, "vocab_size": 156032},
+    },
+    # Gemma 4 with its vision and audio towers: transformers 5.19's Gemma4Config defaults
+    # (its docstring checkpoint google/gemma-4-e2b-it), the text part cut to one layer
+    "gemma-4-mm": {
+        "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+        "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768,
+                          "intermediate_size": 3072, "num_hidden_layers": 16,
+                          "num_attention_heads": 12, "num_key_value_heads": 12,
+                          "head_dim": 64, "patch_size": 16, "pooling_kernel_size": 3,
+                          "position_embedding_size": 10240, "default_output_length": 280},
+        "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024,
+                         "num_hidden_layers": 12, "num_attention_heads": 8,
+                         "subsampling_conv_channels": [128, 32], "conv_kernel_size": 5,
+                         "output_proj_dims": 1536},
+        "text_config": _GEMMA4_TEXT,
+    },
+    # Gemma 4 Unified (no towers): transformers 5.19's Gemma4UnifiedConfig defaults
+    # (docstring checkpoint google/gemma-4-12B-it), the text part cut to one layer
+    "gemma-4-unified": {
+        "architectures": ["Gemma4UnifiedForConditionalGeneration"],
+        "model_type": "gemma4_unified",
+        "vision_config": {"model_type": "gemma4_unified_vision", "patch_size": 16,
+                          "pooling_kernel_size": 3, "mm_embed_dim": 3840,
+                          "mm_posemb_size": 1120, "output_proj_dims": 3840,
+                          "num_soft_tokens": 280},
+        "audio_config": {"model_type": "gemma4_unified_audio", "audio_embed_dim": 640},
+        "text_config": {**_GEMMA4_TEXT, "model_type": "gemma4_unified_text",
+                        "hidden_size": 3840, "hidden_size_per_layer_input": 0},
     },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
