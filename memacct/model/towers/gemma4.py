@@ -58,8 +58,8 @@ def _vision(out: Out, v: Mapping[str, Any], th: int) -> None:
     patch = int_key(v, "patch_size", 16)
     e = "vision_tower.patch_embedder"
     linear(out, f"{e}.input_proj", h, 3 * patch * patch, False, split="none")
-    out.append(TowerTensor(f"{e}.position_embedding_table",
-                           (2, int_key(v, "position_embedding_size", 10240), h), False))  # fmt: skip
+    table = (2, int_key(v, "position_embedding_size", 10240), h)
+    out.append(TowerTensor(f"{e}.position_embedding_table", table, False))
     for i in range(int_key(v, "num_hidden_layers", 16)):
         p = f"vision_tower.encoder.layers.{i}"
         for name, rows, cols in (("q_proj", heads * hd, h), ("k_proj", kv * hd, h),
