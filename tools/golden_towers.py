@@ -63,6 +63,11 @@ _GEMMA4_TEXT = {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_
                 "max_position_embeddings": 131072}
 
 
+_MINICPM_SIGLIP = {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 980,
+                   "intermediate_size": 4304, "num_attention_heads": 16,
+                   "num_hidden_layers": 27, "patch_size": 14}
+
+
 def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     text = {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 1,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -253,6 +258,27 @@ MODELS: dict[str, dict[str, Any]] = {
         "text_config": {**_GEMMA4_TEXT, "model_type": "gemma4_unified_text",
                         "hidden_size": 3840, "hidden_size_per_layer_input": 0},
     },
+    # openbmb/MiniCPM-V-2_6: version 2.6, 64 queries, Qwen2-7B's width; the SigLIP section as
+    # llama.cpp's minicpmv-convert-image-encoder-to-gguf.py gives it (default_vision_config)
+    "minicpm-v-2.6": {
+        "architectures": ["MiniCPMV"], "model_type": "minicpmv", "version": 2.6,
+        "query_num": 64, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "vision_config": _MINICPM_SIGLIP,
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151666,
+        "max_position_embeddings": 32768,
+    },
+    # openbmb/MiniCPM-Llama3-V-2_5: version 2.5, 96 queries, Llama-3-8B's width
+    "minicpm-llama3-v-2.5": {
+        "architectures": ["MiniCPMV"], "model_type": "minicpmv", "version": 2.5,
+        "query_num": 96, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "vision_config": _MINICPM_SIGLIP,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 
@@ -279,6 +305,23 @@ def register_internvl_config() -> None:
         AutoConfig.register("internvl_chat", InternVLChatStandIn)
 
 
+def register_minicpmv_config() -> None:
+    """MiniCPM-V's config class is the checkpoint's remote code: a stand-in holding the text
+    keys at the top level (a ``Qwen2Config``, as the remote class is) and the SigLIP section
+    as ``SiglipVisionConfig``, the attributes vLLM's ``minicpmv.py`` reads."""
+    from transformers import AutoConfig, Qwen2Config, SiglipVisionConfig
+
+    class MiniCPMVStandIn(Qwen2Config):
+        model_type = "minicpmv"
+
+        def __init__(self, vision_config: Any = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = SiglipVisionConfig(**dict(vision_config or {}))
+
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("minicpmv", MiniCPMVStandIn)
+
+
 def tower_count(raw: dict[str, Any]) -> int:
     """Elements of every parameter vLLM 0.33 builds outside the language model."""
     import torch
@@ -299,7 +342,7 @@ def tower_count(raw: dict[str, Any]) -> int:
                 meta_values():
             model = initialize_model(vllm_config=vllm_config, prefix="")
     return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("language_model.", "model.language_model.")))
+               if not name.startswith(("language_model.", "model.language_model.", "llm.")))
 
 
 def main() -> int:
@@ -312,6 +355,7 @@ def main() -> int:
 
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
     register_internvl_config()
+    register_minicpmv_config()
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: dict[str, Any] = dict(old.get("rows", {}))
     for name in args.models:
