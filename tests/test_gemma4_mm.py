@@ -27,6 +27,7 @@ SETTINGS = {
     "max-soft-unsupported": Multimodal(mm_processor_kwargs={"max_soft_tokens": 300}),
 }
 CTX = ItemContext(seq_len=32768, dtype_bytes=2)
+PER_FRAME_PATCH = (3 * 768 + 3 * 3072 + 2 * 64) * 2 + 630 + 768 * 2
 
 
 def _config(name: str) -> dict[str, Any]:
@@ -62,15 +63,33 @@ def test_the_tower_encodes_the_padded_patches_of_transformers_image_processor() 
 
 
 def test_the_vision_layer_working_set_per_patch() -> None:
-    # The MLP's residual, normed input and three intermediate widths (2 x 768 + 3 x 3072) in
-    # bf16 with one mask byte per patch pair (630 per frame) and 768 pixel values.
+    # The MLP's input, residual, normed input, three intermediate widths and the rotary
+    # cos / sin (3 x 768 + 3 x 3072 + 2 x 64) in bf16 with one mask byte per patch pair (630
+    # per frame) and 768 pixel values.
     video = gemma4_item(_config("gemma-4-mm"), Multimodal(), CTX)
     assert video is not None
-    assert video.per_patch == (2 * 768 + 3 * 3072) * 2 + 630 + 768 * 2
+    assert video.per_patch == PER_FRAME_PATCH
     # Every tower linear is replicated: tensor parallelism leaves the working set whole.
     tp4 = gemma4_item(_config("gemma-4-mm"), Multimodal(), ItemContext(32768, 2, 4))
     assert tp4 == video
     assert not any(t.split for t in tower_tensors(_config("gemma-4-mm")) or ())
+
+
+@pytest.mark.parametrize("row", GOLDEN["gemma-4-mm"]["layer_peak"], ids=lambda r: str(r["patches"]))
+def test_the_working_set_is_transformers_measured_encoder_peak(row: dict[str, Any]) -> None:
+    # transformers' two-layer vision encoder on the CPU: its peak is the modelled working set
+    # less the pixel values (not in the measured call) plus the inverted padding mask the
+    # call builds (one byte per patch).
+    values = 3 * 16 * 16 * 2
+    per_item = row["patches"] // 9  # max_soft_tokens x 3^2 patches
+    cfg = {**_config("gemma-4-mm"), "vision_config": {**_config("gemma-4-mm")["vision_config"],
+                                                      **row["config"]}}  # fmt: skip
+    mm = Multimodal(limit_mm_per_prompt={"video": 0, "audio": 0},
+                    mm_processor_kwargs={"max_soft_tokens": per_item})
+    item = gemma4_item(cfg, mm, CTX)
+    assert item is not None and item.patches == row["patches"]
+    n = row["items"] * row["patches"]
+    assert row["peak_bytes"] == n * (item.per_patch - values + 1)
 
 
 def test_unified_items_are_merged_patches_padded_to_the_budget() -> None:
@@ -88,8 +107,7 @@ def test_profile_batch_budget_and_notes() -> None:
     prof = encoder_profile(cfg, Multimodal(), max_num_batched_tokens=8192, max_num_seqs=256,
                            max_model_len=32768, dtype_bytes=2)  # fmt: skip
     assert prof is not None and "3 dummy video(s) of 2,496 tokens" in prof.note
-    per = (2 * 768 + 3 * 3072) * 2 + 630 + 768 * 2
-    assert prof.peak_bytes == 3 * 32 * 630 * per
+    assert prof.peak_bytes == 3 * 32 * 630 * PER_FRAME_PATCH
     assert prof.held_bytes == 3 * (32 * 64 * 2304 + 32 * 630 * 768) * 2
     none = encoder_profile(cfg, Multimodal(limit_mm_per_prompt={"image": 0, "video": 0,
                                                                 "audio": 0}),

@@ -13,7 +13,8 @@ it calls vLLM 0.33's own ``Gemma4ProcessingInfo`` / ``Gemma4UnifiedProcessingInf
 config and the settings (no tokenizer is loaded: the processor's ``audio_seq_length`` is
 transformers' ``Gemma4Processor`` default), and runs transformers' PIL image processor
 (``Gemma4ImageProcessorPil``) on a 224 x 224 white image at 280 and 70 soft tokens for the
-patches one item sends through the tower. ``tests/test_gemma4_mm.py`` checks
+patches one item sends through the tower, and measures the peak of transformers' vision
+encoder on the CPU (:func:`layer_peak`). ``tests/test_gemma4_mm.py`` checks
 :mod:`memacct.engines.vllm.mm.gemma4` against the table this writes
 (``tests/data/golden/vllm-0.33-gemma4-items.json``).
 """
@@ -67,6 +68,39 @@ def _pil_patches(max_soft: int) -> dict[str, int]:
             "soft_tokens": int(out["num_soft_tokens_per_image"][0])}
 
 
+def layer_peak(patches: int, real_side: int, items: int = 2) -> dict[str, Any]:
+    """Peak live bytes of transformers' two-layer ``Gemma4VisionEncoder`` on the CPU (SDPA,
+    bfloat16) over ``items`` padded items, the input embeddings allocated before, read from
+    the profiler's memory events: the second layer's peak, with the first's output held."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionModel
+
+    torch.set_default_dtype(torch.bfloat16)
+    config = Gemma4VisionConfig(num_hidden_layers=2)
+    config._attn_implementation = "sdpa"
+    model = Gemma4VisionModel(config).eval().to(torch.bfloat16)
+    pos = torch.full((items, patches, 2), -1, dtype=torch.long)
+    grid = torch.stack(torch.meshgrid(torch.arange(real_side), torch.arange(real_side),
+                                      indexing="xy"), -1).reshape(-1, 2)
+    pos[:, : real_side * real_side] = grid
+    pad = (pos == -1).all(-1)
+    with torch.no_grad():
+        embeds = model.patch_embedder(torch.rand(items, patches, 768), pos, pad)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = model.encoder(inputs_embeds=embeds, attention_mask=~pad, pixel_position_ids=pos)
+            del out
+    events = prof.profiler.kineto_results.events()
+    live = peak = 0
+    for e in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return {"items": items, "patches": patches, "peak_bytes": peak,
+            "config": {k: getattr(config, k) for k in ("hidden_size", "intermediate_size",
+                                                       "num_attention_heads", "head_dim")}}
+
+
 def rows() -> dict[str, Any]:
     from golden_towers import MODELS
     from transformers import AutoConfig
@@ -89,6 +123,7 @@ def rows() -> dict[str, Any]:
             512, 16000, 750)
         table[name] = row
     table["gemma-4-mm"]["pil_image_processor"] = {str(n): _pil_patches(n) for n in (70, 280)}
+    table["gemma-4-mm"]["layer_peak"] = [layer_peak(630, 24), layer_peak(2520, 48)]
     return table
 
 

@@ -23,13 +23,16 @@ frame; the Unified variant's is ``audio_seq_length x audio_ms_per_token`` (750 f
 ``audio_embed_dim`` raw samples).
 
 **The working set per patch** of the tower (``Gemma4VisionEncoderLayer``, transformers' code
-run as is, every linear replicated: tensor parallelism splits nothing): at the MLP the
-residual, ``pre_feedforward_layernorm``'s output and, as ``act(gate) * up`` is formed, three
-intermediate widths; at the attention the residual, the normed input, q, k, v, the
-attention output and ``o_proj``'s (``3 x hidden + 2 x q + 2 x kv``). The padded items carry
-a boolean attention mask (``create_bidirectional_mask``, one byte per patch pair), which
-SDPA turns into an additive mask in the model dtype while it runs (2 bytes per pair; a
-copy padded for the kernel's alignment is not modelled). The Unified embedder's working set
+run as is, every linear replicated: tensor parallelism splits nothing): at the MLP, as
+``act(gate) * up`` is formed, the layer's input (the encoder loop still holds it), the
+residual after the attention, ``pre_feedforward_layernorm``'s output, three intermediate
+widths and the rotary ``cos`` / ``sin`` (a head_dim each); at the attention the input, the
+normed input, q, k, v, the attention output and ``o_proj``'s (``3 x hidden + 2 x q + 2 x
+kv``) with the same rotary tables. The padded items carry a boolean attention mask
+(``create_bidirectional_mask``, one byte per patch pair), which CUDA's SDPA turns into an
+additive mask in the model dtype while it runs (2 bytes per pair; a copy padded for the
+kernel's alignment is not modelled). transformers' encoder run on the CPU peaks at the MLP
+exactly so (``tools/golden_gemma4_items.py``, ``layer_peak``). The Unified embedder's working set
 is vLLM's own figure (``Gemma4UnifiedForConditionalGeneration._vision_chunk``: ``2 x
 patch_dim + 4 x mm_embed_dim`` model-dtype values per merged patch).
 
@@ -117,8 +120,8 @@ def _tower_per_patch(vision: Mapping[str, Any], per_item: int, dtype_bytes: int)
     heads = _int(vision, "num_attention_heads", 12)
     kv = _int(vision, "num_key_value_heads", heads)
     hd = _int(vision, "head_dim", h // heads)
-    attention = (3 * h + 2 * heads * hd + 2 * kv * hd) * dtype_bytes + 3 * per_item
-    mlp = (2 * h + 3 * inner) * dtype_bytes + per_item
+    attention = (3 * h + 2 * heads * hd + 2 * kv * hd + 2 * hd) * dtype_bytes + 3 * per_item
+    mlp = (3 * h + 3 * inner + 2 * hd) * dtype_bytes + per_item
     values = 3 * _int(vision, "patch_size", 16) ** 2
     return max(attention, mlp) + values * dtype_bytes
 

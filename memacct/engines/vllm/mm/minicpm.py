@@ -24,12 +24,14 @@ longest`` patches.
 
 **The working set per patch**: the Idefics2 layer (``idefics2_vision_model.py``) holds what a
 SigLIP layer does (:func:`memacct.engines.vllm.mm.items.layer_bytes`, column-parallel outputs
-split by tensor parallelism); then ``Resampler2_5.forward`` holds the tower's output, its
-sin-cos positions, ``ln_kv``'s output and their sum (3 text widths), and inside
-``nn.MultiheadAttention`` (``need_weights`` on: the explicit product) the projected keys and
-values (2), the key-padding mask per head, and the attention weights before and after the
-softmax (``heads x query_num`` each, ``heads = hidden_size // 128``), all replicated. The
-padded pixel copy is held beside the dummy pixels throughout.
+split by tensor parallelism); then ``Resampler2_5.forward`` (all replicated) peaks in
+``nn.MultiheadAttention``'s explicit product (``need_weights`` on: ``baddbmm``) holding the
+tower's output, six text widths (the sin-cos positions, ``ln_kv``'s output, their sum, the
+projected keys and values, and the contiguous copy of the permuted input the value
+projection takes), the scores (``heads x query_num``, ``heads = hidden_size // 128``), the
+key-padding mask per head and three copies of the queries per slice: vLLM's resampler run
+on the CPU peaks within 2% above this (``tools/golden_minicpmv_resampler.py``; the rest is
+index tensors). The padded pixel copy is held beside the dummy pixels throughout.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, layer_bytes
 from memacct.model.towers.minicpm import version_of
 
-__all__ = ["FAMILY", "image_slices", "minicpmv_item", "sliced_grid"]
+__all__ = ["FAMILY", "budgets", "image_slices", "minicpmv_item", "resampler_elements",
+           "sliced_grid"]
 
 MAX_FRAMES_PER_VIDEO = 16
 """``_MAX_FRAMES_PER_VIDEO`` of ``minicpmv.py``."""
@@ -132,14 +135,23 @@ def budgets(config: Mapping[str, Any], mm: Multimodal, seq_len: int) -> dict[str
     return out
 
 
-def _per_patch(config: Mapping[str, Any], values: int, dtype_bytes: int, tp: int) -> int:
+def resampler_elements(dim: int, width: int, queries: int, longest: int) -> int:
+    """Model-dtype elements per patch at ``Resampler2_5.forward``'s peak (the module notes):
+    the tower's output, six text widths, the scores of ``dim // 128`` heads x ``queries``
+    and the per-head mask, and three copies of the queries per slice of ``longest``
+    patches (vLLM's own resampler, measured: ``tools/golden_minicpmv_resampler.py``)."""
+    heads = max(1, dim // 128)
+    return width + 6 * dim + heads * queries + heads + -(-3 * queries * dim // longest)
+
+
+def _per_patch(config: Mapping[str, Any], values: int, longest: int, dtype_bytes: int,
+               tp: int) -> int:  # fmt: skip
     vision = config.get("vision_config")
     vision = vision if isinstance(vision, Mapping) else {}
     width = _int(vision, "hidden_size", 1152)
     tower = layer_bytes(width, _int(vision, "intermediate_size", 4304), tp=tp)
     dim, queries = _int(config, "hidden_size", 3584), _int(config, "query_num", 64)
-    heads = max(1, dim // 128)
-    resampler = width + 5 * dim + 2 * heads * queries + heads
+    resampler = resampler_elements(dim, width, queries, longest)
     return (max(tower, resampler) + 2 * values) * dtype_bytes
 
 
@@ -162,7 +174,7 @@ def minicpmv_item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -
     slices = image_slices(width, height, max_slices, scale, patch)
     patches = frames * len(slices) * max(slices)
     values = 3 * patch * patch
-    per = _per_patch(config, values, ctx.dtype_bytes, ctx.tensor_parallel_size)
+    per = _per_patch(config, values, max(slices), ctx.dtype_bytes, ctx.tensor_parallel_size)
     out_tokens = frames * len(slices) * queries
     return Item(modality, tokens, patches, per, values, _int(config, "hidden_size", 3584),
                 out_tokens)  # fmt: skip
