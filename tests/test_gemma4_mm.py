@@ -96,7 +96,11 @@ def test_unified_items_are_merged_patches_padded_to_the_budget() -> None:
     cfg = _config("gemma-4-unified")
     image = gemma4_item(cfg, Multimodal(limit_mm_per_prompt={"video": 0, "audio": 0}), CTX)
     assert image is not None and (image.patches, image.values) == (280, 48 * 48 * 3)
-    assert image.per_patch == (2 * 6912 + 4 * 3840) * 2  # _vision_chunk's cost per patch
+    assert image.per_patch == (6912 + 5 * 3840) * 2  # the pixels and 5 widths at pos_norm
+    # vLLM's embedder on the CPU: the same less the pixels (allocated before), plus the
+    # position padding mask (4 bytes per merged patch: the negative test and its widening).
+    row = GOLDEN["gemma-4-unified"]["embedder_peak"]
+    assert row["peak_bytes"] == row["items"] * row["patches"] * (5 * row["dim"] * 2 + 4)
     split = [t.name for t in tower_tensors(cfg) or () if t.split]
     assert split == ["vision_embedder.patch_dense.weight", "vision_embedder.patch_dense.bias"]
 

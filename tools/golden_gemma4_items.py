@@ -14,7 +14,8 @@ config and the settings (no tokenizer is loaded: the processor's ``audio_seq_len
 transformers' ``Gemma4Processor`` default), and runs transformers' PIL image processor
 (``Gemma4ImageProcessorPil``) on a 224 x 224 white image at 280 and 70 soft tokens for the
 patches one item sends through the tower, and measures the peak of transformers' vision
-encoder on the CPU (:func:`layer_peak`). ``tests/test_gemma4_mm.py`` checks
+encoder and of vLLM's Unified embedder on the CPU (:func:`layer_peak`,
+:func:`unified_peak`). ``tests/test_gemma4_mm.py`` checks
 :mod:`memacct.engines.vllm.mm.gemma4` against the table this writes
 (``tests/data/golden/vllm-0.33-gemma4-items.json``).
 """
@@ -101,6 +102,41 @@ def layer_peak(patches: int, real_side: int, items: int = 2) -> dict[str, Any]:
                                                        "num_attention_heads", "head_dim")}}
 
 
+def unified_peak(items: int = 4) -> dict[str, Any]:
+    """Peak live bytes of vLLM's ``Gemma4UnifiedVisionEmbedder`` (default config, bfloat16) on
+    the CPU over ``items`` 224-pixel images of 280 merged patches (256 real), the pixel
+    values allocated before, read from the profiler's memory events."""
+    import torch
+    from golden_vllm_standins import patch_parallel_groups
+    from torch.profiler import ProfilerActivity, profile
+    from transformers.models.gemma4_unified.configuration_gemma4_unified import (
+        Gemma4UnifiedVisionConfig,
+    )
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.models.gemma4_unified import Gemma4UnifiedVisionEmbedder
+
+    patch_parallel_groups(1)
+    torch.set_default_dtype(torch.bfloat16)
+    config = Gemma4UnifiedVisionConfig()
+    with set_current_vllm_config(VllmConfig()):
+        embedder = Gemma4UnifiedVisionEmbedder(config).eval().to(torch.bfloat16)
+    raw = 3 * (config.patch_size * config.pooling_kernel_size) ** 2
+    pos = torch.full((items, 280, 2), -1, dtype=torch.long)
+    pos[:, :256] = torch.stack(torch.meshgrid(torch.arange(16), torch.arange(16),
+                                              indexing="xy"), -1).reshape(-1, 2)
+    pixels = torch.rand(items, 280, raw)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = embedder(pixels, pos)
+        del out
+    events = prof.profiler.kineto_results.events()
+    live = peak = 0
+    for e in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return {"items": items, "patches": 280, "raw": raw, "dim": config.mm_embed_dim,
+            "peak_bytes": peak}
+
+
 def rows() -> dict[str, Any]:
     from golden_towers import MODELS
     from transformers import AutoConfig
@@ -124,6 +160,7 @@ def rows() -> dict[str, Any]:
         table[name] = row
     table["gemma-4-mm"]["pil_image_processor"] = {str(n): _pil_patches(n) for n in (70, 280)}
     table["gemma-4-mm"]["layer_peak"] = [layer_peak(630, 24), layer_peak(2520, 48)]
+    table["gemma-4-unified"]["embedder_peak"] = unified_peak()
     return table
 
 

@@ -32,9 +32,14 @@ kv``) with the same rotary tables. The padded items carry a boolean attention ma
 (``create_bidirectional_mask``, one byte per patch pair), which CUDA's SDPA turns into an
 additive mask in the model dtype while it runs (2 bytes per pair; a copy padded for the
 kernel's alignment is not modelled). transformers' encoder run on the CPU peaks at the MLP
-exactly so (``tools/golden_gemma4_items.py``, ``layer_peak``). The Unified embedder's working set
-is vLLM's own figure (``Gemma4UnifiedForConditionalGeneration._vision_chunk``: ``2 x
-patch_dim + 4 x mm_embed_dim`` model-dtype values per merged patch).
+exactly so (``tools/golden_gemma4_items.py``, ``layer_peak``). The Unified embedder
+(``Gemma4UnifiedVisionEmbedder.forward``) holds per merged patch the raw values and either
+``patch_ln1``'s output and ``patch_dense``'s (``2 x patch_dim + mm_embed_dim``) or, at
+``pos_norm``, ``patch_ln2``'s output, the two looked-up position rows, their sum and the
+norm's output (``patch_dim + 5 x mm_embed_dim``), as vLLM's embedder run on the CPU peaks
+(``unified_peak``); the projection after it holds less on CUDA, where ``RMSNorm`` is a fused
+kernel (vLLM's own chunking estimate, ``_vision_chunk``, charges ``2 x patch_dim + 4 x
+mm_embed_dim``).
 
 Not modelled: vLLM encodes the batch in chunks sized by the device's memory
 (``_encoder_chunk``: at most a tenth of it); the budget here does not see the device, so the
@@ -143,7 +148,7 @@ def _visual(config: Mapping[str, Any], mm: Multimodal, modality: str, tokens: in
     if config.get("model_type") == "gemma4_unified":
         raw = 3 * (patch * kernel) ** 2
         dim = _int(vision, "mm_embed_dim", 3840)
-        per = (2 * raw + 4 * dim) * dtype_bytes
+        per = max(2 * raw + dim, raw + 5 * dim) * dtype_bytes
         return Item(modality, tokens, frames * max_soft, per, raw, text, out_tokens)
     per_item = max_soft * kernel * kernel
     per = _tower_per_patch(vision, per_item, dtype_bytes)
