@@ -26,19 +26,25 @@ from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied
 from memacct.model.towers import tower_params, tower_tensors
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-ROW = json.loads((GOLDEN / "vllm-0.33-minicpmv-items.json").read_text(encoding="utf-8"))[
-    "rows"]["minicpm-v-2.6"]  # fmt: skip
+ROWS = json.loads((GOLDEN / "vllm-0.33-minicpmv-items.json").read_text(encoding="utf-8"))[
+    "rows"]  # fmt: skip
+ROW = ROWS["minicpm-v-2.6"]
 RESAMPLER = json.loads((GOLDEN / "vllm-0.33-minicpmv-resampler.json").read_text(
     encoding="utf-8"))["rows"]  # fmt: skip
 CFG: dict[str, Any] = ROW["config"]
 SEQ = int(ROW["seq_len"])
 
 
+@pytest.mark.parametrize("name", sorted(ROWS))
 @pytest.mark.parametrize("slices", ["9", "4"])
-def test_tokens_per_item_and_slices_are_vllms(slices: str) -> None:
+def test_tokens_per_item_and_slices_are_vllms(name: str, slices: str) -> None:
+    row = ROWS[name]
     mm = Multimodal(mm_processor_kwargs={"max_slice_nums": int(slices)})
-    assert budgets(CFG, mm, SEQ) == ROW["tokens"][slices]
-    assert image_slices(448, 448 * 9, int(slices), 448, 14) == ROW["slices"][slices]
+    assert budgets(row["config"], mm, SEQ) == row["tokens"][slices]
+    assert image_slices(448, 448 * 9, int(slices), 448, 14) == row["slices"][slices]
+    # At 2,048 positions MiniCPM-o's audio (750 tokens) shortens the budget's video to 10
+    # frames; MiniCPM-V's keeps 16. The audio itself is never a budget entry.
+    assert budgets(row["config"], Multimodal(), 2048) == row["tokens_2048"]
 
 
 def test_the_dummy_items() -> None:
@@ -90,6 +96,17 @@ def test_profile_and_versions() -> None:
     assert tower_tensors({**CFG, "version": 2.0, "hidden_size": 2304}) == []
     notes = unapplied_notes(CFG, Multimodal(mm_processor_kwargs={"max_slice_num": 4}))
     assert len(notes) == 1 and "did you mean max_slice_nums" in notes[0]
+
+
+def test_minicpm_o_profiles_its_vision_part() -> None:
+    omni = ROWS["minicpm-o-2.6"]["config"]
+    assert modelled(omni) and not modelled({**omni, "version": 4.5})
+    ctx = ItemContext(SEQ, 2)
+    assert minicpmv_item(omni, Multimodal(), ctx) == minicpmv_item(CFG, Multimodal(), ctx)
+    # Its audio tower: Whisper-medium's encoder (1024 wide, 24 layers) and the projection.
+    audio = [t for t in tower_tensors(omni) or () if t.name.startswith(("apm.", "audio_"))]
+    assert tower_params(omni) - tower_params(CFG) == sum(t.numel for t in audio)
+    assert not any(t.split for t in audio)
 
 
 def test_tensor_parallelism_splits_the_tower_not_the_resampler() -> None:

@@ -8,10 +8,10 @@ checkpoint's remote-code image processor (``image_processing_minicpmv.py`` of a 
     /tmp/vllmenv/bin/python tools/golden_minicpmv_items.py --vllm-src /tmp/vllm033/src \\
         --processor /path/to/image_processing_minicpmv.py
 
-For the MiniCPM-V 2.6 config of ``tools/golden_towers.py`` it builds that processor with the
-checkpoint's slicing (``slice_config``: ``max_slice_nums``, ``scale_resolution``,
+For the MiniCPM-V 2.6 and MiniCPM-o 2.6 configs of ``tools/golden_towers.py`` it builds that
+processor with the checkpoint's slicing (``slice_config``: ``max_slice_nums``, ``scale_resolution``,
 ``patch_size``; ``image_feature_size`` the config's ``query_num``), calls vLLM 0.33's own
-``MiniCPMVProcessingInfo`` on a stand-in context holding the config
+``MiniCPMVProcessingInfo`` (``MiniCPMOProcessingInfo``) on a stand-in context holding the config
 (``get_mm_max_tokens_per_item`` with one item per modality, as ``encoder_budget.py`` asks,
 and ``get_num_frames_with_most_features`` with ``{"video": 1}``, as the profile's dummy
 asks), and runs the processor on the dummy image (``get_image_size_with_most_features``) and
@@ -48,10 +48,12 @@ def _processor(path: str, raw: dict[str, Any], max_slices: int | None = None) ->
 
 
 def _info(raw: dict[str, Any], processor: Any) -> Any:
+    from vllm.model_executor.models.minicpmo import MiniCPMOProcessingInfo
     from vllm.model_executor.models.minicpmv import MiniCPMVProcessingInfo
 
     config = SimpleNamespace(**{k: v for k, v in raw.items() if k != "vision_config"})
-    info = MiniCPMVProcessingInfo.__new__(MiniCPMVProcessingInfo)
+    cls = MiniCPMOProcessingInfo if raw["model_type"] == "minicpmo" else MiniCPMVProcessingInfo
+    info = cls.__new__(cls)
     info.get_hf_config = lambda: config
     info.get_image_processor = lambda **_: processor
     return info
@@ -69,7 +71,7 @@ def rows(path: str) -> dict[str, Any]:
     from golden_towers import MODELS
 
     table: dict[str, Any] = {}
-    for name in ("minicpm-v-2.6",):
+    for name in ("minicpm-v-2.6", "minicpm-o-2.6"):
         raw = MODELS[name]
         row: dict[str, Any] = {"config": raw, "seq_len": SEQ_LEN, "tokens": {}, "slices": {}}
         for max_slices in (9, 4):
@@ -81,6 +83,8 @@ def rows(path: str) -> dict[str, Any]:
             row["slices"][str(max_slices)] = _slices(processor, size.width, size.height,
                                                      max_slices)
         info = _info(raw, _processor(path, raw))
+        row["tokens_2048"] = dict(info.get_mm_max_tokens_per_item(
+            2048, {m: 1 for m in info.get_supported_mm_limits()}))
         if "video" in info.get_supported_mm_limits():
             frame = info.get_video_frame_size_with_most_features()
             row["dummy_video_frames"] = info.get_num_frames_with_most_features(

@@ -279,6 +279,21 @@ MODELS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
         "max_position_embeddings": 8192,
     },
+    # openbmb/MiniCPM-o-2_6: MiniCPM-V 2.6's vision part, Whisper-medium's encoder (its model
+    # card: SigLip-400M, Whisper-medium-300M, Qwen2.5-7B), audio_pool_step 2
+    "minicpm-o-2.6": {
+        "architectures": ["MiniCPMO"], "model_type": "minicpmo", "version": 2.6,
+        "query_num": 64, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "audio_pool_step": 2, "audio_chunk_length": 1.0,
+        "vision_config": _MINICPM_SIGLIP,
+        "audio_config": {"model_type": "whisper", "d_model": 1024, "encoder_layers": 24,
+                         "encoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+                         "num_mel_bins": 80, "max_source_positions": 1500},
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151700,
+        "max_position_embeddings": 32768,
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 
@@ -306,10 +321,12 @@ def register_internvl_config() -> None:
 
 
 def register_minicpmv_config() -> None:
-    """MiniCPM-V's config class is the checkpoint's remote code: a stand-in holding the text
-    keys at the top level (a ``Qwen2Config``, as the remote class is) and the SigLIP section
-    as ``SiglipVisionConfig``, the attributes vLLM's ``minicpmv.py`` reads."""
-    from transformers import AutoConfig, Qwen2Config, SiglipVisionConfig
+    """MiniCPM-V's and MiniCPM-o's config classes are the checkpoint's remote code: stand-ins
+    holding the text
+    keys at the top level (a ``Qwen2Config``, as the remote class is), the SigLIP section as
+    ``SiglipVisionConfig`` and MiniCPM-o's audio section as ``WhisperConfig``, the attributes
+    vLLM's ``minicpmv.py`` and ``minicpmo.py`` read."""
+    from transformers import AutoConfig, Qwen2Config, SiglipVisionConfig, WhisperConfig
 
     class MiniCPMVStandIn(Qwen2Config):
         model_type = "minicpmv"
@@ -318,8 +335,17 @@ def register_minicpmv_config() -> None:
             super().__init__(**kwargs)
             self.vision_config = SiglipVisionConfig(**dict(vision_config or {}))
 
+    class MiniCPMOStandIn(MiniCPMVStandIn):
+        model_type = "minicpmo"
+
+        def __init__(self, audio_config: Any = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.audio_config = WhisperConfig(**dict(audio_config or {}))
+
     with contextlib.suppress(ValueError):
         AutoConfig.register("minicpmv", MiniCPMVStandIn)
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("minicpmo", MiniCPMOStandIn)
 
 
 def tower_count(raw: dict[str, Any]) -> int:

@@ -1,4 +1,4 @@
-"""MiniCPM-V 2.6 and 4.0's encoder pass, as vLLM 0.33 profiles it
+"""MiniCPM-V 2.6 and 4.0's and MiniCPM-o 2.6's encoder pass, as vLLM 0.33 profiles it
 (``vllm/model_executor/models/minicpmv.py``; the slicing is the checkpoint's image processor,
 ``image_processing_minicpmv.py``, ``MiniCPMVImageProcessor``).
 
@@ -14,7 +14,9 @@ tokens; the budget's video (``get_supported_mm_limits``) has
 while the profile's dummy video (counts ``{"video": 1}``) has ``min(max_model_len // frame
 tokens, 16)``. The slicing reads ``slice_config`` (``max_slice_nums`` 9, ``scale_resolution``
 448, ``patch_size`` 14; ``--mm-processor-kwargs`` ``max_slice_nums`` replaces the first, as
-``_merge_mm_kwargs`` passes it to the image processor).
+``_merge_mm_kwargs`` passes it to the image processor). MiniCPM-o (``minicpmo.py``) adds
+audio, which the budget never profiles (:func:`budgets`), and subtracts an audio's tokens
+from the budget's video frames (``MiniCPMOProcessingInfo.get_num_frames_with_most_features``).
 
 **The patches**: the source image is resized to about ``scale_resolution^2`` pixels
 (``find_best_resize``: 154 x 1,344, 1,056 patches) and each slice to ``scale_resolution``
@@ -55,6 +57,9 @@ PASS_VERSIONS = frozenset({(2, 6), (4, 0)})
 """The versions whose encoder pass is modelled here: 2.6's image processor was run
 (``tools/golden_minicpmv_items.py``) and 4.0 shares its code; 2.5's processor (another
 ``get_sliced_grid``) was not, nor 4.5's temporal video."""
+
+OMNI_PASS_VERSIONS = frozenset({(2, 6)})
+"""MiniCPM-o's versions whose encoder pass is modelled (2.6: MiniCPM-V 2.6's vision part)."""
 
 VIDEO_VERSIONS = frozenset({(2, 6), (4, 0), (4, 5)})
 """The versions that take videos (``get_supported_mm_limits``)."""
@@ -119,9 +124,18 @@ def _slicing(config: Mapping[str, Any], mm: Multimodal) -> tuple[int, int, int]:
     return max_slices, _int(sc, "scale_resolution", 448), _int(sc, "patch_size", 14)
 
 
+def audio_tokens(config: Mapping[str, Any]) -> int:
+    """MiniCPM-o's tokens per audio (``MiniCPMOProcessingInfo.get_max_audio_tokens``): 30
+    chunks of 100 filter-bank frames, halved by the convolution and pooled by
+    ``audio_pool_step``."""
+    pool = _int(config, "audio_pool_step", 2)
+    return 30 * ((((100 - 1) // 2 + 1) - pool) // pool + 1)
+
+
 def budgets(config: Mapping[str, Any], mm: Multimodal, seq_len: int) -> dict[str, int]:
     """Tokens per item of each allowed modality (``get_mm_max_tokens_per_item``, one item per
-    modality)."""
+    modality). MiniCPM-o's audio has no entry there (``MiniCPMOProcessingInfo`` keeps the
+    base method), so the budget never profiles it; its tokens only shorten the video."""
     side, queries = _int(config, "image_size", 448), _int(config, "query_num", 64)
     max_slices, scale, _ = _slicing(config, mm)
     grid = sliced_grid(side, side * _int(config, "max_slice_num", 9), max_slices, scale)
@@ -131,6 +145,8 @@ def budgets(config: Mapping[str, Any], mm: Multimodal, seq_len: int) -> dict[str
         out["image"] = image
     if mm.count("video") > 0 and version_of(config)[:2] in VIDEO_VERSIONS:
         free = seq_len - (image if "image" in out else 0)
+        if config.get("model_type") == "minicpmo" and mm.count("audio") > 0:
+            free -= audio_tokens(config)
         out["video"] = max(1, min(free // queries, MAX_FRAMES_PER_VIDEO)) * queries
     return out
 
@@ -181,19 +197,24 @@ def minicpmv_item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -
 
 
 def _accepts(config: Mapping[str, Any]) -> bool:
+    versions = OMNI_PASS_VERSIONS if config.get("model_type") == "minicpmo" else PASS_VERSIONS
     return isinstance(config.get("vision_config"), Mapping) and (
-        version_of(config)[:2] in PASS_VERSIONS)  # fmt: skip
+        version_of(config)[:2] in versions)  # fmt: skip
 
 
 FAMILY = EncoderFamily(
-    model_types=frozenset({"minicpmv"}),
-    modules={"minicpmv": "MiniCPM-V 2.6 / 4.0"},
+    model_types=frozenset({"minicpmv", "minicpmo"}),
+    modules={"minicpmv": "MiniCPM-V 2.6 / 4.0",
+             "minicpmo": "MiniCPM-o 2.6"},
     processor_keys=("max_slice_nums",),
     item=minicpmv_item,
     towers={"minicpmv": ("Idefics2 (SigLIP) tower and the resampler (versions 2.5 to 4.5; the "
                          "encoder pass of 2.0, 2.5 and 4.5 is not modelled)",
-                         "towers/minicpm.py")},
-    checked=frozenset({"minicpmv"}),
+                         "towers/minicpm.py"),
+            "minicpmo": ("MiniCPM-V's tower and resampler, the Whisper encoder and the audio "
+                         "projection (versions 2.6 and 4.5; the budget never profiles "
+                         "audio; 4.5's encoder pass is not modelled)", "towers/minicpm.py")},
+    checked=frozenset({"minicpmv", "minicpmo"}),
     accepts=_accepts,
 )
-"""MiniCPM-V (``multimodal.PLUGGED_FAMILIES``)."""
+"""MiniCPM-V and MiniCPM-o (``multimodal.PLUGGED_FAMILIES``)."""
