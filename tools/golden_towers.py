@@ -55,6 +55,19 @@ _MISTRAL_TEXT = {"model_type": "mistral", "hidden_size": 5120, "intermediate_siz
                  "rope_theta": 1000000000.0, "sliding_window": None}
 
 
+_GEMMA4_TEXT = {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216,
+                "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 4,
+                "head_dim": 256, "layer_types": ["full_attention"], "sliding_window": 512,
+                "vocab_size": 262144, "hidden_size_per_layer_input": 256,
+                "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 0,
+                "max_position_embeddings": 131072}
+
+
+_MINICPM_SIGLIP = {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 980,
+                   "intermediate_size": 4304, "num_attention_heads": 16,
+                   "num_hidden_layers": 27, "patch_size": 14}
+
+
 def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     text = {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": 1,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -360,6 +373,70 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 32, "vocab_size": 156032},
     },
+    # Gemma 4 with its vision and audio towers: transformers 5.19's Gemma4Config defaults
+    # (its docstring checkpoint google/gemma-4-e2b-it), the text part cut to one layer
+    "gemma-4-mm": {
+        "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+        "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768,
+                          "intermediate_size": 3072, "num_hidden_layers": 16,
+                          "num_attention_heads": 12, "num_key_value_heads": 12,
+                          "head_dim": 64, "patch_size": 16, "pooling_kernel_size": 3,
+                          "position_embedding_size": 10240, "default_output_length": 280},
+        "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024,
+                         "num_hidden_layers": 12, "num_attention_heads": 8,
+                         "subsampling_conv_channels": [128, 32], "conv_kernel_size": 5,
+                         "output_proj_dims": 1536},
+        "text_config": _GEMMA4_TEXT,
+    },
+    # Gemma 4 Unified (no towers): transformers 5.19's Gemma4UnifiedConfig defaults
+    # (docstring checkpoint google/gemma-4-12B-it), the text part cut to one layer
+    "gemma-4-unified": {
+        "architectures": ["Gemma4UnifiedForConditionalGeneration"],
+        "model_type": "gemma4_unified",
+        "vision_config": {"model_type": "gemma4_unified_vision", "patch_size": 16,
+                          "pooling_kernel_size": 3, "mm_embed_dim": 3840,
+                          "mm_posemb_size": 1120, "output_proj_dims": 3840,
+                          "num_soft_tokens": 280},
+        "audio_config": {"model_type": "gemma4_unified_audio", "audio_embed_dim": 640},
+        "text_config": {**_GEMMA4_TEXT, "model_type": "gemma4_unified_text",
+                        "hidden_size": 3840, "hidden_size_per_layer_input": 0},
+    },
+    # openbmb/MiniCPM-V-2_6: version 2.6, 64 queries, Qwen2-7B's width; the SigLIP section as
+    # llama.cpp's minicpmv-convert-image-encoder-to-gguf.py gives it (default_vision_config)
+    "minicpm-v-2.6": {
+        "architectures": ["MiniCPMV"], "model_type": "minicpmv", "version": 2.6,
+        "query_num": 64, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "vision_config": _MINICPM_SIGLIP,
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151666,
+        "max_position_embeddings": 32768,
+    },
+    # openbmb/MiniCPM-Llama3-V-2_5: version 2.5, 96 queries, Llama-3-8B's width
+    "minicpm-llama3-v-2.5": {
+        "architectures": ["MiniCPMV"], "model_type": "minicpmv", "version": 2.5,
+        "query_num": 96, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "vision_config": _MINICPM_SIGLIP,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    },
+    # openbmb/MiniCPM-o-2_6: MiniCPM-V 2.6's vision part, Whisper-medium's encoder (its model
+    # card: SigLip-400M, Whisper-medium-300M, Qwen2.5-7B), audio_pool_step 2
+    "minicpm-o-2.6": {
+        "architectures": ["MiniCPMO"], "model_type": "minicpmo", "version": 2.6,
+        "query_num": 64, "image_size": 448, "drop_vision_last_layer": False,
+        "slice_config": {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448},
+        "audio_pool_step": 2, "audio_chunk_length": 1.0,
+        "vision_config": _MINICPM_SIGLIP,
+        "audio_config": {"model_type": "whisper", "d_model": 1024, "encoder_layers": 24,
+                         "encoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+                         "num_mel_bins": 80, "max_source_positions": 1500},
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151700,
+        "max_position_embeddings": 32768,
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 
@@ -384,6 +461,34 @@ def register_internvl_config() -> None:
 
     with contextlib.suppress(ValueError):
         AutoConfig.register("internvl_chat", InternVLChatStandIn)
+
+
+def register_minicpmv_config() -> None:
+    """MiniCPM-V's and MiniCPM-o's config classes are the checkpoint's remote code: stand-ins
+    holding the text
+    keys at the top level (a ``Qwen2Config``, as the remote class is), the SigLIP section as
+    ``SiglipVisionConfig`` and MiniCPM-o's audio section as ``WhisperConfig``, the attributes
+    vLLM's ``minicpmv.py`` and ``minicpmo.py`` read."""
+    from transformers import AutoConfig, Qwen2Config, SiglipVisionConfig, WhisperConfig
+
+    class MiniCPMVStandIn(Qwen2Config):
+        model_type = "minicpmv"
+
+        def __init__(self, vision_config: Any = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = SiglipVisionConfig(**dict(vision_config or {}))
+
+    class MiniCPMOStandIn(MiniCPMVStandIn):
+        model_type = "minicpmo"
+
+        def __init__(self, audio_config: Any = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.audio_config = WhisperConfig(**dict(audio_config or {}))
+
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("minicpmv", MiniCPMVStandIn)
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("minicpmo", MiniCPMOStandIn)
 
 
 def tower_count(raw: dict[str, Any]) -> int:
@@ -411,7 +516,7 @@ def tower_count(raw: dict[str, Any]) -> int:
             model = initialize_model(vllm_config=vllm_config, prefix="")
     return sum(p.numel() for name, p in model.named_parameters()
                if not name.startswith(("language_model.", "model.language_model.",
-                                       "model.text_model.", "lm_head.")))
+                                       "model.text_model.", "lm_head.", "llm.")))
 
 
 def main() -> int:
@@ -424,6 +529,7 @@ def main() -> int:
 
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
     register_internvl_config()
+    register_minicpmv_config()
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: dict[str, Any] = dict(old.get("rows", {}))
     for name in args.models:
