@@ -1,0 +1,79 @@
+"""The encoder pass of Whisper-style audio encoders (memacct/engines/vllm/mm/audio.py).
+
+Tokens per item, the dummy audio and the encoder's positions are checked against
+``tests/data/golden/vllm-0.33-audio-items.json``: vLLM 0.33's own processing info and
+dummy-inputs classes, and transformers' encoder run on the meta device, by
+``tools/golden_audio.py`` (published configs, cited there); the tower's weights against
+``vllm-0.33-towers.json`` (``tools/golden_towers.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memacct.engines.deployment import Multimodal
+from memacct.engines.vllm.mm.audio import qwen2_audio_item
+from memacct.engines.vllm.mm.family import ItemContext
+from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
+from memacct.model.towers import tower_params
+
+_GOLDEN = Path(__file__).parent / "data" / "golden"
+ITEMS = json.loads((_GOLDEN / "vllm-0.33-audio-items.json").read_text(encoding="utf-8"))["rows"]
+TOWERS = json.loads((_GOLDEN / "vllm-0.33-towers.json").read_text(encoding="utf-8"))["rows"]
+
+
+def _qwen2_audio() -> dict[str, Any]:
+    config: dict[str, Any] = TOWERS["qwen2-audio-7b"]["config"]
+    assert config["audio_config"] == {
+        k: v for k, v in ITEMS["qwen2-audio-7b"]["settings"]["audio_config"].items()}
+    return config
+
+
+def _pass(cfg: dict[str, Any], mm: Multimodal | None = None, **kw: int) -> Any:
+    args = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "max_model_len": 8192}
+    args.update(kw)
+    return encoder_profile(cfg, mm or Multimodal(), dtype_bytes=2, version=(0, 33), **args)
+
+
+def test_qwen2_audio_item_is_the_one_vllm_sizes() -> None:
+    golden = ITEMS["qwen2-audio-7b"]
+    ctx = ItemContext(8192, 2)
+    for dummy in golden["dummies"]:
+        length = dummy["length"]
+        mm = Multimodal(limit_mm_per_prompt={"audio": {"count": 1, "length": length}}
+                        if length else {})  # fmt: skip
+        item = qwen2_audio_item(_qwen2_audio(), mm, ctx)
+        assert item is not None and item.modality == "audio"
+        assert item.tokens == golden["tokens_per_item"]
+        assert item.patches == dummy["encoder_positions"]
+        _, mels, frames = dummy["input_features"]
+        assert item.values * item.patches == mels * frames
+        assert (item.out_tokens or item.tokens) == dummy["held_tokens"]
+    assert qwen2_audio_item(_qwen2_audio(), Multimodal(limit_mm_per_prompt={"audio": 0}),
+                            ctx) is None  # fmt: skip
+
+
+def test_qwen2_audio_profiles_the_budget_s_audios_through_the_encoder_s_mlp_peak() -> None:
+    cfg = _qwen2_audio()
+    assert modelled(cfg)
+    p = _pass(cfg)
+    # max(8192, 750) // 750 = 10 clips of 1,500 positions; the MLP (2 x 1280 + 2 x 5120)
+    # is the widest stage, plus 256 input-feature values per position, in bfloat16.
+    assert "10 dummy audio(s) of 750 tokens (1,500 patches)" in p.note
+    assert p.peak_bytes == 10 * 1500 * (2 * 1280 + 2 * 5120 + 256) * 2
+    # Held: 10 x 750 projected tokens of the text width and the 128 x 3000 features each.
+    assert p.held_bytes == 10 * 750 * 4096 * 2 + 10 * 128 * 3000 * 2
+    short = _pass(cfg, Multimodal(limit_mm_per_prompt={"audio": {"count": 2, "length": 80000}}))
+    assert "10 dummy audio(s)" in short.note and short.peak_bytes == p.peak_bytes
+    assert short.held_bytes == 10 * 125 * 4096 * 2 + 10 * 128 * 3000 * 2
+    one = _pass(cfg, max_num_batched_tokens=512, max_num_seqs=1,
+                max_model_len=1000)  # fmt: skip
+    assert one.note.startswith("multimodal profile: 1 dummy audio(s)")
+    assert _pass(cfg, Multimodal(limit_mm_per_prompt={"audio": 0})).peak_bytes == 0
+    notes = unapplied_notes(cfg, Multimodal(mm_processor_kwargs={"chunk_length": 10}))
+    assert notes and "chunk_length not applied" in notes[0]
+
+
+def test_qwen2_audio_tower_is_vllm_s_count() -> None:
+    assert tower_params(_qwen2_audio()) == TOWERS["qwen2-audio-7b"]["tower_params"]

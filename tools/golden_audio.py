@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Golden audio items: vLLM 0.33's own processing code sizes the largest dummy audio.
+
+Run by hand in the throwaway vLLM environment (never in ``make test``)::
+
+    /tmp/vllmenv/bin/python tools/golden_audio.py --vllm-src /tmp/vllm033/src
+
+For each model of :data:`MODELS` (the published ``config.json`` audio section and
+``preprocessor_config.json`` feature-extractor settings, cited by Hub id), vLLM's
+processing info class gives the budget's tokens per item
+(``get_mm_max_tokens_per_item``) and its dummy-inputs builder the profile's dummy audio
+(``get_dummy_mm_data``, plain and with the size form's ``length``); the feature extractor
+pads it as the model's processor does, and the model's audio encoder runs it on the meta
+device: the input features' shape, the encoder's positions and the tokens each clip
+leaves. The tokenizer-bound parts of the processor (the Hub is not reachable here) are
+replaced by the feature extractor built from the published settings.
+``tests/test_multimodal_audio.py`` checks :mod:`memacct.engines.vllm.mm.audio` against
+the table this writes (``tests/data/golden/vllm-0.33-audio-items.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "data" / "golden" / "vllm-0.33-audio-items.json"
+
+MODELS: dict[str, dict[str, Any]] = {
+    # Qwen/Qwen2-Audio-7B-Instruct: config.json audio_config, preprocessor_config.json
+    "qwen2-audio-7b": {
+        "audio_config": {"model_type": "qwen2_audio_encoder", "d_model": 1280,
+                         "encoder_layers": 32, "encoder_attention_heads": 20,
+                         "encoder_ffn_dim": 5120, "num_mel_bins": 128,
+                         "max_source_positions": 1500},
+        "feature_extractor": {"feature_size": 128, "sampling_rate": 16000,
+                              "hop_length": 160, "chunk_length": 30, "n_fft": 400},
+        "lengths": [None, 80000],
+    },
+}
+"""Published settings (Hub ids above) and the dummy lengths tried (None: the default)."""
+
+
+def qwen2_audio_row(spec: dict[str, Any]) -> dict[str, Any]:
+    """Tokens per item, and per dummy length the features, positions and held tokens."""
+    import torch
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.qwen2_audio import Qwen2AudioEncoder, Qwen2AudioEncoderConfig
+    from vllm.config.multimodal import AudioDummyOptions
+    from vllm.model_executor.models import qwen2_audio as mod
+
+    extractor = WhisperFeatureExtractor(**spec["feature_extractor"])
+    info = mod.Qwen2AudioProcessingInfo.__new__(mod.Qwen2AudioProcessingInfo)
+    info.get_feature_extractor = lambda **kw: extractor  # type: ignore[method-assign]
+    row: dict[str, Any] = {
+        "tokens_per_item": info.get_mm_max_tokens_per_item(4096, {"audio": 1})["audio"]}
+    builder = mod.Qwen2AudioDummyInputsBuilder(info)
+    with torch.device("meta"):
+        encoder = Qwen2AudioEncoder(Qwen2AudioEncoderConfig(**spec["audio_config"]))
+    dummies = []
+    for length in spec["lengths"]:
+        options = {"audio": AudioDummyOptions(length=length)} if length else {}
+        audio = builder.get_dummy_mm_data(4096, {"audio": 1}, options)["audio"][0]
+        feats = extractor(audio, sampling_rate=extractor.sampling_rate, padding="max_length",
+                          truncation=True, return_attention_mask=True, return_tensors="pt")
+        mask = feats["attention_mask"]
+        _, held = mod._get_feat_extract_output_lengths(mask.sum(-1))
+        x = feats["input_features"].to("meta")
+        positions = encoder.conv2(encoder.conv1(x)).shape[-1]
+        out = encoder(x).last_hidden_state
+        dummies.append({"length": length, "samples": int(audio.shape[0]),
+                        "input_features": list(feats["input_features"].shape),
+                        "encoder_positions": positions,
+                        "encoder_output": list(out.shape), "held_tokens": int(held[0])})
+    row["dummies"] = dummies
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--vllm-src", default="/tmp/vllm033/src")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tools"))
+    from golden_vllm import import_vllm
+
+    version = import_vllm(args.vllm_src, stub_vision=True)["version"]
+    rows = {name: {"settings": spec, **qwen2_audio_row(spec)} for name, spec in MODELS.items()}
+    for name, row in rows.items():
+        print(name, row["tokens_per_item"], row["dummies"], flush=True)
+    OUT.write_text(json.dumps({"vllm": version, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
