@@ -15,6 +15,7 @@ from typing import Any
 from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.audio import qwen2_audio_item
 from memacct.engines.vllm.mm.family import ItemContext
+from memacct.engines.vllm.mm.flamingo import flamingo_item
 from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
 from memacct.model.towers import tower_params
 
@@ -77,3 +78,39 @@ def test_qwen2_audio_profiles_the_budget_s_audios_through_the_encoder_s_mlp_peak
 
 def test_qwen2_audio_tower_is_vllm_s_count() -> None:
     assert tower_params(_qwen2_audio()) == TOWERS["qwen2-audio-7b"]["tower_params"]
+
+
+def _flamingo() -> dict[str, Any]:
+    config: dict[str, Any] = TOWERS["audioflamingo3-7b"]["config"]
+    assert config["audio_config"] == ITEMS["audioflamingo3-7b"]["settings"]["audio_config"]
+    return config
+
+
+def test_audio_flamingo3_items_are_the_windows_vllm_cuts() -> None:
+    golden = ITEMS["audioflamingo3-7b"]
+    assert golden["supported_limit"] == 1
+    for dummy in golden["dummies"]:
+        length = dummy["length"]
+        mm = Multimodal(limit_mm_per_prompt={"audio": {"count": 1, "length": length}}
+                        if length else {})  # fmt: skip
+        item = flamingo_item(_flamingo(), mm, ItemContext(32768, 2))
+        assert item is not None
+        assert item.tokens == dummy["tokens"] == dummy["processor_tokens"]
+        assert item.patches == dummy["encoder_positions"]
+        windows, mels, frames = dummy["input_features"]
+        assert item.values * item.patches == windows * mels * frames
+    # max_audio_len 90 s: three full windows, 2,250 tokens.
+    three = flamingo_item(_flamingo(), Multimodal(mm_processor_kwargs={"max_audio_len": 90}),
+                          ItemContext(32768, 2))  # fmt: skip
+    assert three is not None and (three.tokens, three.patches) == (2250, 4500)
+
+
+def test_audio_flamingo3_profiles_one_ten_minute_audio() -> None:
+    cfg = _flamingo()
+    assert modelled(cfg) and tower_params(cfg) == TOWERS["audioflamingo3-7b"]["tower_params"]
+    p = _pass(cfg, max_model_len=32768)
+    # The budget max(8192, 15000) holds one item: 20 windows, 30,000 positions at the MLP.
+    assert "1 dummy audio(s) of 15,000 tokens (30,000 patches)" in p.note
+    assert p.peak_bytes == 30000 * (2 * 1280 + 2 * 5120 + 256) * 2
+    assert p.held_bytes == 15000 * 3584 * 2 + 20 * 128 * 3000 * 2
+    assert not unapplied_notes(cfg, Multimodal(mm_processor_kwargs={"max_audio_len": 60}))

@@ -40,6 +40,18 @@ MODELS: dict[str, dict[str, Any]] = {
                               "hop_length": 160, "chunk_length": 30, "n_fft": 400},
         "lengths": [None, 80000],
     },
+    # nvidia/audio-flamingo-3-hf: AudioFlamingo3EncoderConfig's sizes, the
+    # WhisperFeatureExtractor of 128 mel bins, AudioFlamingo3Processor's max_audio_len
+    "audioflamingo3-7b": {
+        "audio_config": {"model_type": "audioflamingo3_encoder", "hidden_size": 1280,
+                         "num_hidden_layers": 32, "num_attention_heads": 20,
+                         "intermediate_size": 5120, "num_mel_bins": 128,
+                         "max_source_positions": 1500},
+        "feature_extractor": {"feature_size": 128, "sampling_rate": 16000,
+                              "hop_length": 160, "chunk_length": 30, "n_fft": 400},
+        "max_audio_len": 600,
+        "lengths": [None, 1000000, 80000],
+    },
 }
 """Published settings (Hub ids above) and the dummy lengths tried (None: the default)."""
 
@@ -79,6 +91,52 @@ def qwen2_audio_row(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def flamingo_row(spec: dict[str, Any]) -> dict[str, Any]:
+    """Audio Flamingo 3: the budget's tokens are the dummy item's (no
+    ``get_mm_max_tokens_per_item``); per dummy length its windows, features and tokens."""
+    import torch
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.audioflamingo3 import (
+        AudioFlamingo3EncoderConfig,
+        AudioFlamingo3Processor,
+    )
+    from vllm.config.multimodal import AudioDummyOptions
+    from vllm.model_executor.models import audioflamingo3 as mod
+
+    extractor = WhisperFeatureExtractor(**spec["feature_extractor"])
+    processor = AudioFlamingo3Processor.__new__(AudioFlamingo3Processor)
+    processor.feature_extractor = extractor
+    processor.max_audio_len = spec["max_audio_len"]
+    processor.audio_token = "<sound>"
+    info = mod.AudioFlamingo3ProcessingInfo.__new__(mod.AudioFlamingo3ProcessingInfo)
+    info.get_hf_processor = lambda **kw: processor  # type: ignore[method-assign]
+    info.get_feature_extractor = lambda **kw: extractor  # type: ignore[method-assign]
+    builder = mod.AudioFlamingo3DummyInputsBuilder(info)
+    with torch.device("meta"):
+        encoder = mod.AudioFlamingo3Encoder(AudioFlamingo3EncoderConfig(**spec["audio_config"]))
+    row: dict[str, Any] = {"supported_limit": info.get_supported_mm_limits()["audio"]}
+    dummies = []
+    for length in spec["lengths"]:
+        options = {"audio": AudioDummyOptions(length=length)} if length else {}
+        audio = builder.get_dummy_mm_data(4096, {"audio": 1}, options)["audio"][0]
+        feats, _ = processor._process_audio([audio], sampling_rate=extractor.sampling_rate,
+                                            return_attention_mask=True, padding="max_length",
+                                            return_tensors="pt")
+        windows = int(feats["input_features"].shape[0])
+        tokens = mod._count_audio_tokens_from_mask(feats["input_features_mask"], [windows], 0)
+        x = feats["input_features"].to("meta")
+        positions = encoder.conv2(encoder.conv1(x)).shape[-1]
+        dummies.append({"length": length, "samples": int(audio.shape[0]),
+                        "input_features": list(feats["input_features"].shape),
+                        "encoder_positions": windows * positions, "tokens": tokens,
+                        "processor_tokens": int(feats["num_audio_tokens"][0])})
+    row["dummies"] = dummies
+    return row
+
+
+_ROWS = {"qwen2-audio-7b": qwen2_audio_row, "audioflamingo3-7b": flamingo_row}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--vllm-src", default="/tmp/vllm033/src")
@@ -87,9 +145,9 @@ def main() -> int:
     from golden_vllm import import_vllm
 
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
-    rows = {name: {"settings": spec, **qwen2_audio_row(spec)} for name, spec in MODELS.items()}
+    rows = {name: {"settings": spec, **_ROWS[name](spec)} for name, spec in MODELS.items()}
     for name, row in rows.items():
-        print(name, row["tokens_per_item"], row["dummies"], flush=True)
+        print(name, row["dummies"], flush=True)
     OUT.write_text(json.dumps({"vllm": version, "rows": rows}, indent=1) + "\n")
     print(f"wrote {OUT}")
     return 0

@@ -217,6 +217,20 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 1, "num_attention_heads": 32,
                         "num_key_value_heads": 32, "vocab_size": 156032},
     },
+    # nvidia/audio-flamingo-3-hf: AudioFlamingo3EncoderConfig's sizes (Whisper large-v3's
+    # encoder, under the names its attribute_map gives) and Qwen2.5-7B's width
+    "audioflamingo3-7b": {
+        "architectures": ["AudioFlamingo3ForConditionalGeneration"],
+        "model_type": "audioflamingo3", "audio_token_id": 151669,
+        "projector_hidden_act": "gelu", "projector_bias": True,
+        "audio_config": {"model_type": "audioflamingo3_encoder", "hidden_size": 1280,
+                         "num_hidden_layers": 32, "num_attention_heads": 20,
+                         "intermediate_size": 5120, "num_mel_bins": 128,
+                         "max_source_positions": 1500},
+        "text_config": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                        "num_hidden_layers": 1, "num_attention_heads": 28,
+                        "num_key_value_heads": 4, "vocab_size": 152064},
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 

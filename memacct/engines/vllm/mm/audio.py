@@ -36,6 +36,8 @@ allocates it (the layer input is the residual):
   and its masked copy (2 x text hidden / 2 per position).
 
 The peak is the largest of these plus the input features (2 x ``num_mel_bins``).
+
+Audio Flamingo 3 runs the same encoder over 30-second windows (:mod:`.flamingo`).
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ from typing import Any
 from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item
-from memacct.model.towers.parts import int_key, section_of, text_hidden
+from memacct.model.towers.parts import section_of, text_hidden
+from memacct.model.towers.whisper import whisper_sizes
 
-__all__ = ["FAMILY", "WHISPER_FEATURES", "conv_output_length", "qwen2_audio_item",
-           "whisper_layer_elements"]
+__all__ = ["FAMILY", "WHISPER_FEATURES", "conv_output_length", "mel_frames",
+           "per_position", "qwen2_audio_item", "whisper_layer_elements"]
 
 WHISPER_FEATURES = {"chunk_length": 30, "sampling_rate": 16000, "hop_length": 160}
 """The published ``WhisperFeatureExtractor`` settings of the Whisper-style checkpoints
@@ -63,11 +66,25 @@ def conv_output_length(frames: int) -> tuple[int, int]:
     return positions, (positions - 2) // 2 + 1
 
 
-def whisper_layer_elements(width: int, inner: int, out_width: int) -> int:
+def whisper_layer_elements(width: int, inner: int, out_width: int, tail: int = 2) -> int:
     """Model-dtype elements per encoder position at the encoder's peak (module notes): the
-    convolutions (4h), the attention (7h), the MLP (2h + 2i) and the tail (h / 2 + the
-    projector's output and its masked copy, ``out_width`` per pooled token each)."""
-    return max(4 * width, 7 * width, 2 * width + 2 * inner, (width + 2 * out_width) // 2)
+    convolutions (4h), the attention (7h), the MLP (2h + 2i) and the tail (h / 2 and
+    ``tail`` text-width tensors per pooled token, a pooled token every two positions)."""
+    return max(4 * width, 7 * width, 2 * width + 2 * inner, (width + tail * out_width) // 2)
+
+
+def mel_frames(samples: int) -> int:
+    """Valid mel frames of a clip: the feature extractor's mask, one frame per hop."""
+    return -(-samples // WHISPER_FEATURES["hop_length"])
+
+
+def per_position(config: Mapping[str, Any], context: ItemContext, tail: int) -> tuple[int, int]:
+    """(bytes per encoder position at the peak, input-feature values per position)."""
+    sizes = whisper_sizes(section_of(config, "audio_config"))
+    values = 2 * sizes["num_mel_bins"]  # two mel frames per position (conv2's stride)
+    widest = whisper_layer_elements(sizes["d_model"], sizes["encoder_ffn_dim"],
+                                    text_hidden(config), tail)  # fmt: skip
+    return (widest + values) * context.dtype_bytes, values
 
 
 def qwen2_audio_item(config: Mapping[str, Any], mm: Multimodal,
@@ -75,21 +92,12 @@ def qwen2_audio_item(config: Mapping[str, Any], mm: Multimodal,
     """Qwen2-Audio's largest dummy audio (``None``: no audio allowed); see the module notes."""
     if mm.count("audio") <= 0:
         return None
-    audio = section_of(config, "audio_config")
-    width, inner = int_key(audio, "d_model"), int_key(audio, "encoder_ffn_dim")
-    mels = int_key(audio, "num_mel_bins")
-    chunk = min(WHISPER_FEATURES["chunk_length"], 30)
-    samples = chunk * WHISPER_FEATURES["sampling_rate"]
-    frames = samples // WHISPER_FEATURES["hop_length"]
-    positions, tokens = conv_output_length(frames)
+    samples = min(WHISPER_FEATURES["chunk_length"], 30) * WHISPER_FEATURES["sampling_rate"]
+    positions, tokens = conv_output_length(samples // WHISPER_FEATURES["hop_length"])
     length = mm.size("audio").get("length")
-    dummy = min(samples, length) if length else samples
-    # The clip's own frames (the attention mask over the padded features, one per hop).
-    _, held = conv_output_length(-(-dummy // WHISPER_FEATURES["hop_length"]))
-    out = text_hidden(config)
-    values = mels * frames // positions
-    per = (whisper_layer_elements(width, inner, out) + values) * context.dtype_bytes
-    return Item("audio", tokens, positions, per, values, out, max(1, held))
+    _, held = conv_output_length(mel_frames(min(samples, length) if length else samples))
+    per, values = per_position(config, context, 2)
+    return Item("audio", tokens, positions, per, values, text_hidden(config), max(1, held))
 
 
 FAMILY = EncoderFamily(
