@@ -16,6 +16,7 @@ from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.audio import qwen2_audio_item
 from memacct.engines.vllm.mm.family import ItemContext
 from memacct.engines.vllm.mm.flamingo import flamingo_item
+from memacct.engines.vllm.mm.omni import omni_audio_item, omni_vision_item
 from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
 from memacct.model.towers import tower_params
 
@@ -114,3 +115,51 @@ def test_audio_flamingo3_profiles_one_ten_minute_audio() -> None:
     assert p.peak_bytes == 30000 * (2 * 1280 + 2 * 5120 + 256) * 2
     assert p.held_bytes == 15000 * 3584 * 2 + 20 * 128 * 3000 * 2
     assert not unapplied_notes(cfg, Multimodal(mm_processor_kwargs={"max_audio_len": 60}))
+
+
+def _omni() -> dict[str, Any]:
+    config: dict[str, Any] = TOWERS["qwen2.5-omni-7b"]["config"]
+    return config
+
+
+def test_qwen2_5_omni_items_are_the_ones_vllm_sizes() -> None:
+    golden = ITEMS["qwen2.5-omni-7b"]
+    thinker = _omni()["thinker_config"]
+    for seq_len, tokens in golden["tokens_per_item"].items():
+        ctx = ItemContext(int(seq_len), 2, version=(0, 33))
+        for modality, want in tokens.items():
+            if modality == "audio":
+                item = omni_audio_item(thinker, Multimodal(), ctx)
+            else:
+                item = omni_vision_item(thinker, Multimodal(), ctx, modality)
+            assert item.tokens == want, (seq_len, modality)
+        dummy = golden["dummies"][seq_len]
+        video = omni_vision_item(thinker, Multimodal(), ctx, "video")
+        # The dummy video's frames, two per temporal patch, of the largest image's patches.
+        width, height = dummy["image_size"]
+        assert video.patches == -(-dummy["video_frames"] // 2) * (width // 14) * (height // 14)
+        assert dummy["audio_samples"] == 30 * 16000
+
+
+def test_qwen2_5_omni_profiles_its_video_image_or_audio() -> None:
+    cfg = _omni()
+    assert modelled(cfg) and tower_params(cfg) == TOWERS["qwen2.5-omni-7b"]["tower_params"]
+    p = _pass(cfg, max_model_len=32768)
+    assert "1 dummy video(s) of 32,768 tokens (131,072 patches)" in p.note
+    # Qwen2.5-VL's block in 0.33: max(11 x 1280, 3 x 1280 + 3 x 3420) widths, cos/sin (80)
+    # and 1,176 pixel values per patch.
+    per = max(11 * 1280, 3 * 1280 + 3 * 3420) + 80 + 1176
+    assert p.peak_bytes == 131072 * per * 2
+    assert p.held_bytes == 32768 * 3584 * 2 + 131072 * 1176 * 2
+    # The same tower as a Qwen2.5-VL config plans the same pass.
+    vl = {"model_type": "qwen2_5_vl", "hidden_size": 3584,
+          "vision_config": cfg["thinker_config"]["vision_config"]}  # fmt: skip
+    assert _pass(vl, max_model_len=32768).peak_bytes == p.peak_bytes
+    image = _pass(cfg, Multimodal(limit_mm_per_prompt={"video": 0}), max_model_len=32768)
+    assert "1 dummy image(s) of 16,384 tokens (65,536 patches)" in image.note
+    audio = _pass(cfg, Multimodal(limit_mm_per_prompt={"video": 0, "image": 0}))
+    # 10 clips of 1,500 positions; the MLP's residual, fc1 and its activation (1280 + 2 x
+    # 5120) is the widest stage; 750 tokens of output_dim 3584 held per clip.
+    assert "10 dummy audio(s) of 750 tokens (1,500 patches)" in audio.note
+    assert audio.peak_bytes == 10 * 1500 * (1280 + 2 * 5120 + 256) * 2
+    assert audio.held_bytes == 10 * 750 * 3584 * 2 + 10 * 1500 * 256 * 2

@@ -52,6 +52,16 @@ MODELS: dict[str, dict[str, Any]] = {
         "max_audio_len": 600,
         "lengths": [None, 1000000, 80000],
     },
+    # Qwen/Qwen2.5-Omni-7B: config.json thinker_config (as tools/golden_towers.py cites),
+    # preprocessor_config.json (WhisperFeatureExtractor, Qwen2VLImageProcessor's pixels)
+    "qwen2.5-omni-7b": {
+        "thinker_config": "golden_towers:qwen2.5-omni-7b",
+        "feature_extractor": {"feature_size": 128, "sampling_rate": 16000,
+                              "hop_length": 160, "chunk_length": 30, "n_fft": 400},
+        "image_processor": {"max_pixels": 12845056, "min_pixels": 3136, "patch_size": 14,
+                            "merge_size": 2, "temporal_patch_size": 2},
+        "seq_lens": [32768, 8192],
+    },
 }
 """Published settings (Hub ids above) and the dummy lengths tried (None: the default)."""
 
@@ -134,7 +144,45 @@ def flamingo_row(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-_ROWS = {"qwen2-audio-7b": qwen2_audio_row, "audioflamingo3-7b": flamingo_row}
+def omni_row(spec: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2.5-Omni's thinker: the budget's tokens per item of each modality per
+    ``max_model_len``, and the dummy audio, image and video of the profile."""
+    from types import SimpleNamespace
+
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.qwen2_5_omni import Qwen2_5OmniThinkerConfig
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+    from vllm.model_executor.models import qwen2_5_omni_thinker as mod
+
+    thinker = Qwen2_5OmniThinkerConfig(**spec["thinker_config"])
+    extractor = WhisperFeatureExtractor(**spec["feature_extractor"])
+    images = Qwen2VLImageProcessor(**spec["image_processor"])
+    info = mod.Qwen2_5OmniThinkerProcessingInfo.__new__(mod.Qwen2_5OmniThinkerProcessingInfo)
+    info.get_hf_config = lambda: thinker  # type: ignore[method-assign]
+    info.get_hf_processor = lambda **kw: SimpleNamespace(  # type: ignore[method-assign]
+        image_processor=images, feature_extractor=extractor)
+    info.get_feature_extractor = lambda **kw: extractor  # type: ignore[method-assign]
+    info.get_image_processor = lambda **kw: images  # type: ignore[method-assign]
+    # No --mm-processor-kwargs: the merge with the model config's kwargs is the identity.
+    info._merge_and_resolve_mm_processor_kwargs = dict  # type: ignore[method-assign]
+    counts = {"audio": 1, "image": 1, "video": 1}
+    row: dict[str, Any] = {"tokens_per_item": {
+        str(n): dict(info.get_mm_max_tokens_per_item(n, counts)) for n in spec["seq_lens"]}}
+    builder = mod.Qwen2_5OmniThinkerDummyInputsBuilder(info)
+    dummies = {}
+    for n in spec["seq_lens"]:
+        data = builder.get_dummy_mm_data(n, counts, {})
+        video = data["video"][0]
+        video = video[0] if isinstance(video, tuple) else video
+        dummies[str(n)] = {"audio_samples": int(data["audio"][0].shape[0]),
+                           "image_size": list(data["image"][0].size),
+                           "video_frames": len(video)}
+    row["dummies"] = dummies
+    return row
+
+
+_ROWS = {"qwen2-audio-7b": qwen2_audio_row, "audioflamingo3-7b": flamingo_row,
+         "qwen2.5-omni-7b": omni_row}
 
 
 def main() -> int:
@@ -145,7 +193,15 @@ def main() -> int:
     from golden_vllm import import_vllm
 
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
-    rows = {name: {"settings": spec, **_ROWS[name](spec)} for name, spec in MODELS.items()}
+    from golden_towers import MODELS as TOWER_MODELS
+
+    rows = {}
+    for name, spec in MODELS.items():
+        run = dict(spec)
+        if isinstance(run.get("thinker_config"), str):
+            run["thinker_config"] = TOWER_MODELS[run["thinker_config"].split(":")[1]][
+                "thinker_config"]
+        rows[name] = {"settings": spec, **_ROWS[name](run)}
     for name, row in rows.items():
         print(name, row["dummies"], flush=True)
     OUT.write_text(json.dumps({"vllm": version, "rows": rows}, indent=1) + "\n")

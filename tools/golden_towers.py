@@ -231,6 +231,34 @@ MODELS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 1, "num_attention_heads": 28,
                         "num_key_value_heads": 4, "vocab_size": 152064},
     },
+    # Qwen/Qwen2.5-Omni-7B config.json (thinker_config's audio and vision sections)
+    "qwen2.5-omni-7b": {
+        "architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni",
+        "enable_audio_output": False,
+        "thinker_config": {
+            "model_type": "qwen2_5_omni_thinker", "audio_token_index": 151646,
+            "image_token_index": 151655, "video_token_index": 151656,
+            "audio_config": {"model_type": "qwen2_5_omni_audio_encoder", "d_model": 1280,
+                             "encoder_layers": 32, "encoder_attention_heads": 20,
+                             "encoder_ffn_dim": 5120, "num_mel_bins": 128,
+                             "max_source_positions": 1500, "n_window": 100,
+                             "output_dim": 3584},
+            "vision_config": {"model_type": "qwen2_5_omni_vision_encoder", "depth": 32,
+                              "embed_dim": 1280, "hidden_size": 1280, "hidden_act": "silu",
+                              "intermediate_size": 3420, "num_heads": 16, "in_channels": 3,
+                              "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+                              "spatial_merge_size": 2, "spatial_patch_size": 14,
+                              "temporal_patch_size": 2, "window_size": 112,
+                              "fullatt_block_indexes": [7, 15, 23, 31],
+                              "tokens_per_second": 25},
+            "text_config": {"model_type": "qwen2_5_omni_text", "hidden_size": 3584,
+                            "intermediate_size": 18944, "num_hidden_layers": 1,
+                            "num_attention_heads": 28, "num_key_value_heads": 4,
+                            "vocab_size": 152064, "max_position_embeddings": 32768,
+                            "rope_scaling": {"type": "default", "mrope_section": [16, 24, 24],
+                                             "rope_type": "default"}},
+        },
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 
