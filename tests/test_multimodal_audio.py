@@ -16,6 +16,7 @@ from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.audio import qwen2_audio_item
 from memacct.engines.vllm.mm.family import ItemContext
 from memacct.engines.vllm.mm.flamingo import flamingo_item
+from memacct.engines.vllm.mm.glmasr import glmasr_item
 from memacct.engines.vllm.mm.omni import omni_audio_item, omni_vision_item
 from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
 from memacct.model.towers import tower_params
@@ -163,3 +164,33 @@ def test_qwen2_5_omni_profiles_its_video_image_or_audio() -> None:
     assert "10 dummy audio(s) of 750 tokens (1,500 patches)" in audio.note
     assert audio.peak_bytes == 10 * 1500 * (1280 + 2 * 5120 + 256) * 2
     assert audio.held_bytes == 10 * 750 * 3584 * 2 + 10 * 1500 * 256 * 2
+
+
+def test_glmasr_items_are_the_windows_vllm_counts() -> None:
+    golden = ITEMS["glm-asr-nano"]
+    cfg: dict[str, Any] = TOWERS["glm-asr-nano"]["config"]
+    assert tower_params(cfg) == TOWERS["glm-asr-nano"]["tower_params"] and modelled(cfg)
+    for dummy in golden["dummies"]:
+        length = dummy["length"]
+        mm = Multimodal(limit_mm_per_prompt={"audio": {"count": 1, "length": length}}
+                        if length else {})  # fmt: skip
+        item = glmasr_item(cfg, mm, ItemContext(32768, 2))
+        assert item is not None
+        assert (item.tokens, item.patches) == (dummy["tokens"], dummy["encoder_positions"])
+        windows, mels, frames = dummy["input_features"]
+        assert item.values * item.patches == windows * mels * frames
+
+
+def test_glmasr_profiles_its_windows_through_the_split_encoder() -> None:
+    cfg: dict[str, Any] = TOWERS["glm-asr-nano"]["config"]
+    p = _pass(cfg, max_model_len=32768)
+    # max(8192, 7875) // 7875 = 1 item: 21 windows, 31,500 positions; the MLP (2 x 1280 +
+    # 2 x 5120) is the widest stage, plus 256 input-feature values.
+    assert "1 dummy audio(s) of 7,875 tokens (31,500 patches)" in p.note
+    assert p.peak_bytes == 31500 * (2 * 1280 + 2 * 5120 + 256) * 2
+    assert p.held_bytes == 7875 * 2048 * 2 + 21 * 128 * 3000 * 2
+    # TP 2: qkv (1,920 of 3,840), the attention output (640) and the MLP's intermediate
+    # (2,560) halve on each rank; the residual, the norms and the row outputs stay whole.
+    tp2 = _pass(cfg, max_model_len=32768, tensor_parallel_size=2)
+    widest = max(3 * 1280 + 1920 + 640, 2 * 1280 + 2 * 2560, 3 * 1280 + 2560)
+    assert tp2.peak_bytes == 31500 * (widest + 256) * 2

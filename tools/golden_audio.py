@@ -52,6 +52,12 @@ MODELS: dict[str, dict[str, Any]] = {
         "max_audio_len": 600,
         "lengths": [None, 1000000, 80000],
     },
+    # zai-org/GLM-ASR-Nano-2512: the WhisperFeatureExtractor of 128 mel bins
+    "glm-asr-nano": {
+        "feature_extractor": {"feature_size": 128, "sampling_rate": 16000,
+                              "hop_length": 160, "chunk_length": 30, "n_fft": 400},
+        "lengths": [None, 1000000, 80000],
+    },
     # Qwen/Qwen2.5-Omni-7B: config.json thinker_config (as tools/golden_towers.py cites),
     # preprocessor_config.json (WhisperFeatureExtractor, Qwen2VLImageProcessor's pixels)
     "qwen2.5-omni-7b": {
@@ -181,8 +187,49 @@ def omni_row(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def glmasr_row(spec: dict[str, Any]) -> dict[str, Any]:
+    """GLM-ASR: the budget's tokens are the dummy item's, as vLLM's prompt update counts
+    them; per dummy length its windows, features, encoder positions and tokens."""
+    import torch
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.glmasr import GlmAsrProcessor
+    from vllm.config.multimodal import AudioDummyOptions
+    from vllm.model_executor.models import glmasr as mod
+    from vllm.model_executor.models import glmasr_utils as utils
+
+    extractor = WhisperFeatureExtractor(**spec["feature_extractor"])
+    processor = GlmAsrProcessor.__new__(GlmAsrProcessor)
+    processor.feature_extractor = extractor
+    processor.max_audio_len = utils.DEFAULT_MAX_AUDIO_LEN_S
+    processor.audio_token = "<|pad|>"
+    info = mod.GlmAsrProcessingInfo.__new__(mod.GlmAsrProcessingInfo)
+    info.get_hf_processor = lambda **kw: processor  # type: ignore[method-assign]
+    info.get_feature_extractor = lambda **kw: extractor  # type: ignore[method-assign]
+    builder = mod.GlmAsrDummyInputsBuilder(info)
+    row: dict[str, Any] = {"max_audio_len": utils.DEFAULT_MAX_AUDIO_LEN_S}
+    dummies = []
+    for length in spec["lengths"]:
+        options = {"audio": AudioDummyOptions(length=length)} if length else {}
+        audio = builder.get_dummy_mm_data(4096, {"audio": 1}, options)["audio"][0]
+        feats, _ = processor._process_audio([audio], sampling_rate=extractor.sampling_rate,
+                                            return_attention_mask=True, padding="max_length",
+                                            return_tensors="pt")
+        mask = feats["input_features_mask"]
+        tokens = utils._get_audio_output_lengths_from_mask(
+            mask, utils.DEFAULT_MERGE_FACTOR, utils.DEFAULT_CONV_PARAMS)
+        positions = torch.tensor([mask.shape[-1]])
+        for padding, kernel, stride in utils.DEFAULT_CONV_PARAMS:
+            positions = utils._calculate_conv_output_length(positions, padding, kernel, stride)
+        dummies.append({"length": length, "samples": int(audio.shape[0]),
+                        "input_features": list(feats["input_features"].shape),
+                        "encoder_positions": int(mask.shape[0] * positions[0]),
+                        "tokens": int(tokens.sum())})
+    row["dummies"] = dummies
+    return row
+
+
 _ROWS = {"qwen2-audio-7b": qwen2_audio_row, "audioflamingo3-7b": flamingo_row,
-         "qwen2.5-omni-7b": omni_row}
+         "glm-asr-nano": glmasr_row, "qwen2.5-omni-7b": omni_row}
 
 
 def main() -> int:

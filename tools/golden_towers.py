@@ -259,6 +259,23 @@ MODELS: dict[str, dict[str, Any]] = {
                                              "rope_type": "default"}},
         },
     },
+    # zai-org/GLM-ASR-Nano-2512: transformers' GlmAsrConfig defaults (its encoder and
+    # Llama text sizes; the config class ships with transformers 5)
+    "glm-asr-nano": {
+        "architectures": ["GlmAsrForConditionalGeneration"], "model_type": "glmasr",
+        "audio_token_id": 59260, "projector_hidden_act": "gelu",
+        "audio_config": {"model_type": "glmasr_encoder", "hidden_size": 1280,
+                         "intermediate_size": 5120, "num_hidden_layers": 32,
+                         "num_attention_heads": 20, "num_key_value_heads": 20,
+                         "hidden_act": "gelu", "max_position_embeddings": 1500,
+                         "num_mel_bins": 128,
+                         "rope_parameters": {"rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.5,
+                                             "rope_type": "default"}},
+        "text_config": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 6144,
+                        "num_hidden_layers": 1, "num_attention_heads": 16,
+                        "num_key_value_heads": 4, "vocab_size": 59264},
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 

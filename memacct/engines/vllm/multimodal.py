@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
-from memacct.engines.vllm.mm import audio, flamingo, omni
+from memacct.engines.vllm.mm import audio, flamingo, glmasr, omni
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 
@@ -108,7 +108,7 @@ MODELLED_MODULES = {
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
 
 PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (audio.FAMILY, flamingo.FAMILY,
-                                                    omni.FAMILY)
+                                                    omni.FAMILY, glmasr.FAMILY)
 """Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
 
 MODELLED_MODULES.update({m: label for fam in PLUGGED_FAMILIES for m, label in fam.modules.items()})

@@ -52,7 +52,7 @@ from memacct.model.towers.parts import section_of, text_hidden
 from memacct.model.towers.whisper import whisper_sizes
 
 __all__ = ["FAMILY", "WHISPER_FEATURES", "conv_output_length", "mel_frames",
-           "per_position", "qwen2_audio_item", "whisper_layer_elements"]
+           "per_position", "qwen2_audio_item", "whisper_layer_elements", "window_frames"]
 
 WHISPER_FEATURES = {"chunk_length": 30, "sampling_rate": 16000, "hop_length": 160}
 """The published ``WhisperFeatureExtractor`` settings of the Whisper-style checkpoints
@@ -76,6 +76,22 @@ def whisper_layer_elements(width: int, inner: int, out_width: int, tail: int = 2
 def mel_frames(samples: int) -> int:
     """Valid mel frames of a clip: the feature extractor's mask, one frame per hop."""
     return -(-samples // WHISPER_FEATURES["hop_length"])
+
+
+def window_frames(mm: Multimodal, max_len: float) -> list[int]:
+    """The valid mel frames of each 30 s window of the largest dummy clip of a windowing
+    processor (``AudioFlamingo3Processor._process_audio``, ``GlmAsrProcessor._process_audio``):
+    ``max_len`` seconds of silence, shortened by the size form's ``length``, cut into
+    ``ceil(samples / window)`` windows, at most ``max_len // chunk_length``; each window is
+    padded to the full chunk, its mask counts one frame per hop of its own samples."""
+    rate, chunk = WHISPER_FEATURES["sampling_rate"], WHISPER_FEATURES["chunk_length"]
+    samples = int(max_len * rate)
+    length = mm.size("audio").get("length")
+    samples = min(samples, length) if length else samples
+    window = rate * chunk
+    windows = min(max(1, -(-samples // window)), max(1, int(max_len // chunk)))
+    kept = min(samples, windows * window)
+    return [mel_frames(min(window, kept - i * window)) for i in range(windows)]
 
 
 def per_position(config: Mapping[str, Any], context: ItemContext, tail: int) -> tuple[int, int]:

@@ -29,8 +29,8 @@ from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.audio import (
     WHISPER_FEATURES,
     conv_output_length,
-    mel_frames,
     per_position,
+    window_frames,
 )
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item
@@ -48,17 +48,11 @@ def flamingo_item(config: Mapping[str, Any], mm: Multimodal,
     windows through the encoder; see the module notes."""
     if mm.count("audio") <= 0:
         return None
-    rate, chunk = WHISPER_FEATURES["sampling_rate"], WHISPER_FEATURES["chunk_length"]
     max_len = float(mm.mm_processor_kwargs.get("max_audio_len", FLAMINGO_MAX_AUDIO_LEN))
-    samples = int(max_len * rate)
-    length = mm.size("audio").get("length")
-    samples = min(samples, length) if length else samples
-    window = rate * chunk
-    windows = min(max(1, -(-samples // window)), max(1, int(max_len // chunk)))
-    kept = min(samples, windows * window)
-    frames = sum(mel_frames(min(window, kept - i * window)) for i in range(windows))
-    tokens = conv_output_length(frames)[1]
-    positions = windows * conv_output_length(window // WHISPER_FEATURES["hop_length"])[0]
+    frames = window_frames(mm, max_len)
+    tokens = conv_output_length(sum(frames))[1]
+    chunk = WHISPER_FEATURES["chunk_length"] * WHISPER_FEATURES["sampling_rate"]
+    positions = len(frames) * conv_output_length(chunk // WHISPER_FEATURES["hop_length"])[0]
     per, values = per_position(config, context, 3)
     return Item("audio", max(1, tokens), positions, per, values, text_hidden(config))
 
