@@ -35,7 +35,9 @@ allocates it (the layer input is the residual):
 * the tail: the pooled and normed output (h / 2 per position) with the projector's output
   and its masked copy (2 x text hidden / 2 per position).
 
-The peak is the largest of these plus the input features (2 x ``num_mel_bins``).
+The peak is the largest of these plus the input features (2 x ``num_mel_bins``). The
+transformers encoders are read off transformers 5 (vLLM 0.33 requires 5.16.1 to 5.20); a
+release that ran transformers 4 is planned with the same working set, not re-read.
 
 Audio Flamingo 3 runs the same encoder over 30-second windows (:mod:`.flamingo`).
 """

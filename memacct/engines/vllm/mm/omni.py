@@ -31,7 +31,9 @@ image, video on a tie):
   ``fc1``'s output and its activation, h + 2i, or the residual, the norm and ``fc1``'s output,
   2h + i), the pooling (2.5h) and ``ln_post`` with ``proj`` (h + ``output_dim`` / 2); the
   last chunk's padding through the convolutions is not counted (at most 99 positions an item,
-  under the MLP's peak).
+  under the MLP's peak). The audio encoder is read off transformers 5 (vLLM 0.33 requires
+  5.16.1 to 5.20); a release that ran transformers 4 is planned with the same working set,
+  not re-read.
 """
 
 from __future__ import annotations
