@@ -437,6 +437,65 @@ MODELS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151700,
         "max_position_embeddings": 32768,
     },
+    # nvidia/audio-flamingo-3-hf: AudioFlamingo3EncoderConfig's sizes (Whisper large-v3's
+    # encoder, under the names its attribute_map gives) and Qwen2.5-7B's width
+    "audioflamingo3-7b": {
+        "architectures": ["AudioFlamingo3ForConditionalGeneration"],
+        "model_type": "audioflamingo3", "audio_token_id": 151669,
+        "projector_hidden_act": "gelu", "projector_bias": True,
+        "audio_config": {"model_type": "audioflamingo3_encoder", "hidden_size": 1280,
+                         "num_hidden_layers": 32, "num_attention_heads": 20,
+                         "intermediate_size": 5120, "num_mel_bins": 128,
+                         "max_source_positions": 1500},
+        "text_config": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                        "num_hidden_layers": 1, "num_attention_heads": 28,
+                        "num_key_value_heads": 4, "vocab_size": 152064},
+    },
+    # Qwen/Qwen2.5-Omni-7B config.json (thinker_config's audio and vision sections)
+    "qwen2.5-omni-7b": {
+        "architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni",
+        "enable_audio_output": False,
+        "thinker_config": {
+            "model_type": "qwen2_5_omni_thinker", "audio_token_index": 151646,
+            "image_token_index": 151655, "video_token_index": 151656,
+            "audio_config": {"model_type": "qwen2_5_omni_audio_encoder", "d_model": 1280,
+                             "encoder_layers": 32, "encoder_attention_heads": 20,
+                             "encoder_ffn_dim": 5120, "num_mel_bins": 128,
+                             "max_source_positions": 1500, "n_window": 100,
+                             "output_dim": 3584},
+            "vision_config": {"model_type": "qwen2_5_omni_vision_encoder", "depth": 32,
+                              "embed_dim": 1280, "hidden_size": 1280, "hidden_act": "silu",
+                              "intermediate_size": 3420, "num_heads": 16, "in_channels": 3,
+                              "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+                              "spatial_merge_size": 2, "spatial_patch_size": 14,
+                              "temporal_patch_size": 2, "window_size": 112,
+                              "fullatt_block_indexes": [7, 15, 23, 31],
+                              "tokens_per_second": 25},
+            "text_config": {"model_type": "qwen2_5_omni_text", "hidden_size": 3584,
+                            "intermediate_size": 18944, "num_hidden_layers": 1,
+                            "num_attention_heads": 28, "num_key_value_heads": 4,
+                            "vocab_size": 152064, "max_position_embeddings": 32768,
+                            "rope_scaling": {"type": "default", "mrope_section": [16, 24, 24],
+                                             "rope_type": "default"}},
+        },
+    },
+    # zai-org/GLM-ASR-Nano-2512: transformers' GlmAsrConfig defaults (its encoder and
+    # Llama text sizes; the config class ships with transformers 5)
+    "glm-asr-nano": {
+        "architectures": ["GlmAsrForConditionalGeneration"], "model_type": "glmasr",
+        "audio_token_id": 59260, "projector_hidden_act": "gelu",
+        "audio_config": {"model_type": "glmasr_encoder", "hidden_size": 1280,
+                         "intermediate_size": 5120, "num_hidden_layers": 32,
+                         "num_attention_heads": 20, "num_key_value_heads": 20,
+                         "hidden_act": "gelu", "max_position_embeddings": 1500,
+                         "num_mel_bins": 128,
+                         "rope_parameters": {"rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.5,
+                                             "rope_type": "default"}},
+        "text_config": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 6144,
+                        "num_hidden_layers": 1, "num_attention_heads": 16,
+                        "num_key_value_heads": 4, "vocab_size": 59264},
+    },
 }
 """Published configs (the tower's sections verbatim, the language model cut to one layer)."""
 

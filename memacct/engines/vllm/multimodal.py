@@ -65,7 +65,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
-from memacct.engines.vllm.mm import cohere2_vision, gemma4, idefics, llava, minicpm, pixtral
+from memacct.engines.vllm.mm import (
+    audio,
+    cohere2_vision,
+    flamingo,
+    gemma4,
+    glmasr,
+    idefics,
+    llava,
+    minicpm,
+    omni,
+    pixtral,
+)
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 
@@ -107,9 +118,10 @@ MODELLED_MODULES = {
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
 
-PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (llava.FAMILY, idefics.FAMILY, pixtral.FAMILY,
-                                                cohere2_vision.FAMILY, gemma4.FAMILY,
-                                                minicpm.FAMILY)
+PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (
+    llava.FAMILY, idefics.FAMILY, pixtral.FAMILY, cohere2_vision.FAMILY, gemma4.FAMILY,
+    minicpm.FAMILY, audio.FAMILY, flamingo.FAMILY, omni.FAMILY, glmasr.FAMILY,
+)
 """Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
 
 MODELLED_MODULES.update({m: label for fam in PLUGGED_FAMILIES for m, label in fam.modules.items()})
