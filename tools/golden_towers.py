@@ -69,6 +69,19 @@ def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     return text
 
 
+_QWEN25_VIT = {"depth": 32, "hidden_act": "silu", "hidden_size": 1280,
+               "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+               "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+               "spatial_patch_size": 14, "window_size": 112,
+               "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+               "temporal_patch_size": 2, "model_type": "qwen2_5_vl"}
+_QWEN25_TEXT = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+                "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                "max_position_embeddings": 128000, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+
+
 # Both LLaVA checkpoints' tower: CLIP ViT-L/14 at 336 pixels (openai/clip-vit-large-patch14-336).
 CLIP_L_336: dict[str, Any] = {
     "model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
@@ -205,6 +218,21 @@ MODELS: dict[str, dict[str, Any]] = {
                         "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
                         "rope_theta": 500000.0, "use_qk_norm": True},
     },
+    # Qwen/Qwen2.5-VL-7B-Instruct config.json (vision_config verbatim)
+    "qwen2.5-vl-7b": {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+        "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+        "vision_config": _QWEN25_VIT,
+        "text_config": _QWEN25_TEXT | {"model_type": "qwen2_5_vl_text"},
+    },
+    # xlangai/OpenCUA-7B: Qwen2.5-VL-7B's tower (its vision_config) over a Qwen2.5-7B text
+    # model, model_type "opencua" (the checkpoint's remote-code OpenCUAConfig: stand-in below)
+    "opencua-7b": {
+        "architectures": ["OpenCUAForConditionalGeneration"], "model_type": "opencua",
+        "media_placeholder_token_id": 151664,
+        "vision_config": _QWEN25_VIT,
+        "text_config": _QWEN25_TEXT | {"model_type": "qwen2"},
+    },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
         "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
@@ -243,6 +271,40 @@ def register_internvl_config() -> None:
         AutoConfig.register("internvl_chat", InternVLChatStandIn)
 
 
+def register_opencua_config() -> None:
+    """OpenCUA's config class is the checkpoint's remote code: a stand-in holding the vision
+    section as transformers' ``Qwen2_5_VLVisionConfig`` and the text one as ``Qwen2Config``,
+    the attributes vLLM's ``opencua.py`` reads."""
+    from transformers import AutoConfig, PretrainedConfig, Qwen2Config
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+
+    class OpenCUAStandIn(PretrainedConfig):
+        model_type = "opencua"
+
+        def __init__(self, vision_config: Any = None, text_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = Qwen2_5_VLVisionConfig(**dict(vision_config or {}))
+            self.text_config = Qwen2Config(**dict(text_config or {}))
+
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("opencua", OpenCUAStandIn)
+
+
+def stub_tokenizer() -> None:
+    """The tower count needs no tokenizer, but building an InternVL-style processor asks the
+    context for one (``skip_tokenizer_init``): a stand-in with an empty vocabulary."""
+    from vllm.multimodal.processing import context
+
+    class NoTokens:
+        def get_vocab(self) -> dict[str, int]:
+            return {}
+
+    get = context.InputProcessingContext.get_tokenizer
+    context.InputProcessingContext.get_tokenizer = (  # type: ignore[method-assign]
+        lambda self: NoTokens() if self.tokenizer is None else get(self))
+
+
 def tower_count(raw: dict[str, Any]) -> int:
     """Elements of every parameter vLLM 0.33 builds outside the language model."""
     import torch
@@ -276,6 +338,8 @@ def main() -> int:
 
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
     register_internvl_config()
+    register_opencua_config()
+    stub_tokenizer()
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: dict[str, Any] = dict(old.get("rows", {}))
     for name in args.models:
