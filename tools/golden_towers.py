@@ -231,7 +231,35 @@ MODELS: dict[str, dict[str, Any]] = {
         "architectures": ["OpenCUAForConditionalGeneration"], "model_type": "opencua",
         "media_placeholder_token_id": 151664,
         "vision_config": _QWEN25_VIT,
-        "text_config": _QWEN25_TEXT | {"model_type": "qwen2"},
+        "text_config": {k: v for k, v in _QWEN25_TEXT.items() if k != "rope_scaling"}
+        | {"model_type": "qwen2"},
+    },
+    # H2OVL-Mississippi-2B's layout (h2oai/h2ovl-mississippi-2b: InternViT-300M-448px, a
+    # Danube2 Llama text model; the tiling keys H2OVLProcessingInfo reads); the sizes are the
+    # InternViT-300M section above, not read off that Hub file here
+    "h2ovl-2b": {
+        "architectures": ["H2OVLChatModel"], "model_type": "h2ovl_chat",
+        "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
+        "max_dynamic_patch": 6, "min_dynamic_patch": 1, "use_thumbnail": True,
+        "dynamic_image_size": True, "use_msac": True, "force_image_size": 448,
+        "vision_config": _INTERNVIT_300M,
+        "llm_config": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                       "hidden_size": 2560, "intermediate_size": 6912,
+                       "num_hidden_layers": 1, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "vocab_size": 32000,
+                       "max_position_embeddings": 8192},
+    },
+    # Eagle2.5-8B's layout (nvidia/Eagle2.5-8B: SigLIP-so400m at 448 px over Qwen2.5-7B;
+    # select_layer -1, InternVL tiling keys); sizes as the SigLIP-400M section above
+    "eagle2.5-8b": {
+        "architectures": ["Eagle2_5_VLForConditionalGeneration"], "model_type": "eagle_2_5_vl",
+        "downsample_ratio": 0.5, "select_layer": -1, "force_image_size": 448,
+        "max_dynamic_patch": 12, "min_dynamic_patch": 1, "use_thumbnail": True,
+        "dynamic_image_size": True, "image_token_index": 151667,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 448},
+        "text_config": {k: v for k, v in _QWEN25_TEXT.items() if k != "rope_scaling"}
+        | {"model_type": "qwen2"},
     },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
@@ -291,6 +319,37 @@ def register_opencua_config() -> None:
         AutoConfig.register("opencua", OpenCUAStandIn)
 
 
+def register_tiled_configs() -> None:
+    """H2OVL's and Eagle2.5-VL's config classes are the checkpoints' remote code: stand-ins
+    holding the sections vLLM's ``h2ovl.py`` / ``eagle2_5_vl.py`` read (H2OVL's as InternVL's
+    stand-in; Eagle's vision section as transformers' ``SiglipVisionConfig``)."""
+    from transformers import AutoConfig, PretrainedConfig, SiglipVisionConfig
+
+    class H2OVLStandIn(PretrainedConfig):
+        model_type = "h2ovl_chat"
+
+        def __init__(self, vision_config: Any = None, llm_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = PretrainedConfig(**dict(vision_config or {}))
+            self.llm_config = AutoConfig.for_model(**dict(llm_config or {"model_type": "llama"}))
+            self.text_config = self.llm_config
+
+    class EagleStandIn(PretrainedConfig):
+        model_type = "eagle_2_5_vl"
+
+        def __init__(self, vision_config: Any = None, text_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            vision = {k: v for k, v in dict(vision_config or {}).items() if k != "model_type"}
+            self.vision_config = SiglipVisionConfig(**vision)
+            self.text_config = AutoConfig.for_model(**dict(text_config or {"model_type": "qwen2"}))
+
+    for name, cls in (("h2ovl_chat", H2OVLStandIn), ("eagle_2_5_vl", EagleStandIn)):
+        with contextlib.suppress(ValueError):
+            AutoConfig.register(name, cls)
+
+
 def stub_tokenizer() -> None:
     """The tower count needs no tokenizer, but building an InternVL-style processor asks the
     context for one (``skip_tokenizer_init``): a stand-in with an empty vocabulary."""
@@ -339,6 +398,7 @@ def main() -> int:
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
     register_internvl_config()
     register_opencua_config()
+    register_tiled_configs()
     stub_tokenizer()
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: dict[str, Any] = dict(old.get("rows", {}))
