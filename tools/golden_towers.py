@@ -261,6 +261,23 @@ MODELS: dict[str, dict[str, Any]] = {
         "text_config": {k: v for k, v in _QWEN25_TEXT.items() if k != "rope_scaling"}
         | {"model_type": "qwen2"},
     },
+    # THUDM/glm-4v-9b's layout (a chatglm config with a vision_config: EVA2-CLIP-E, 63
+    # layers at 1120 px; architectures as vLLM's examples override them, GLM4VForCausalLM);
+    # the sizes as recalled from that config, not read off the Hub file here
+    "glm-4v-9b": {
+        "architectures": ["GLM4VForCausalLM"], "model_type": "chatglm",
+        "num_layers": 1, "padded_vocab_size": 151552, "hidden_size": 4096,
+        "ffn_hidden_size": 13696, "kv_channels": 128, "num_attention_heads": 32,
+        "multi_query_attention": True, "multi_query_group_num": 2, "seq_length": 8192,
+        "add_qkv_bias": True, "rmsnorm": True, "boi_token_id": 151339,
+        "eoi_token_id": 151340, "pad_token_id": 151329, "original_rope": True,
+        "rope_ratio": 1, "tie_word_embeddings": False,
+        "vision_config": {"dropout_prob": 0.0, "hidden_act": "gelu", "in_channels": 3,
+                          "num_hidden_layers": 63, "hidden_size": 1792, "patch_size": 14,
+                          "num_heads": 16, "intermediate_size": 15360,
+                          "layer_norm_eps": 1e-06, "num_positions": 6401,
+                          "image_size": 1120, "scaling_factor": 8},
+    },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
         "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
@@ -383,8 +400,10 @@ def tower_count(raw: dict[str, Any]) -> int:
         with set_default_torch_dtype(vllm_config.model_config.dtype), torch.device("meta"), \
                 meta_values():
             model = initialize_model(vllm_config=vllm_config, prefix="")
+    # GLM-4V keeps its tower inside the ChatGLM model: only transformer.vision counts there.
     return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("language_model.", "model.language_model.")))
+               if not name.startswith(("language_model.", "model.language_model."))
+               and (not name.startswith("transformer.") or name.startswith("transformer.vision.")))
 
 
 def main() -> int:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
-from memacct.engines.vllm.mm import internvl_tiled, opencua
+from memacct.engines.vllm.mm import glm4v, internvl_tiled, opencua
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 from memacct.engines.vllm.mm.qwen import (
@@ -110,7 +110,8 @@ MODELLED_MODULES = {
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
 
-PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (opencua.FAMILY, internvl_tiled.FAMILY)
+PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (opencua.FAMILY, internvl_tiled.FAMILY,
+                                               glm4v.FAMILY)
 """Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
 
 MODELLED_MODULES.update({m: label for fam in PLUGGED_FAMILIES for m, label in fam.modules.items()})
@@ -299,7 +300,10 @@ def encoder_profile(
         return EncoderProfile(0, 0, "--limit-mm-per-prompt allows no image or video: no "
                                     "encoder pass")  # fmt: skip
     budget = max(max_num_batched_tokens, item.tokens)
-    per_prompt = max(1, min(mm.count(item.modality), seq_len // item.tokens))
+    limit = mm.count(item.modality)
+    if fam is not None:
+        limit = min(limit, fam.max_per_prompt.get(item.modality, limit))
+    per_prompt = max(1, min(limit, seq_len // item.tokens))
     count = max(1, min(budget // item.tokens, max_num_seqs * per_prompt))
     outputs = count * (item.out_tokens or item.tokens) * item.out_hidden * dtype_bytes
     pixels = count * item.patches * item.values * dtype_bytes

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memacct.model.towers import clip, internvit, llama4, qwen, whisper
+from memacct.model.towers import clip, glm, internvit, llama4, qwen, whisper
 from memacct.model.towers.parts import Out, TowerTensor
 
 __all__ = ["TOWER_TYPES", "TowerTensor", "tower_kind", "tower_params", "tower_tensors"]
 
-_FAMILIES = (clip, internvit, qwen, whisper, llama4)
+_FAMILIES = (clip, internvit, qwen, whisper, llama4, glm)
 
 TOWER_TYPES: dict[str, str] = {k: v for fam in _FAMILIES for k, v in fam.TYPES.items()}
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""
