@@ -218,6 +218,19 @@ MODELS: dict[str, dict[str, Any]] = {
                         "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
                         "rope_theta": 500000.0, "use_qk_norm": True},
     },
+    # Qwen/Qwen2-VL-2B-Instruct config.json (vision_config; the text keys flat, one layer)
+    "qwen2-vl-2b": {
+        "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+        "hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+        "num_hidden_layers": 1, "num_key_value_heads": 2, "vocab_size": 151936,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "tie_word_embeddings": True, "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16,
+                          "in_chans": 3, "hidden_size": 1536, "patch_size": 14,
+                          "spatial_merge_size": 2, "temporal_patch_size": 2},
+    },
     # Qwen/Qwen2.5-VL-7B-Instruct config.json (vision_config verbatim)
     "qwen2.5-vl-7b": {
         "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
