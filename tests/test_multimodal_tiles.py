@@ -13,7 +13,7 @@ import pytest
 
 from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.tiles import TileRules, largest_image_tiles, target_ratios
-from memacct.engines.vllm.multimodal import encoder_profile, modelled
+from memacct.engines.vllm.multimodal import encoder_profile, modelled, unapplied_notes
 from memacct.model.towers import tower_params
 
 DATA = Path(__file__).parent / "data" / "golden"
@@ -68,6 +68,10 @@ def test_eagle_profiles_siglip_tiles_and_needs_its_tiling_keys() -> None:
                              "(13,312 patches)")  # fmt: skip
     # SigLIP-400M at TP 2: the MLP 3 x 1152 + 2 x 2152 = 7,760 > attention 3 x 1152 + 4 x 576.
     assert p.peak_bytes == 13 * 1024 * (7760 + 3 * 14 * 14) * 2
+    # Eagle's processing info reads no use_msac (H2OVL's does).
+    msac = Multimodal(mm_processor_kwargs={"use_msac": True})
+    assert unapplied_notes(cfg, msac)[0].startswith("--mm-processor-kwargs use_msac not applied")
+    assert unapplied_notes(TOWERS["h2ovl-2b"]["config"], msac) == ()
     lacking = {k: v for k, v in cfg.items() if k != "max_dynamic_patch"}
     assert not modelled(lacking)
     assert "is not modelled" in _profile(lacking).note

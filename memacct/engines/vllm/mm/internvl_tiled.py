@@ -29,9 +29,9 @@ from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, layer_bytes
 from memacct.engines.vllm.mm.tiles import TileRules, largest_image_tiles
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "KEYS", "accepts", "tiled_item"]
 
-_KEYS = {
+KEYS = {
     "h2ovl_chat": ("min_dynamic_patch", "max_dynamic_patch", "dynamic_image_size",
                    "use_thumbnail", "use_msac"),
     "eagle_2_5_vl": ("min_dynamic_patch", "max_dynamic_patch", "dynamic_image_size",
@@ -45,8 +45,9 @@ def _vision(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return vision if isinstance(vision, Mapping) else {}
 
 
-def _accepts(config: Mapping[str, Any]) -> bool:
-    keys = _KEYS.get(str(config.get("model_type")), ())
+def accepts(config: Mapping[str, Any]) -> bool:
+    """Whether the config carries every tiling key its processing-info class reads."""
+    keys = KEYS.get(str(config.get("model_type")), ())
     vision = _vision(config)
     return bool(vision) and all(config.get(k) is not None for k in keys) and all(
         isinstance(vision.get(k), int) for k in ("hidden_size", "patch_size", "image_size"))
@@ -61,14 +62,15 @@ def _text_hidden(config: Mapping[str, Any]) -> int:
 
 
 def _rules(config: Mapping[str, Any], mm: Multimodal, size: int) -> TileRules:
-    merged: dict[str, Any] = {k: config.get(k) for k in _KEYS[str(config.get("model_type"))]}
+    merged: dict[str, Any] = {k: config.get(k) for k in KEYS[str(config.get("model_type"))]}
     merged.update({k: v for k, v in mm.mm_processor_kwargs.items() if k in merged})
     return TileRules(size, int(merged["min_dynamic_patch"]), int(merged["max_dynamic_patch"]),
                      merged["dynamic_image_size"] is True, merged["use_thumbnail"] is True,
                      merged.get("use_msac") is True)  # fmt: skip
 
 
-def _item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -> Item | None:
+def tiled_item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -> Item | None:
+    """The largest dummy image of H2OVL or Eagle2.5-VL (``None``: no image allowed)."""
     if mm.count("image") <= 0:
         return None
     vision = _vision(config)
@@ -91,16 +93,12 @@ def _item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -> Item |
 
 
 FAMILY = EncoderFamily(
-    model_types=frozenset(_KEYS),
-    modules={"h2ovl": "H2OVL (InternViT, multi-scale adaptive tiles)",
-             "eagle2_5_vl": "Eagle2.5-VL (SigLIP, InternVL's tiles)"},
-    processor_keys=("min_dynamic_patch", "max_dynamic_patch", "dynamic_image_size",
-                    "use_thumbnail", "use_msac"),
-    item=_item,
-    towers={"h2ovl": ("InternViT up to select_layer and mlp1", "towers/internvit.py"),
-            "eagle2_5_vl": ("SigLIP up to select_layer and InternVL's mlp1",
-                            "towers/internvit.py")},
-    checked=frozenset({"h2ovl", "eagle2_5_vl"}),
-    accepts=_accepts,
+    model_types=frozenset({"h2ovl_chat"}),
+    modules={"h2ovl": "H2OVL (InternViT, multi-scale adaptive tiles)"},
+    processor_keys=KEYS["h2ovl_chat"],
+    item=tiled_item,
+    towers={"h2ovl": ("InternViT up to select_layer and mlp1", "towers/internvit.py")},
+    checked=frozenset({"h2ovl"}),
+    accepts=accepts,
 )
-"""H2OVL's and Eagle2.5-VL's encoder pass and towers."""
+"""H2OVL's encoder pass and tower (Eagle2.5-VL's: :mod:`.eagle2_5_vl`)."""
