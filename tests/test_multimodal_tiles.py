@@ -75,3 +75,19 @@ def test_eagle_profiles_siglip_tiles_and_needs_its_tiling_keys() -> None:
     lacking = {k: v for k, v in cfg.items() if k != "max_dynamic_patch"}
     assert not modelled(lacking)
     assert "is not modelled" in _profile(lacking).note
+
+
+def test_qianfan_ocr_reads_its_hf_format_vision_section_as_internvit() -> None:
+    cfg = TOWERS["qianfan-ocr"]["config"]
+    assert tower_params(cfg) == TOWERS["qianfan-ocr"]["tower_params"]
+    # InternVLChatProcessor's tiles at the vision section's 448 px (the golden row eagle-12's
+    # settings): 12 tiles and the thumbnail, 13 x 256 tokens, 13 x (32 x 32 + 1) patches.
+    p = _profile(cfg)
+    assert p.note.startswith("multimodal profile: 1 dummy image(s) of 3,328 tokens "
+                             "(13,325 patches)")  # fmt: skip
+    assert TILES["rows"]["eagle-12"]["tokens"] == 3328
+    # use_msac is H2OVL's: Qianfan-OCR's processor reads the four InternVL keys.
+    msac = Multimodal(mm_processor_kwargs={"use_msac": True})
+    assert unapplied_notes(cfg, msac)[0].startswith("--mm-processor-kwargs use_msac not applied")
+    # Without select_layer vLLM's InternVLChatModel cannot build it: not modelled here.
+    assert not modelled({k: v for k, v in cfg.items() if k != "select_layer"})

@@ -291,6 +291,26 @@ MODELS: dict[str, dict[str, Any]] = {
                           "layer_norm_eps": 1e-06, "num_positions": 6401,
                           "image_size": 1120, "scaling_factor": 8},
     },
+    # Qianfan-OCR's layout (baidu/Qianfan-OCR: transformers' QianfanOCRConfig, an HF-format
+    # InternViT-300M section over a Qwen3 text model, the InternVL keys vLLM's
+    # qianfan_ocr.py / internvl.py read); sizes as the InternViT-300M section above
+    "qianfan-ocr": {
+        "architectures": ["QianfanOCRForConditionalGeneration"], "model_type": "qianfan_ocr",
+        "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
+        "force_image_size": 448, "max_dynamic_patch": 12, "min_dynamic_patch": 1,
+        "use_thumbnail": True, "dynamic_image_size": True, "image_token_id": 151667,
+        "vision_config": {"model_type": "qianfan_ocr_vision", "hidden_size": 1024,
+                          "intermediate_size": 4096, "num_hidden_layers": 24,
+                          "num_attention_heads": 16, "image_size": [448, 448],
+                          "patch_size": [14, 14], "attention_bias": True,
+                          "use_qk_norm": False, "norm_type": "layer_norm",
+                          "layer_norm_eps": 1e-6, "hidden_act": "gelu",
+                          "layer_scale_init_value": 0.1, "drop_path_rate": 0.0},
+        "text_config": {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                        "max_position_embeddings": 32768},
+    },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
         "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",

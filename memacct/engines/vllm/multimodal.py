@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
-from memacct.engines.vllm.mm import eagle2_5_vl, glm4v, internvl_tiled, opencua
+from memacct.engines.vllm.mm import eagle2_5_vl, glm4v, internvl_tiled, opencua, qianfan_ocr
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
 from memacct.engines.vllm.mm.qwen import (
@@ -111,7 +111,8 @@ MODELLED_MODULES = {
 :mod:`memacct.model.towers` or :mod:`memacct.model.weights.inventory`)."""
 
 PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (opencua.FAMILY, internvl_tiled.FAMILY,
-                                               glm4v.FAMILY, eagle2_5_vl.FAMILY)
+                                               glm4v.FAMILY, eagle2_5_vl.FAMILY,
+                                               qianfan_ocr.FAMILY)
 """Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
 
 MODELLED_MODULES.update({m: label for fam in PLUGGED_FAMILIES for m, label in fam.modules.items()})

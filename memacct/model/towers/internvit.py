@@ -8,12 +8,13 @@ or RMSNorm weight, by ``norm_type``), the layer scales ``ls1`` / ``ls2``, ``fc1`
 with biases; layers up to ``select_layer``; Skywork-R1V (``skyworkr1v.py``) and NVLM-D
 (``nvlm_d.py``, ``mlp1`` through the LLM's ``intermediate_size``, bias-free) build the same.
 
-H2OVL (``h2ovl.py``, ``H2OVLChatModel._init_vision_model``) builds the same InternViT and
-``mlp1``. Eagle2.5-VL (``eagle2_5_vl.py``, ``_init_vision_model`` / ``_init_mlp1``) builds
-SigLIP (``SiglipVisionModel``: a biased patch convolution, ``(image_size / patch_size)^2``
-positions, per layer two LayerNorms, biased ``qkv_proj`` / ``out_proj`` / ``fc1`` /
-``fc2``; ``post_layernorm`` only when every layer is built, no head) up to
-``select_layer``, and the same ``mlp1``.
+H2OVL (``h2ovl.py``, ``H2OVLChatModel._init_vision_model``) and Qianfan-OCR
+(``qianfan_ocr.py``, an ``InternVLChatModel`` over an HF-format vision section) build the
+same InternViT and ``mlp1``. Eagle2.5-VL (``eagle2_5_vl.py``, ``_init_vision_model`` /
+``_init_mlp1``) builds SigLIP (``SiglipVisionModel``: a biased patch convolution,
+``(image_size / patch_size)^2`` positions, per layer two LayerNorms, biased ``qkv_proj`` /
+``out_proj`` / ``fc1`` / ``fc2``; ``post_layernorm`` only when every layer is built, no
+head) up to ``select_layer``, and the same ``mlp1``.
 
 ``mlp1``: a LayerNorm of ``width / downsample_ratio^2``, two biased linears.
 """
@@ -79,8 +80,19 @@ def _eagle(config: Mapping[str, Any]) -> Out:
     return out
 
 
+def _hf_format(v: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Qianfan-OCR's HF-format vision section read as InternViT (``qianfan_ocr.py``,
+    ``_add_intern_vit_fields``; defaults of transformers' ``QianfanOCRVisionConfig``)."""
+    first = {k: v[k][0] for k in ("image_size", "patch_size") if isinstance(v.get(k), list)}
+    return {"image_size": 448, "patch_size": 14, "norm_type": "layer_norm", **v, **first,
+            "qkv_bias": v.get("qkv_bias", v.get("attention_bias", True)),
+            "qk_normalization": v.get("qk_normalization", v.get("use_qk_norm", False))}
+
+
 def _internvl(config: Mapping[str, Any]) -> Out:
     v = section_of(config, "vision_config")
+    if config.get("model_type") == "qianfan_ocr":
+        v = _hf_format(v)
     out: Out = []
     h, inner = int_key(v, "hidden_size"), int_key(v, "intermediate_size")
     patch, side = int_key(v, "patch_size"), int_key(v, "image_size") // int_key(v, "patch_size")
@@ -106,7 +118,7 @@ def _internvl(config: Mapping[str, Any]) -> Out:
 
 TYPES: dict[str, str] = {
     "internvl_chat": "internvit", "NVLM_D": "internvit", "h2ovl_chat": "internvit",
-    "eagle_2_5_vl": "eagle_siglip",
+    "eagle_2_5_vl": "eagle_siglip", "qianfan_ocr": "internvit",
 }
 """Top-level ``model_type`` -> the tower kind this module builds."""
 

@@ -36,6 +36,8 @@ KEYS = {
                    "use_thumbnail", "use_msac"),
     "eagle_2_5_vl": ("min_dynamic_patch", "max_dynamic_patch", "dynamic_image_size",
                      "use_thumbnail"),
+    "qianfan_ocr": ("min_dynamic_patch", "max_dynamic_patch", "dynamic_image_size",
+                    "use_thumbnail", "select_layer"),
 }  # fmt: skip
 """The config keys each processing-info class reads (``get_image_processor``)."""
 
@@ -50,7 +52,13 @@ def accepts(config: Mapping[str, Any]) -> bool:
     keys = KEYS.get(str(config.get("model_type")), ())
     vision = _vision(config)
     return bool(vision) and all(config.get(k) is not None for k in keys) and all(
-        isinstance(vision.get(k), int) for k in ("hidden_size", "patch_size", "image_size"))
+        isinstance(_size(vision.get(k)), int) for k in ("hidden_size", "patch_size", "image_size"))
+
+
+def _size(value: Any) -> Any:
+    """A size the HF-format configs give as a pair (Qianfan-OCR's ``image_size``,
+    ``patch_size``: vLLM's ``_add_intern_vit_fields`` takes the first)."""
+    return value[0] if isinstance(value, (list, tuple)) and value else value
 
 
 def _text_hidden(config: Mapping[str, Any]) -> int:
@@ -62,7 +70,8 @@ def _text_hidden(config: Mapping[str, Any]) -> int:
 
 
 def _rules(config: Mapping[str, Any], mm: Multimodal, size: int) -> TileRules:
-    merged: dict[str, Any] = {k: config.get(k) for k in KEYS[str(config.get("model_type"))]}
+    merged: dict[str, Any] = {k: config.get(k) for k in KEYS[str(config.get("model_type"))]
+                              if k != "select_layer"}  # fmt: skip
     merged.update({k: v for k, v in mm.mm_processor_kwargs.items() if k in merged})
     return TileRules(size, int(merged["min_dynamic_patch"]), int(merged["max_dynamic_patch"]),
                      merged["dynamic_image_size"] is True, merged["use_thumbnail"] is True,
@@ -70,21 +79,22 @@ def _rules(config: Mapping[str, Any], mm: Multimodal, size: int) -> TileRules:
 
 
 def tiled_item(config: Mapping[str, Any], mm: Multimodal, ctx: ItemContext) -> Item | None:
-    """The largest dummy image of H2OVL or Eagle2.5-VL (``None``: no image allowed)."""
+    """The largest dummy image of H2OVL, Qianfan-OCR or Eagle2.5-VL (``None``: no image
+    allowed)."""
     if mm.count("image") <= 0:
         return None
     vision = _vision(config)
-    width, patch = int(vision["hidden_size"]), int(vision["patch_size"])
+    width, patch = int(vision["hidden_size"]), int(_size(vision["patch_size"]))
     inner = int(vision.get("intermediate_size", 4 * width))
-    h2ovl = config.get("model_type") == "h2ovl_chat"
-    size = int(vision["image_size"]) if h2ovl else int(
+    internvit = config.get("model_type") in ("h2ovl_chat", "qianfan_ocr")
+    size = int(_size(vision["image_size"])) if internvit else int(
         config.get("force_image_size") or vision["image_size"])  # fmt: skip
     side = size // patch
     tile_tokens = int(side * side * float(config.get("downsample_ratio", 0.5)) ** 2)
     tiles = largest_image_tiles(_rules(config, mm, size))
     values = int(vision.get("num_channels", 3)) * patch * patch
     tp = ctx.tensor_parallel_size
-    if h2ovl:  # InternViT: a class token a tile, the ls1 / ls2 products
+    if internvit:  # InternViT: a class token a tile, the ls1 / ls2 products
         per, tile_patches = layer_bytes(width, inner, 8, 4, tp=tp), side * side + 1
     else:  # SigLIP
         per, tile_patches = layer_bytes(width, inner, tp=tp), side * side
