@@ -55,7 +55,9 @@ PaliGemma, InternVL, Skywork-R1V, NVLM-D, Mistral 3 and Llama 4
 the attention output, the MLP's intermediate) are split across tensor-parallel ranks
 (``layer_bytes``), and for Qwen2/2.5-VL and Gemma 3 from 0.33 on (older releases keep
 their full widths on every rank, as memacct read them before 0.33's code was checked).
-OpenCUA builds Qwen2.5-VL's tower and processing, images only (:mod:`.mm.opencua`).
+The families of :data:`PLUGGED_FAMILIES` live in modules of their own: OpenCUA
+(:mod:`.mm.opencua`: Qwen2.5-VL's tower and processing, images only), H2OVL, Eagle2.5-VL and
+Qianfan-OCR (:mod:`.mm.internvl_tiled`, InternVL's tiles), GLM-4V (:mod:`.mm.glm4v`).
 Other multimodal families are planned without the encoder pass, and the plan says so
 (:func:`unmodelled_note`).
 """
