@@ -125,8 +125,8 @@ Every layer-shaping key a vLLM model file reads (`memacct/model/vllm_config_keys
 
 
 _TOWERS: dict[str, tuple[str, str]] = {
-    "qwen2_vl": ("Qwen2-VL ViT and merger", "weights/inventory.py"),
-    "qwen2_5_vl": ("Qwen2.5-VL ViT and merger", "weights/inventory.py"),
+    "qwen2_vl": ("Qwen2-VL ViT and merger", "towers/qwen.py"),
+    "qwen2_5_vl": ("Qwen2.5-VL ViT and merger", "towers/qwen.py"),
     "qwen3_vl": ("Qwen3-VL ViT, merger and deepstack mergers", "towers/qwen.py"),
     "qwen3_vl_moe": ("Qwen3-VL ViT, merger and deepstack mergers", "towers/qwen.py"),
     "gemma3_mm": ("SigLIP and the soft-embedding projector", "towers/clip.py"),
@@ -146,7 +146,8 @@ _TOWERS: dict[str, tuple[str, str]] = {
 """The tower rule of each module whose encoder pass is modelled (memacct/model/...)."""
 
 _CHECKED: set[str] = {"qwen3_vl", "qwen3_vl_moe", "gemma3_mm", "paligemma", "llava", "mistral3",
-                      "mllama4", "llava_next", "qwen3_5"}
+                      "mllama4", "llava_next", "qwen3_5", "qwen2_5_vl", "internvl",
+                      "qwen2_vl"}
 """Towers whose parameter count vLLM 0.33's own model class confirmed
 (tests/data/golden/vllm-0.33-towers.json, tools/golden_towers.py)."""
 for _fam in PLUGGED_FAMILIES:

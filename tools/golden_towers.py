@@ -82,6 +82,19 @@ def _qwen_text(hidden: int, moe: bool = False) -> dict[str, Any]:
     return text
 
 
+_QWEN25_VIT = {"depth": 32, "hidden_act": "silu", "hidden_size": 1280,
+               "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+               "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+               "spatial_patch_size": 14, "window_size": 112,
+               "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+               "temporal_patch_size": 2, "model_type": "qwen2_5_vl"}
+_QWEN25_TEXT = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 1,
+                "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                "max_position_embeddings": 128000, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+
+
 # Both LLaVA checkpoints' tower: CLIP ViT-L/14 at 336 pixels (openai/clip-vit-large-patch14-336).
 CLIP_L_336: dict[str, Any] = {
     "model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
@@ -361,6 +374,99 @@ MODELS: dict[str, dict[str, Any]] = {
                         "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
                         "rope_theta": 500000.0, "use_qk_norm": True},
     },
+    # Qwen/Qwen2-VL-2B-Instruct config.json (vision_config; the text keys flat, one layer)
+    "qwen2-vl-2b": {
+        "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+        "hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+        "num_hidden_layers": 1, "num_key_value_heads": 2, "vocab_size": 151936,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "tie_word_embeddings": True, "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16,
+                          "in_chans": 3, "hidden_size": 1536, "patch_size": 14,
+                          "spatial_merge_size": 2, "temporal_patch_size": 2},
+    },
+    # Qwen/Qwen2.5-VL-7B-Instruct config.json (vision_config verbatim)
+    "qwen2.5-vl-7b": {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+        "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+        "vision_config": _QWEN25_VIT,
+        "text_config": _QWEN25_TEXT | {"model_type": "qwen2_5_vl_text"},
+    },
+    # xlangai/OpenCUA-7B: Qwen2.5-VL-7B's tower (its vision_config) over a Qwen2.5-7B text
+    # model, model_type "opencua" (the checkpoint's remote-code OpenCUAConfig: stand-in below)
+    "opencua-7b": {
+        "architectures": ["OpenCUAForConditionalGeneration"], "model_type": "opencua",
+        "media_placeholder_token_id": 151664,
+        "vision_config": _QWEN25_VIT,
+        "text_config": {k: v for k, v in _QWEN25_TEXT.items() if k != "rope_scaling"}
+        | {"model_type": "qwen2"},
+    },
+    # H2OVL-Mississippi-2B's layout (h2oai/h2ovl-mississippi-2b: InternViT-300M-448px, a
+    # Danube2 Llama text model; the tiling keys H2OVLProcessingInfo reads); the sizes are the
+    # InternViT-300M section above, not read off that Hub file here
+    "h2ovl-2b": {
+        "architectures": ["H2OVLChatModel"], "model_type": "h2ovl_chat",
+        "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
+        "max_dynamic_patch": 6, "min_dynamic_patch": 1, "use_thumbnail": True,
+        "dynamic_image_size": True, "use_msac": True, "force_image_size": 448,
+        "vision_config": _INTERNVIT_300M,
+        "llm_config": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                       "hidden_size": 2560, "intermediate_size": 6912,
+                       "num_hidden_layers": 1, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "vocab_size": 32000,
+                       "max_position_embeddings": 8192},
+    },
+    # Eagle2.5-8B's layout (nvidia/Eagle2.5-8B: SigLIP-so400m at 448 px over Qwen2.5-7B;
+    # select_layer -1, InternVL tiling keys); sizes as the SigLIP-400M section above
+    "eagle2.5-8b": {
+        "architectures": ["Eagle2_5_VLForConditionalGeneration"], "model_type": "eagle_2_5_vl",
+        "downsample_ratio": 0.5, "select_layer": -1, "force_image_size": 448,
+        "max_dynamic_patch": 12, "min_dynamic_patch": 1, "use_thumbnail": True,
+        "dynamic_image_size": True, "image_token_index": 151667,
+        "vision_config": {**_SIGLIP_400M, "model_type": "siglip_vision_model",
+                          "image_size": 448},
+        "text_config": {k: v for k, v in _QWEN25_TEXT.items() if k != "rope_scaling"}
+        | {"model_type": "qwen2"},
+    },
+    # THUDM/glm-4v-9b's layout (a chatglm config with a vision_config: EVA2-CLIP-E, 63
+    # layers at 1120 px; architectures as vLLM's examples override them, GLM4VForCausalLM);
+    # the sizes as recalled from that config, not read off the Hub file here
+    "glm-4v-9b": {
+        "architectures": ["GLM4VForCausalLM"], "model_type": "chatglm",
+        "num_layers": 1, "padded_vocab_size": 151552, "hidden_size": 4096,
+        "ffn_hidden_size": 13696, "kv_channels": 128, "num_attention_heads": 32,
+        "multi_query_attention": True, "multi_query_group_num": 2, "seq_length": 8192,
+        "add_qkv_bias": True, "rmsnorm": True, "boi_token_id": 151339,
+        "eoi_token_id": 151340, "pad_token_id": 151329, "original_rope": True,
+        "rope_ratio": 1, "tie_word_embeddings": False,
+        "vision_config": {"dropout_prob": 0.0, "hidden_act": "gelu", "in_channels": 3,
+                          "num_hidden_layers": 63, "hidden_size": 1792, "patch_size": 14,
+                          "num_heads": 16, "intermediate_size": 15360,
+                          "layer_norm_eps": 1e-06, "num_positions": 6401,
+                          "image_size": 1120, "scaling_factor": 8},
+    },
+    # Qianfan-OCR's layout (baidu/Qianfan-OCR: transformers' QianfanOCRConfig, an HF-format
+    # InternViT-300M section over a Qwen3 text model, the InternVL keys vLLM's
+    # qianfan_ocr.py / internvl.py read); sizes as the InternViT-300M section above
+    "qianfan-ocr": {
+        "architectures": ["QianfanOCRForConditionalGeneration"], "model_type": "qianfan_ocr",
+        "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
+        "force_image_size": 448, "max_dynamic_patch": 12, "min_dynamic_patch": 1,
+        "use_thumbnail": True, "dynamic_image_size": True, "image_token_id": 151667,
+        "vision_config": {"model_type": "qianfan_ocr_vision", "hidden_size": 1024,
+                          "intermediate_size": 4096, "num_hidden_layers": 24,
+                          "num_attention_heads": 16, "image_size": [448, 448],
+                          "patch_size": [14, 14], "attention_bias": True,
+                          "use_qk_norm": False, "norm_type": "layer_norm",
+                          "layer_norm_eps": 1e-6, "hidden_act": "gelu",
+                          "layer_scale_init_value": 0.1, "drop_path_rate": 0.0},
+        "text_config": {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728,
+                        "num_hidden_layers": 1, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                        "max_position_embeddings": 32768},
+    },
     # Qwen/Qwen2-Audio-7B-Instruct config.json (audio_config)
     "qwen2-audio-7b": {
         "architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
@@ -550,6 +656,71 @@ def register_minicpmv_config() -> None:
         AutoConfig.register("minicpmo", MiniCPMOStandIn)
 
 
+def register_opencua_config() -> None:
+    """OpenCUA's config class is the checkpoint's remote code: a stand-in holding the vision
+    section as transformers' ``Qwen2_5_VLVisionConfig`` and the text one as ``Qwen2Config``,
+    the attributes vLLM's ``opencua.py`` reads."""
+    from transformers import AutoConfig, PretrainedConfig, Qwen2Config
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+
+    class OpenCUAStandIn(PretrainedConfig):
+        model_type = "opencua"
+
+        def __init__(self, vision_config: Any = None, text_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = Qwen2_5_VLVisionConfig(**dict(vision_config or {}))
+            self.text_config = Qwen2Config(**dict(text_config or {}))
+
+    with contextlib.suppress(ValueError):
+        AutoConfig.register("opencua", OpenCUAStandIn)
+
+
+def register_tiled_configs() -> None:
+    """H2OVL's and Eagle2.5-VL's config classes are the checkpoints' remote code: stand-ins
+    holding the sections vLLM's ``h2ovl.py`` / ``eagle2_5_vl.py`` read (H2OVL's as InternVL's
+    stand-in; Eagle's vision section as transformers' ``SiglipVisionConfig``)."""
+    from transformers import AutoConfig, PretrainedConfig, SiglipVisionConfig
+
+    class H2OVLStandIn(PretrainedConfig):
+        model_type = "h2ovl_chat"
+
+        def __init__(self, vision_config: Any = None, llm_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vision_config = PretrainedConfig(**dict(vision_config or {}))
+            self.llm_config = AutoConfig.for_model(**dict(llm_config or {"model_type": "llama"}))
+            self.text_config = self.llm_config
+
+    class EagleStandIn(PretrainedConfig):
+        model_type = "eagle_2_5_vl"
+
+        def __init__(self, vision_config: Any = None, text_config: Any = None,
+                     **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            vision = {k: v for k, v in dict(vision_config or {}).items() if k != "model_type"}
+            self.vision_config = SiglipVisionConfig(**vision)
+            self.text_config = AutoConfig.for_model(**dict(text_config or {"model_type": "qwen2"}))
+
+    for name, cls in (("h2ovl_chat", H2OVLStandIn), ("eagle_2_5_vl", EagleStandIn)):
+        with contextlib.suppress(ValueError):
+            AutoConfig.register(name, cls)
+
+
+def stub_tokenizer() -> None:
+    """The tower count needs no tokenizer, but building an InternVL-style processor asks the
+    context for one (``skip_tokenizer_init``): a stand-in with an empty vocabulary."""
+    from vllm.multimodal.processing import context
+
+    class NoTokens:
+        def get_vocab(self) -> dict[str, int]:
+            return {}
+
+    get = context.InputProcessingContext.get_tokenizer
+    context.InputProcessingContext.get_tokenizer = (  # type: ignore[method-assign]
+        lambda self: NoTokens() if self.tokenizer is None else get(self))
+
+
 def tower_count(raw: dict[str, Any]) -> int:
     """Elements of every parameter vLLM 0.33 builds outside the language model."""
     import torch
@@ -573,9 +744,11 @@ def tower_count(raw: dict[str, Any]) -> int:
         with set_default_torch_dtype(vllm_config.model_config.dtype), torch.device("meta"), \
                 meta_values():
             model = initialize_model(vllm_config=vllm_config, prefix="")
+    # GLM-4V keeps its tower inside the ChatGLM model: only transformer.vision counts there.
     return sum(p.numel() for name, p in model.named_parameters()
                if not name.startswith(("language_model.", "model.language_model.",
-                                       "model.text_model.", "lm_head.", "llm.")))
+                                       "model.text_model.", "lm_head.", "llm."))
+               and (not name.startswith("transformer.") or name.startswith("transformer.vision.")))
 
 
 def main() -> int:
@@ -589,6 +762,9 @@ def main() -> int:
     version = import_vllm(args.vllm_src, stub_vision=True)["version"]
     register_internvl_config()
     register_minicpmv_config()
+    register_opencua_config()
+    register_tiled_configs()
+    stub_tokenizer()
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: dict[str, Any] = dict(old.get("rows", {}))
     for name in args.models:

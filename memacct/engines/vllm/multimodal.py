@@ -41,17 +41,23 @@ release's ``Qwen2_5_VisionAttention.forward`` allocates it (:func:`attention_wid
   output (``flash_attn_maxseqlen_wrapper``, ``out=``) and ``proj`` (2): 11 widths; the MLP
   at ``down_proj`` holds the fused-norm input and residual plus ``down_proj``'s output (3
   widths) and ``gate_up`` plus the activation (3 intermediate widths; Qwen2-VL's ungated
-  MLP 2); the rotary ``cos`` / ``sin`` (head_dim values in the model dtype).
+  MLP 2); the rotary ``cos`` / ``sin`` (head_dim values in the model dtype). From 0.33
+  (:data:`ENCODER_TP_SINCE`) the column-parallel ones (``qkv``, the q/k pairs, the attention
+  output: 8 of the 11; ``gate_up`` and the activation) hold ``1 / tp`` of their width.
 
 Gemma 3 (read off 0.33.0 ``gemma3_mm.py`` and ``siglip.py``): 256 tokens per image
 (``mm_tokens_per_image``), 64 x 64 SigLIP patches each, the SigLIP layer's working set
 (:func:`_gemma3_item`).
 
-Qwen3-VL and Qwen3.5 (:func:`_qwen3_item`); LLaVA (CLIP or Pixtral tower), LLaVA-NeXT,
+Qwen3-VL and Qwen3.5 (:func:`.mm.qwen.qwen3_item`); LLaVA (CLIP or Pixtral tower), LLaVA-NeXT,
 PaliGemma, InternVL, Skywork-R1V, NVLM-D, Mistral 3 and Llama 4
 (:mod:`memacct.engines.vllm.mm.items`); for these the column-parallel activations (``qkv``,
 the attention output, the MLP's intermediate) are split across tensor-parallel ranks
-(``layer_bytes``), while Qwen2/2.5-VL and Gemma 3 keep their full widths on every rank.
+(``layer_bytes``), and for Qwen2/2.5-VL and Gemma 3 from 0.33 on (older releases keep
+their full widths on every rank, as memacct read them before 0.33's code was checked).
+The families of :data:`PLUGGED_FAMILIES` live in modules of their own: OpenCUA
+(:mod:`.mm.opencua`: Qwen2.5-VL's tower and processing, images only), H2OVL, Eagle2.5-VL and
+Qianfan-OCR (:mod:`.mm.internvl_tiled`, InternVL's tiles), GLM-4V (:mod:`.mm.glm4v`).
 Other multimodal families are planned without the encoder pass, and the plan says so
 (:func:`unmodelled_note`).
 """
@@ -59,7 +65,6 @@ Other multimodal families are planned without the encoder pass, and the plan say
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,17 +73,31 @@ from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm import (
     audio,
     cohere2_vision,
+    eagle2_5_vl,
     flamingo,
     gemma4,
+    glm4v,
     glmasr,
     idefics,
+    internvl_tiled,
     llava,
     minicpm,
     omni,
+    opencua,
     pixtral,
-)
+    qianfan_ocr,
+)  # fmt: skip
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item, fixed_tile_item, layer_bytes, llama4_item
+from memacct.engines.vllm.mm.qwen import (
+    DEFAULT_MAX_PIXELS,
+    attention_widths,
+    encoder_tp,
+    item_tokens,
+    max_frames_per_video,
+    qwen3_item,
+    qwen_item,
+)
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -93,15 +112,6 @@ __all__ = [
     "unapplied_notes",
     "unmodelled_note",
 ]
-
-DEFAULT_MAX_PIXELS = 12845056
-"""Qwen2-VL's and Qwen2.5-VL's image processor ``max_pixels`` (16384 x 28 x 28)."""
-
-DEFAULT_MIN_PIXELS = 3136
-"""The same processors' ``min_pixels`` (4 x 28 x 28)."""
-
-MAX_ASPECT_RATIO = 200
-"""``get_image_size_with_most_features``: the widest height x width factorisation."""
 
 _FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
              "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next", "qwen3_5",
@@ -120,7 +130,8 @@ MODELLED_MODULES = {
 
 PLUGGED_FAMILIES: tuple[EncoderFamily, ...] = (
     llava.FAMILY, idefics.FAMILY, pixtral.FAMILY, cohere2_vision.FAMILY, gemma4.FAMILY,
-    minicpm.FAMILY, audio.FAMILY, flamingo.FAMILY, omni.FAMILY, glmasr.FAMILY,
+    minicpm.FAMILY, audio.FAMILY, flamingo.FAMILY, omni.FAMILY, glmasr.FAMILY, opencua.FAMILY,
+    internvl_tiled.FAMILY, glm4v.FAMILY, eagle2_5_vl.FAMILY, qianfan_ocr.FAMILY,
 )
 """Families modelled in modules of their own (:mod:`memacct.engines.vllm.mm.family`)."""
 
@@ -229,165 +240,13 @@ def unmodelled_note(config: Mapping[str, Any]) -> str:
             "\"audio\": 0}' as vLLM allows, or plan with --profile")  # fmt: skip
 
 
-def max_frames_per_video(version: tuple[int, int] | None) -> int:
-    """``_MAX_FRAMES_PER_VIDEO`` of ``qwen2_vl.py``: 16 in 0.10, 14 from 0.11 (0.33 too)."""
-    return 16 if version is not None and version < (0, 11) else 14
-
-
-def attention_widths(version: tuple[int, int] | None) -> int:
-    """Model-dtype widths per patch at the vision attention's peak (module notes)."""
-    return 20 if version is not None and version < (0, 12) else 11
-
-
-def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
-                  max_pixels: int) -> tuple[int, int]:  # fmt: skip
-    """Qwen2-VL's ``smart_resize``: both sides to multiples of ``factor``, the area kept
-    within ``[min_pixels, max_pixels]``."""
-    h = max(factor, round(height / factor) * factor)
-    w = max(factor, round(width / factor) * factor)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return h, w
-
-
-def _most_features(max_pixels: int, unit: int) -> tuple[int, int]:
-    """``get_image_size_with_most_features``: (height, width) of the largest image."""
-    for n in range(max(1, max_pixels // (unit * unit)), 0, -1):
-        d = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
-        if (n // d) / d <= MAX_ASPECT_RATIO:
-            return unit * d, unit * (n // d)
-    return unit, unit
-
-
 def _vision(config: Mapping[str, Any]) -> Mapping[str, Any]:
     vision = config.get("vision_config")
     return vision if isinstance(vision, Mapping) else {}
 
 
-def item_tokens(
-    config: Mapping[str, Any], mm: Multimodal, modality: str, max_model_len: int,
-    version: tuple[int, int] | None = None,
-) -> tuple[int, int]:  # fmt: skip
-    """(tokens, patches) of the largest dummy item of ``modality`` (see the module notes)."""
-    vision = _vision(config)
-    patch = int(vision.get("patch_size", 14))
-    merge = int(vision.get("spatial_merge_size", 2))
-    temporal = int(vision.get("temporal_patch_size", 2))
-    factor = patch * merge
-    kwargs = mm.mm_processor_kwargs
-    max_pixels = int(kwargs.get("max_pixels", DEFAULT_MAX_PIXELS))
-    min_pixels = int(kwargs.get("min_pixels", DEFAULT_MIN_PIXELS))
-    size = mm.size(modality)
-    if "width" in size and "height" in size:
-        h, w = _smart_resize(size["height"], size["width"], factor, min_pixels, max_pixels)
-    else:
-        h, w = _most_features(max_pixels, factor)
-    frame_patches = (h // patch) * (w // patch)
-    frame_tokens = frame_patches // (merge * merge)
-    if modality == "image":
-        return frame_tokens, frame_patches
-    if "num_frames" in size:
-        frames = size["num_frames"]
-    else:
-        frames = 1
-        while ((frames + 1 + (frames + 1) % temporal) // temporal) * frame_tokens <= max_model_len:
-            frames += 1
-        # The budget sizes one item with a count of 1 per modality whatever the limit
-        # (encoder_budget.py, get_mm_max_toks_per_item; vllm-project/vllm#38465).
-        frames = max(1, min(frames, max_frames_per_video(version)))
-    groups = max(1, (frames + frames % temporal) // temporal)
-    return groups * frame_tokens, groups * frame_patches
-
-
-def _per_patch_bytes(config: Mapping[str, Any], version: tuple[int, int] | None,
-                     dtype_bytes: int) -> int:  # fmt: skip
-    """The vision block's peak working set per patch, the dummy pixel values included."""
-    vision = _vision(config)
-    qwen25 = str(config.get("model_type")) == "qwen2_5_vl"
-    width = int(vision.get("hidden_size" if qwen25 else "embed_dim", 1280))
-    head_dim = width // int(vision.get("num_heads", 16))
-    if qwen25:
-        inner = 3 * int(vision.get("intermediate_size", 3420))
-    else:
-        inner = 2 * width * int(vision.get("mlp_ratio", 4))
-    widths = attention_widths(version)
-    per_patch = max(widths * width, 3 * width + inner) * dtype_bytes
-    if widths == attention_widths((0, 11)):
-        per_patch += 3 * (head_dim // 2) * 4  # float32 rotary table, cos and sin
-    else:
-        per_patch += head_dim * dtype_bytes  # cos and sin in the model dtype
-    patch = int(vision.get("patch_size", 14))
-    values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
-        vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
-    return per_patch + values * dtype_bytes
-
-
-def _qwen_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
-               version: tuple[int, int] | None, dtype_bytes: int) -> Item | None:  # fmt: skip
-    items = {m: item_tokens(config, mm, m, seq_len, version) for m in ("image", "video")
-             if mm.count(m) > 0}  # fmt: skip
-    if not items:
-        return None
-    modality = max(items, key=lambda m: (items[m][0], m))
-    vision = _vision(config)
-    patch = int(vision.get("patch_size", 14))
-    values = int(vision.get("in_channels", vision.get("in_chans", 3))) * int(
-        vision.get("temporal_patch_size", 2)) * patch * patch  # fmt: skip
-    out_hidden = int(vision.get("out_hidden_size", vision.get("hidden_size", 1280)))
-    per_patch = _per_patch_bytes(config, version, dtype_bytes)
-    return Item(modality, *items[modality], per_patch, values, out_hidden)
-
-
-QWEN3_IMAGE_PIXELS = (65536, 16777216)
-"""Qwen3-VL's published ``preprocessor_config.json`` ``size``: (``shortest_edge``,
-``longest_edge``) in pixels; ``--mm-processor-kwargs`` ``min_pixels`` / ``max_pixels``
-replace them (``Qwen2VLProcessingInfo._get_vision_size``)."""
-
-
-def _qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
-                tp: int = 1) -> Item | None:  # fmt: skip
-    """Qwen3-VL (vLLM 0.33 ``qwen3_vl.py``): the largest image of ``longest_edge`` pixels
-    factored as Qwen2-VL's (``get_image_size_with_most_features``, unit ``patch_size x
-    spatial_merge_size`` = 32); a video's budget item is two frames at ``longest_edge //
-    temporal_patch_size`` of the video processor (25,165,824 // 2), fewer tokens than the
-    image, so an image is profiled while images are allowed. Per patch: the vision block of
-    0.33 (11 attention widths, or 3 widths and ``linear_fc1``'s output and activation, 2
-    intermediate widths), ``cos`` / ``sin`` (head_dim values), and the deepstack features
-    held from their blocks on (``deepstack_visual_indexes`` x ``out_hidden_size`` per merged
-    token); each output token is ``out_hidden_size x (1 + deepstack)`` wide."""
-    if mm.count("image") <= 0:
-        return None
-    vision = _vision(config)
-    patch, merge = int(vision.get("patch_size", 16)), int(vision.get("spatial_merge_size", 2))
-    kwargs, size = mm.mm_processor_kwargs, mm.size("image")
-    min_pixels = int(kwargs.get("min_pixels", QWEN3_IMAGE_PIXELS[0]))
-    max_pixels = int(kwargs.get("max_pixels", QWEN3_IMAGE_PIXELS[1]))
-    if "width" in size and "height" in size:
-        h, w = _smart_resize(size["height"], size["width"], patch * merge, min_pixels,
-                             max_pixels)  # fmt: skip
-    else:
-        h, w = _most_features(max_pixels, patch * merge)
-    patches = (h // patch) * (w // patch)
-    width = int(vision.get("hidden_size", 1152))
-    inner = int(vision.get("intermediate_size", 4304))
-    head_dim = width // int(vision.get("num_heads", 16))
-    deep = len(vision.get("deepstack_visual_indexes") or ())
-    out = int(vision.get("out_hidden_size", 3584))  # Qwen3VLVisionConfig default
-    values = int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2)) * (
-        patch * patch)  # fmt: skip
-    per = layer_bytes(width, inner, 11, split=8, tp=tp) + head_dim + values + deep * out // (
-        merge * merge)  # fmt: skip
-    return Item("image", patches // (merge * merge), patches, per * dtype_bytes, values,
-                out * (1 + deep))  # fmt: skip
-
-
-def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) -> Item | None:
+def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
+                 tp: int = 1) -> Item | None:  # fmt: skip
     """Gemma 3 (vLLM 0.33 ``gemma3_mm.py``): ``mm_tokens_per_image`` (256) per crop, one crop
     unless ``do_pan_and_scan`` (then ``pan_and_scan_max_num_crops`` + 1, 4 + 1 by default:
     ``Gemma3ProcessingInfo.get_num_image_tokens``, ``get_image_size_with_most_features``);
@@ -395,7 +254,8 @@ def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) ->
     (``siglip.py``, ``SiglipEncoderLayer``, ``SiglipAttention``, ``SiglipMLP``) holds per
     patch the residual, ``layer_norm1``, ``qkv_proj`` (3), the attention output and
     ``out_proj``: 7 widths; or the residual, ``layer_norm2`` and ``fc2``'s output (3 widths)
-    with ``fc1``'s output and its activation (2 intermediate widths)."""
+    with ``fc1``'s output and its activation (2 intermediate widths); ``qkv_proj``, the
+    attention output and ``fc1`` are column-parallel (split by ``tp``, :func:`layer_bytes`)."""
     if mm.count("image") <= 0:
         return None
     vision = _vision(config)
@@ -408,7 +268,7 @@ def _gemma3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int) ->
                  if kwargs.get("do_pan_and_scan") else 0)  # fmt: skip
     tokens = crops * int(config.get("mm_tokens_per_image", 256))
     values = int(vision.get("num_channels", 3)) * patch * patch
-    per_patch = (max(7 * width, 3 * width + 2 * inner) + values) * dtype_bytes
+    per_patch = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
     text = config.get("text_config")
     out_hidden = int((text if isinstance(text, Mapping) else config).get("hidden_size", width))
     return Item("image", tokens, crops * side * side, per_patch, values, out_hidden)
@@ -448,20 +308,23 @@ def encoder_profile(
         context = ItemContext(seq_len, dtype_bytes, tensor_parallel_size, version)
         item = fam.item(config, mm, context)
     elif kind == "gemma3":
-        item = _gemma3_item(config, mm, dtype_bytes)
+        item = _gemma3_item(config, mm, dtype_bytes, encoder_tp(version, tensor_parallel_size))
     elif kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
-        item = _qwen3_item(config, mm, dtype_bytes, tensor_parallel_size)
+        item = qwen3_item(config, mm, dtype_bytes, tensor_parallel_size)
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes, tensor_parallel_size)
     elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3", "NVLM_D"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes, tensor_parallel_size)
     else:
-        item = _qwen_item(config, mm, seq_len, version, dtype_bytes)
+        item = qwen_item(config, mm, seq_len, version, dtype_bytes, tensor_parallel_size)
     if item is None:
         return EncoderProfile(0, 0, "--limit-mm-per-prompt allows no image or video: no "
                                     "encoder pass")  # fmt: skip
     budget = max(max_num_batched_tokens, item.tokens)
-    per_prompt = max(1, min(mm.count(item.modality), seq_len // item.tokens))
+    limit = mm.count(item.modality)
+    if fam is not None:
+        limit = min(limit, fam.max_per_prompt.get(item.modality, limit))
+    per_prompt = max(1, min(limit, seq_len // item.tokens))
     count = max(1, min(budget // item.tokens, max_num_seqs * per_prompt))
     outputs = count * (item.out_tokens or item.tokens) * item.out_hidden * dtype_bytes
     pixels = count * item.patches * item.values * dtype_bytes

@@ -18,6 +18,7 @@ from typing import Any
 from memacct.model.towers import (
     clip,
     gemma4,
+    glm,
     idefics,
     internvit,
     llama4,
@@ -25,12 +26,12 @@ from memacct.model.towers import (
     omni,
     qwen,
     whisper,
-)
+)  # fmt: skip
 from memacct.model.towers.parts import Out, TowerTensor
 
 __all__ = ["TOWER_TYPES", "TowerTensor", "tower_kind", "tower_params", "tower_tensors"]
 
-_FAMILIES = (clip, internvit, qwen, whisper, llama4, idefics, gemma4, minicpm, omni)
+_FAMILIES = (clip, internvit, qwen, whisper, llama4, idefics, gemma4, minicpm, omni, glm)
 
 TOWER_TYPES: dict[str, str] = {k: v for fam in _FAMILIES for k, v in fam.TYPES.items()}
 """Top-level ``model_type`` -> the tower kind whose rule builds its weights."""

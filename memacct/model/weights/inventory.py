@@ -183,50 +183,10 @@ def _experts(
         inv.add(f"{name}.w2_bias", "experts", (experts, h_p), experts * h_p * 2)
 
 
-def _qwen_vl_vision(inv: _Inventory, vision: Mapping[str, Any], qwen25: bool, tp: int) -> None:
-    """Qwen2-VL's / Qwen2.5-VL's tower as vLLM 0.33 builds it (``qwen2_5_vl.py``,
-    ``Qwen2_5_VisionTransformer``; ``qwen2_vl.py``, ``Qwen2VisionTransformer``): per block
-    ``qkv`` and ``proj`` with biases, the MLP with biases (Qwen2.5-VL's gated ``gate_up_proj``
-    of 2 x intermediate, Qwen2-VL's ``fc1``/``fc2`` of ``mlp_ratio`` x width), two norms
-    (Qwen2-VL's LayerNorms carry a bias); the Conv3d patch embedding (channels x
-    temporal_patch_size x patch^2, no bias); the merger: ``ln_q`` and two biased linears
-    over spatial_merge_size^2 x width, out to ``out_hidden_size`` (Qwen2-VL: ``hidden_size``)."""
-    cfg = ModelConfig(vision, "vision_config")
-    vh = int_of(cfg, "hidden_size" if qwen25 else "embed_dim", default=1280) or 1280
-    depth = int_of(cfg, "depth", "num_hidden_layers", default=32) or 32
-    if qwen25:
-        vi = int_of(cfg, "intermediate_size", default=3420) or 3420
-        out = int_of(cfg, "out_hidden_size", default=vh) or vh
-        mlp = 2 * vi * vh + 2 * vi + vh * vi + vh
-    else:
-        vi = vh * (int_of(cfg, "mlp_ratio", default=4) or 4)
-        out = int_of(cfg, "hidden_size", default=vh) or vh
-        mlp = vi * vh + vi + vh * vi + vh
-    dt = inv.dt
-    norm = vh if qwen25 else 2 * vh
-    for i in range(depth):
-        p = f"visual.blocks.{i}"
-        linears = ceil_div(3 * vh * vh + 3 * vh + vh * vh + vh + mlp, tp)
-        inv.add(f"{p}.linears", "vision", (linears,), linears * dt)
-        inv.add(f"{p}.norms", "vision", (2, norm))
-    channels = int_of(cfg, "in_channels", "in_chans", default=3) or 3
-    temporal = int_of(cfg, "temporal_patch_size", default=2) or 2
-    patch = int_of(cfg, "patch_size", default=14) or 14
-    inv.add("visual.patch_embed.proj.weight", "vision", (vh, channels, temporal, patch, patch))
-    merged = vh * (int_of(cfg, "spatial_merge_size", default=2) or 2) ** 2
-    inv.add("visual.merger.ln_q", "vision", (norm,))
-    merger = ceil_div(merged * merged + merged + out * merged + out, tp)
-    inv.add("visual.merger.mlp", "vision", (merger,), merger * dt)
-
-
-def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: int,
-            model_type: str = "") -> None:  # fmt: skip
-    """A ViT tower plus its projector: attention (4 h^2) and MLP (2 h i) split across ranks,
-    norms whole, the patch embedding, and the projector into the text model (Qwen2-VL and
-    Qwen2.5-VL: :func:`_qwen_vl_vision`)."""
-    if model_type in ("qwen2_vl", "qwen2_5_vl"):
-        _qwen_vl_vision(inv, vision, model_type == "qwen2_5_vl", tp)
-        return
+def _vision(inv: _Inventory, vision: Mapping[str, Any], text_hidden: int, tp: int) -> None:
+    """A ViT tower plus its projector, for a tower without a rule of
+    :mod:`memacct.model.towers`: attention (4 h^2) and MLP (2 h i) split across ranks, norms
+    whole, the patch embedding, and the projector into the text model."""
     vision_cfg = ModelConfig(vision, "vision_config")
     vh = int_of(vision_cfg, "hidden_size", "embed_dim", "width", default=0) or 0
     depth = int_of(vision_cfg, "num_hidden_layers", "depth", "num_layers", default=0) or 0
@@ -356,6 +316,6 @@ def formula_tensors(
         return inv.tensors
     vision = raw.get("vision_config")
     if isinstance(vision, Mapping):
-        _vision(inv, vision, h, tp, str(raw.get("model_type", "")))
+        _vision(inv, vision, h, tp)
     return inv.tensors
 

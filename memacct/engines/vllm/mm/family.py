@@ -42,7 +42,10 @@ class EncoderFamily:
     reads (a tower kind it does not build answers False, and the plan says the pass is not
     modelled); ``towers`` gives, per vLLM module, the tower rule's description and its file
     under ``memacct/model/`` (docs/architectures.md); ``checked`` the modules whose tower
-    parameter count vLLM 0.33's own model class confirmed (tools/golden_towers.py)."""
+    parameter count vLLM 0.33's own model class confirmed (tools/golden_towers.py);
+    ``max_per_prompt`` the items a prompt may carry where the processing-info class caps
+    them (``get_supported_mm_limits``; vLLM takes the lesser of it and the user's limit,
+    ``allowed_mm_limits``)."""
 
     model_types: frozenset[str]
     modules: Mapping[str, str]
@@ -51,3 +54,4 @@ class EncoderFamily:
     towers: Mapping[str, tuple[str, str]]
     checked: frozenset[str] = frozenset()
     accepts: Callable[[Mapping[str, Any]], bool] = field(default=_always)
+    max_per_prompt: Mapping[str, int] = field(default_factory=dict)
