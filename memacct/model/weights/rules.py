@@ -195,11 +195,8 @@ def rotary_tensor(config: Mapping[str, Any] | ModelConfig) -> WeightTensor:
     ``get_rope(..., rope_parameters[layer_type])``), the sliding layers' unscaled one besides.
     """
     cfg = text_section(config)
-    scaling = cfg.get("rope_scaling")
-    linear = scaling.get("factor") if isinstance(scaling, Mapping) and (
-        scaling.get("rope_type", scaling.get("type")) == "linear") else None
-    rows = float(linear) if isinstance(linear, (int, float)) and linear > 1 else 1.0
-    rows += 1 if str(cfg.get("model_type", "")).startswith("gemma3") else 0
+    gemma3 = str(cfg.get("model_type", "")).startswith("gemma3")
+    rows = cfg.linear_rope_factor + (1 if gemma3 else 0)
     heads = int_of(cfg, "num_attention_heads", default=0) or 0
     hidden = int_of(cfg, "hidden_size", default=0) or 0
     if cfg.get("kv_lora_rank") is not None:
