@@ -350,6 +350,17 @@ class ModelConfig:
 
 
     @property
+    def linear_rope_factor(self) -> float:
+        """The factor of a ``linear`` ``rope_scaling``, else 1: vLLM's
+        ``LinearScalingRotaryEmbedding`` caches ``max_positions x factor`` rows
+        (``model_executor/layers/rotary_embedding/linear_scaling_rope.py``)."""
+        rope = self.get("rope_scaling")
+        if not isinstance(rope, Mapping) or (rope.get("rope_type") or rope.get("type")) != "linear":
+            return 1.0
+        factor = rope.get("factor")
+        return float(factor) if isinstance(factor, (int, float)) and factor > 1 else 1.0
+
+    @property
     def default_max_model_len(self) -> int:
         """The ``max_model_len`` vLLM serves when none is given: the position limit, else (no
         length key) :data:`NO_LENGTH_MAX_MODEL_LEN`. vLLM also scales that default by a RoPE

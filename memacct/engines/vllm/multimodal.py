@@ -65,8 +65,9 @@ Other multimodal families are planned without the encoder pass, and the plan say
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memacct.engines.deployment import Multimodal
@@ -98,6 +99,7 @@ from memacct.engines.vllm.mm.qwen import (
     qwen3_item,
     qwen_item,
 )
+from memacct.engines.vllm.mm.qwen3_video import BUDGET_ROWS_HELD, video_tokens
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -311,6 +313,14 @@ def encoder_profile(
         item = _gemma3_item(config, mm, dtype_bytes, encoder_tp(version, tensor_parallel_size))
     elif kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         item = qwen3_item(config, mm, dtype_bytes, tensor_parallel_size)
+        if item is not None and version in BUDGET_ROWS_HELD and mm.count("video") > 0:
+            # 0.11 and 0.12 profile the video (mm/qwen3_video.py)
+            vision = _vision(config)
+            patch, merge = int(vision.get("patch_size", 16)), int(vision.get("spatial_merge_size",
+                                                                             2))
+            tokens, soft = video_tokens(math.isqrt(item.patches) * patch, seq_len, patch, merge)
+            item = replace(item, modality="video", tokens=tokens, patches=soft * merge * merge,
+                           out_tokens=soft)  # fmt: skip
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes, tensor_parallel_size)
     elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3", "NVLM_D"):
@@ -326,7 +336,9 @@ def encoder_profile(
         limit = min(limit, fam.max_per_prompt.get(item.modality, limit))
     per_prompt = max(1, min(limit, seq_len // item.tokens))
     count = max(1, min(budget // item.tokens, max_num_seqs * per_prompt))
-    outputs = count * (item.out_tokens or item.tokens) * item.out_hidden * dtype_bytes
+    rows = item.out_tokens or item.tokens
+    rows = max(rows, budget) if version in BUDGET_ROWS_HELD else rows  # widened to the budget
+    outputs = count * rows * item.out_hidden * dtype_bytes
     pixels = count * item.patches * item.values * dtype_bytes
     peak = count * item.patches * item.per_patch
     note = (f"multimodal profile: {count} dummy {item.modality}(s) of {item.tokens:,} tokens "

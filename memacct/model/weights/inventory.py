@@ -274,8 +274,9 @@ def formula_tensors(
         )
         inv.add("model.embed_positions.weight", "embedding",
                 (rows + _LEARNED_POSITIONS[model_type], h))
-    # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied.
-    if not cfg.get("tie_word_embeddings", True):
+    # transformers' default when config.json omits it (Gemma 2 and 3 do) is tied; its
+    # MistralConfig's is untied (Mistral 3's text_config omits it; vLLM's llama.py reads it).
+    if not cfg.get("tie_word_embeddings", model_type != "mistral"):
         inv.add("lm_head.weight", "lm_head", (pv, h))
     norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     moe = _moe_layers(cfg, layers, experts)

@@ -186,8 +186,17 @@ def config_kv_heads(config: Mapping[str, Any]) -> int | None:
 
 def rotary_tensor(config: Mapping[str, Any] | ModelConfig) -> WeightTensor:
     """The rotary embedding's cos/sin cache: one per model, max positions x rotary dimension
-    in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights)."""
+    in the model dtype (vLLM's ``get_rope`` keeps it as a buffer loaded with the weights).
+
+    A ``linear`` rope scaling holds ``max_positions x factor`` rows
+    (``LinearScalingRotaryEmbedding._compute_cos_sin_cache``,
+    ``model_executor/layers/rotary_embedding/linear_scaling_rope.py``, vLLM 0.19 and 0.33);
+    Gemma 3 builds one rope per layer type (``Gemma3Attention.__init__``, ``gemma3.py``:
+    ``get_rope(..., rope_parameters[layer_type])``), the sliding layers' unscaled one besides.
+    """
     cfg = text_section(config)
+    gemma3 = str(cfg.get("model_type", "")).startswith("gemma3")
+    rows = cfg.linear_rope_factor + (1 if gemma3 else 0)
     heads = int_of(cfg, "num_attention_heads", default=0) or 0
     hidden = int_of(cfg, "hidden_size", default=0) or 0
     if cfg.get("kv_lora_rank") is not None:
@@ -197,7 +206,7 @@ def rotary_tensor(config: Mapping[str, Any] | ModelConfig) -> WeightTensor:
     factor = cfg.get("partial_rotary_factor")
     if isinstance(factor, (int, float)) and 0 < factor < 1:
         rotary = int(rotary * factor)
-    positions = int_of(cfg, "max_position_embeddings", default=0) or 0
+    positions = int(rows * (int_of(cfg, "max_position_embeddings", default=0) or 0))
     nbytes = positions * rotary * dtype_bytes(config)
     return WeightTensor("rotary_emb.cos_sin_cache", "buffers", (positions, rotary), nbytes)
 
