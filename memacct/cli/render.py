@@ -8,13 +8,15 @@ it comes from.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from memacct.cli.common import console as _console
 from memacct.units import GiB, format_gib
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["listed_backends", "print_plan"]
 
@@ -87,6 +89,8 @@ def _title(plan: Any, result: Any) -> str:
 def _breakdown_table(plan: Any, result: Any) -> Table:
     """Every part of :func:`memacct.plot.breakdown` (the parts that may be absent, only when
     present), each with its share of the device and the JSON field it comes from."""
+    from rich.table import Table
+
     from memacct.plot import FIELDS, KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown, term_label
 
     table = Table()
