@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memacct.planner.offline import plan_capacity, plan_offline  # noqa: E402
 from memacct.planner import load_model_preset  # noqa: E402
+from memacct.planner.offline import plan_capacity, plan_offline  # noqa: E402
 
 CASES = (
     ("qwen2.5-7b", "h100-80gb"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["EXIT_USER_ERROR", "console", "echo_json", "print_emitted", "print_error"]
 
@@ -16,7 +18,12 @@ EXIT_USER_ERROR = 2
 
 
 def console() -> Console:
-    """The console for tables; a pipe gets wide lines rather than a table folded into 80."""
+    """The console for tables; a pipe gets wide lines rather than a table folded into 80.
+
+    rich is imported here, by the commands that print a table (a ``--json`` plan does not).
+    """
+    from rich.console import Console
+
     width = None if sys.stdout.isatty() else 160
     return Console(highlight=False, width=width)
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 
-from memacct.cli.group import app
 from memacct.errors import InvalidInputError
 
 __all__ = ["explain_cmd"]
@@ -31,7 +30,7 @@ def _read(path: str) -> str:
                                 "path of a saved start-up log, or - for stdin") from None
 
 
-@app.command("explain")
+@click.command("explain")
 @click.argument("logs", nargs=-1, required=True, metavar="LOG [LOG2]")
 @click.option("--model", default=None,
               help="The model as memacct plan takes it; default: the model the log names.")

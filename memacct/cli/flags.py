@@ -14,10 +14,11 @@ through :class:`EngineSpelledCommand`, which hands its arguments to
 from __future__ import annotations
 
 import re
+from functools import cache
 
 import click
 
-__all__ = ["FLAGS", "EngineSpelledCommand", "cli_wording"]
+__all__ = ["EngineSpelledCommand", "cli_flags", "cli_wording"]
 
 
 class EngineSpelledCommand(click.Command):
@@ -44,23 +45,32 @@ def _flags() -> dict[str, str]:
     return names
 
 
-FLAGS: dict[str, str] = _flags()
-"""Keyword of the API -> the CLI's flag for it."""
+@cache
+def _wording() -> tuple[dict[str, str], re.Pattern[str], re.Pattern[str]]:
+    """:func:`cli_flags` and the two patterns of :func:`cli_wording`, built on the first
+    message (a command that succeeds never words one)."""
+    flags = _flags()
+    # `allow_mismatch=True`, `name='sim'`, `gpu_memory_utilization=0.9`: a keyword and its value.
+    assigned = re.compile(r"(?<![\w-])([a-z][a-z_]*)=(True|'[^']*'|\"[^\"]*\"|[\w.+-]+)")
+    # A keyword on its own (`block_size must be positive`), not inside a longer name or a path.
+    # Only keywords with an underscore: `device` or `engine` alone are ordinary words.
+    underscored = sorted((key for key in flags if "_" in key), key=len, reverse=True)
+    bare = re.compile(r"(?<![\w./=-])(" + "|".join(underscored) + r")(?![\w/=-])")
+    return flags, assigned, bare
 
-# `allow_mismatch=True`, `name='sim'`, `gpu_memory_utilization=0.9`: a keyword and its value.
-_ASSIGNED = re.compile(r"(?<![\w-])([a-z][a-z_]*)=(True|'[^']*'|\"[^\"]*\"|[\w.+-]+)")
-# A keyword on its own (`block_size must be positive`), not inside a longer name or a path.
-# Only keywords with an underscore: `device` or `engine` alone are ordinary words.
-_UNDERSCORED = sorted((key for key in FLAGS if "_" in key), key=len, reverse=True)
-_BARE = re.compile(r"(?<![\w./=-])(" + "|".join(_UNDERSCORED) + r")(?![\w/=-])")
+
+def cli_flags() -> dict[str, str]:
+    """Keyword of the API -> the CLI's flag for it (built on first use; do not change it)."""
+    return _wording()[0]
 
 
 def cli_wording(message: str) -> str:
     """``message`` with the API's keywords written as the CLI's flags."""
+    flags, assigned_keyword, bare_keyword = _wording()
 
     def assigned(match: re.Match[str]) -> str:
         key, value = match.group(1), match.group(2)
-        flag = FLAGS.get(key)
+        flag = flags.get(key)
         if flag is None:
             return match.group(0)
         if value == "True":
@@ -68,8 +78,8 @@ def cli_wording(message: str) -> str:
         return f"{flag} {value.strip(chr(39) + chr(34))}"
 
     def bare(match: re.Match[str]) -> str:
-        return FLAGS[match.group(1)]
+        return flags[match.group(1)]
 
-    worded = _BARE.sub(bare, _ASSIGNED.sub(assigned, message))
+    worded = bare_keyword.sub(bare, assigned_keyword.sub(assigned, message))
     # "pass --allow-mismatch (memacct plan --allow-mismatch)": the flag once.
     return re.sub(r"(--[a-z-]+) \(memacct [a-z]+ \1\)", r"\1", worded)

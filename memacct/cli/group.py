@@ -1,4 +1,11 @@
-"""The ``memacct`` command group: the core's commands, and other distributions' on demand."""
+"""The ``memacct`` command group: the core's commands and other distributions', each
+imported when it is run (or listed by ``--help``), never all at start-up.
+
+A core command's module (:data:`CORE_COMMANDS`) defines its ``click.command`` and does not
+know the group; :func:`load_command` adds it to :data:`app` on first use, so ``memacct plan``
+imports neither ``explain`` (the log reader) nor ``snapshot`` (the backends) nor rich's
+live display.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from memacct._version import __version__
 from memacct.cli.common import print_error as _print_error
 from memacct.errors import InvalidInputError
 
-__all__ = ["CLI_GROUP", "app"]
+__all__ = ["CLI_GROUP", "CORE_COMMANDS", "app", "load_command"]
 
 
 CLI_GROUP = "memacct.cli"
@@ -43,11 +50,45 @@ def _external_command(name: str | None = None) -> dict[str, click.Command]:
     return found
 
 
+CORE_COMMANDS = ("backends", "explain", "plan", "snapshot")
+"""The core's subcommands, each in the module :mod:`memacct.cli.<name>`."""
+
+
+def _core_command(name: str) -> click.Command:
+    """The core's command ``name`` (one of :data:`CORE_COMMANDS`), its module imported now."""
+    if name == "plan":
+        from memacct.cli.plan import plan_cmd
+
+        return plan_cmd
+    if name == "explain":
+        from memacct.cli.explain import explain_cmd
+
+        return explain_cmd
+    if name == "snapshot":
+        from memacct.cli.snapshot import snapshot_cmd
+
+        return snapshot_cmd
+    from memacct.cli.backends import backends_cmd
+
+    return backends_cmd
+
+
+def load_command(name: str) -> click.Command | None:
+    """The subcommand ``name`` of :data:`app`, a core one imported and added on first use;
+    ``None`` when it is not a core command nor already added."""
+    command = app.commands.get(name)
+    if command is None and name in CORE_COMMANDS:
+        command = _core_command(name)
+        app.add_command(command, name)
+    return command
+
+
 class _LazyGroup(click.Group):
-    """The core's commands at once; other distributions' only when asked for by name or listed."""
+    """Each command imported when it runs: the core's by name, other distributions' through
+    their entry points (only for a name that is not a core command); all when listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
+        command = load_command(cmd_name)
         if command is None:
             command = _external_command(cmd_name).get(cmd_name)
             if command is not None:
@@ -55,6 +96,8 @@ class _LazyGroup(click.Group):
         return command
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        for name in CORE_COMMANDS:
+            load_command(name)
         for name, command in _external_command().items():
             if name not in self.commands:
                 self.add_command(command, name)

@@ -11,13 +11,13 @@ refused there in one line that says why (:func:`_refuse`).
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import click
 
 from memacct.cli.flags import EngineSpelledCommand
-from memacct.cli.group import app
 from memacct.engines import engine_names
 from memacct.errors import InvalidInputError
 from memacct.planner.options import PlanOptions
@@ -28,7 +28,7 @@ _CLI_ONLY = ("profile_path", "model", "revision", "as_json", "allow_mismatch", "
              "assume_full_attention", "min_concurrency", "emit")  # fmt: skip
 
 
-@app.command("plan", cls=EngineSpelledCommand)
+@click.command("plan", cls=EngineSpelledCommand)
 @click.option("--profile", "profile_path", default=None,
               help="A ProfileResult saved by an engine (JSON).")
 @click.option("--device", default=None,
@@ -201,10 +201,11 @@ def _list_presets(flags: dict[str, Any], names: Any) -> None:
         click.echo(f"not listed: {name}: {why}", err=True)
 
 
+@cache
 def _serve_flags() -> dict[str, Any]:
     """The ``vllm serve`` settings a deployment takes (:meth:`Deployment.from_serve_args`)
     that are not plan options, with their defaults: a click option named after one of them
-    reaches the deployment with nothing else to write."""
+    reaches the deployment with nothing else to write (read once: do not change it)."""
     import inspect
 
     from memacct.engines.deployment import Deployment

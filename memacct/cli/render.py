@@ -11,14 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.table import Table
 
-from memacct.cli.common import console as _console
+from memacct.cli.table import print_table
 from memacct.units import GiB, format_gib
 
-__all__ = ["listed_backends", "print_plan"]
+__all__ = ["BREAKDOWN_COLUMNS", "breakdown_rows", "listed_backends", "print_plan"]
 
 _SHOWN_WHEN_HELD = ("other processes", "fragmentation overhead", "retained")
+
+BREAKDOWN_COLUMNS = (("part", "left"), ("GiB", "right"), ("share", "right"),
+                     ("JSON field", "left"))  # fmt: skip
+"""The breakdown table's columns: ``(header, justify)``."""
 
 
 def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) -> None:
@@ -30,7 +33,6 @@ def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) 
     if as_json:
         click.echo(plan.model_dump_json(indent=2))
         return
-    console = _console()
     budget = plan.budget
     # Lines of text go out as they are (a pipe gets them whole, not folded at the table's
     # width with trailing spaces); only the table is laid out by rich.
@@ -45,7 +47,7 @@ def print_plan(plan: Any, result: Any, *, as_json: bool, plot_path: str | None) 
         click.echo(f"note: {note}")
     if budget is not None:
         click.echo(_title(plan, result) + ": device memory")  # the table's title, unpadded
-        console.print(_breakdown_table(plan, result))
+        print_table(BREAKDOWN_COLUMNS, breakdown_rows(plan, result))
     if plan.fits and budget is not None:
         click.echo(
             f"plan: {_blocks(plan)} ({plan.num_tokens:,} tokens, "
@@ -84,19 +86,16 @@ def _title(plan: Any, result: Any) -> str:
     )
 
 
-def _breakdown_table(plan: Any, result: Any) -> Table:
+def breakdown_rows(plan: Any, result: Any) -> list[tuple[str, str, str, str]]:
     """Every part of :func:`memacct.plot.breakdown` (the parts that may be absent, only when
     present), each with its share of the device and the JSON field it comes from."""
     from memacct.plot import FIELDS, KV_CACHE_PARTS, KV_CACHE_SIZE, breakdown, term_label
 
-    table = Table()
-    for column, justify in (("part", "left"), ("GiB", "right"), ("share", "right"),
-                            ("JSON field", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    rows: list[tuple[str, str, str, str]] = []
     total = plan.total_memory
 
     def row(label: str, value: int, field: str = "") -> None:
-        table.add_row(label, f"{value / GiB:.2f}", f"{value / total:.1%}", field)
+        rows.append((label, f"{value / GiB:.2f}", f"{value / total:.1%}", field))
 
     row("device total", total, "total_memory")
     budget = plan.budget
@@ -106,11 +105,11 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
             if plan.fits:
                 row(KV_CACHE_SIZE, plan.kv_cache_bytes, "kv_cache_bytes")
             else:
-                table.add_row(
+                rows.append((
                     f"{KV_CACHE_SIZE}: none, {format_gib(plan.shortfall_bytes)} short of one "
                     f"request of {plan.max_model_len:,} tokens", "0.00", "0.0%",
                     "shortfall_bytes",
-                )  # fmt: skip
+                ))  # fmt: skip
         if label in KV_CACHE_PARTS:
             if plan.fits:
                 row("  " + label.removeprefix(KV_CACHE_SIZE + ": "), value)
@@ -118,10 +117,10 @@ def _breakdown_table(plan: Any, result: Any) -> Table:
         if value or label not in _SHOWN_WHEN_HELD:
             row(term_label(label, plan), value, FIELDS.get(label, ""))
     if budget is not None and budget.cudagraph_estimate and not budget.cudagraph_memory:
-        table.add_row(f"(CUDA graphs estimated, not charged by {plan.engine} "
-                      f"{plan.engine_version})", f"{budget.cudagraph_estimate / GiB:.2f}", "",
-                      "budget.cudagraph_estimate")  # fmt: skip
-    return table
+        rows.append((f"(CUDA graphs estimated, not charged by {plan.engine} "
+                     f"{plan.engine_version})", f"{budget.cudagraph_estimate / GiB:.2f}", "",
+                     "budget.cudagraph_estimate"))  # fmt: skip
+    return rows
 
 
 def listed_backends() -> list[Any]:

@@ -11,7 +11,6 @@ import click
 from rich.table import Table
 
 from memacct.cli.common import console as _console
-from memacct.cli.group import app
 from memacct.errors import InvalidInputError
 from memacct.units import GiB
 
@@ -42,7 +41,7 @@ def _snapshot_table(snap: Any) -> Table:
     return table
 
 
-@app.command("snapshot")
+@click.command("snapshot")
 @click.option(
     "--backend", "backend_name", default=None, help="Backend name (default: best available)."
 )
