@@ -161,3 +161,13 @@ def test_diffusion_gemma_forces_k_eq_v_on_gemma_4s_full_layers() -> None:
     assert [type(x) for x in layers] == [SlidingWindow, FullAttention]
     assert layers[0].bytes_per_token == 8 * 256 * 2 * 2
     assert layers[1].bytes_per_token == 2 * 512 * 2 * 2
+
+
+def test_sglang_refuses_an_encoder_decoder_rather_than_summing_its_cross_layers() -> None:
+    # SGLang's token cell would otherwise count Whisper's cross layers per token, a guess.
+    spec = KVCacheSpec.from_hf_config(_whisper())
+    kv = get_engine("sglang").kv
+    with pytest.raises(InvalidInputError, match="encoder-decoder"):
+        kv.plan(spec, 1 << 30, KVSettings(block_size=1, max_model_len=448))
+    with pytest.raises(InvalidInputError, match="--engine vllm"):
+        kv.block(spec, KVSettings(block_size=1, max_model_len=448))

@@ -228,6 +228,7 @@ class SglangKVManager:
         """
         options = SglangOptions.parse(getattr(settings, "engine_options", None))
         check_kv_cache_dtype(spec.kv_dtype)
+        _check_no_cross(spec)
         ratio = options.swa_full_tokens_ratio if spec.model_type in _HYBRID_SWA_TYPES else None
         cell = max(_stage_cell(spec, layers, ratio)[2] for layers in _stage_layers(spec))
         page = settings.block_size
@@ -247,6 +248,7 @@ class SglangKVManager:
         """
         options = SglangOptions.parse(getattr(settings, "engine_options", None))
         check_kv_cache_dtype(spec.kv_dtype)
+        _check_no_cross(spec)
         if settings.max_model_len < 1:
             raise InvalidInputError(
                 "SGLang has no max_model_len=-1 auto-fit: pass the context length"
@@ -355,6 +357,21 @@ class SglangKVManager:
             f"max_total_num_tokens={layout.kv_tokens}, max_running_requests={running}, "
             f"context_len={layout.max_model_len}",
         ]
+
+
+def _check_no_cross(spec: KVCacheSpec) -> None:
+    """Refuse an encoder-decoder (cross-attention layers): SGLang sizes its encoder-decoder
+    pool its own way (``EncoderDecoderMemoryPool``-style layouts), which memacct does not
+    model; summing the cross layers into the token cell would be a silent guess.
+
+    Raises:
+        InvalidInputError: the spec holds a cross-attention layer.
+    """
+    if any(x.kind == "cross" for x in spec.layers):
+        raise InvalidInputError(
+            f"{spec.model_name} is an encoder-decoder (cross-attention layers): memacct does not "
+            "model SGLang's pool for it yet; plan it with --engine vllm"
+        )
 
 
 def _stage_cell(

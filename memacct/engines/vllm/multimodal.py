@@ -341,8 +341,9 @@ def encoder_profile(
     outputs = count * rows * item.out_hidden * dtype_bytes
     pixels = count * item.patches * item.values * dtype_bytes
     peak = count * item.patches * item.per_patch
+    tower = "audio" if item.modality == "audio" else "vision"
     note = (f"multimodal profile: {count} dummy {item.modality}(s) of {item.tokens:,} tokens "
-            f"({item.patches:,} patches) through the vision encoder, {peak / 2**30:.2f} GiB at "
+            f"({item.patches:,} patches) through the {tower} encoder, {peak / 2**30:.2f} GiB at "
             "its peak; --limit-mm-per-prompt, --mm-processor-kwargs or --skip-mm-profiling "
             "change it")  # fmt: skip
     return EncoderProfile(peak, outputs + pixels, note)
