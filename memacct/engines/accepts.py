@@ -12,6 +12,7 @@ __all__ = [
     "ENGINE_VENDORS",
     "KV_CACHE_DTYPES",
     "MODELLED_RELEASES",
+    "UNPLANNED_VENDORS",
     "check_block_size",
     "check_kv_cache_dtype_name",
     "check_release",
@@ -81,6 +82,13 @@ ENGINE_VENDORS: dict[str, tuple[str, ...]] = {
 """The device vendors (:attr:`memacct.devices.DeviceInfo.vendor`) each engine's model covers:
 vLLM runs on Ascend only through the vllm-ascend plugin, which runs nowhere else; SGLang's
 Ascend backend is not modelled. An engine not listed is not checked."""
+
+UNPLANNED_VENDORS: dict[tuple[str, str], str] = {
+    ("sglang", "ascend"): "SGLang's Ascend backend: its ModelSlim W8A8 layout, 128-token page "
+                          "and NPU memory settings are not modelled yet",
+}  # fmt: skip
+"""(engine, vendor) pairs the engine runs on that memacct does not plan yet, with why
+(docs/engines.md, "SGLang on Ascend")."""
 
 
 def _release(text: str) -> tuple[int, int] | None:

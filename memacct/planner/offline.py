@@ -88,7 +88,7 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
         InvalidInputError: an unknown device, or one the engine does not run on.
     """
     from memacct.devices import DEVICE_INFO, memory_notes, resolve_device
-    from memacct.engines.accepts import ENGINE_VENDORS
+    from memacct.engines.accepts import ENGINE_VENDORS, UNPLANNED_VENDORS
 
     vendors = ENGINE_VENDORS.get(options.engine)
     if options.device_memory is not None:
@@ -98,11 +98,9 @@ def resolve_offline_device(options: PlanOptions) -> OfflineDevice:
         info = resolve_device(options.device)
         if vendors is not None and info.vendor not in vendors:
             runs_on = [e for e, v in ENGINE_VENDORS.items() if info.vendor in v]
-            # SGLang has an NPU backend that memacct does not plan yet (docs/engines.md).
-            unplanned = options.engine == "sglang" and info.vendor == "ascend"
+            unplanned = UNPLANNED_VENDORS.get((options.engine, info.vendor))
             verb = "is not planned by memacct on" if unplanned else "does not run on"
-            why = (" (SGLang's Ascend backend: its ModelSlim W8A8 layout, 128-token page and "
-                   "NPU memory settings are not modelled yet)") if unplanned else ""
+            why = f" ({unplanned})" if unplanned else ""
             raise InvalidInputError(
                 f"--engine {options.engine} {verb} the {info.label} ({info.name}, an "
                 f"{info.vendor} device){why}: plan it with --engine "
