@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 
 import pytest
@@ -11,8 +12,13 @@ from rich.table import Table
 
 from memacct.cli.render import BREAKDOWN_COLUMNS, breakdown_rows
 from memacct.cli.table import PIPE_WIDTH, plain_table
+from memacct.errors import ConfigError
 from memacct.model.sources.presets import load_model_preset, offline_presets
 from memacct.planner.offline import plan_offline
+
+# Without the hf extra (the core-only environment) a hybrid preset that only the meta device
+# sizes is refused naming the extra (tests/test_listed_presets_plan.py): it has no table.
+_HF = all(importlib.util.find_spec(m) is not None for m in ("transformers", "torch"))
 
 
 def _rich(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> str:
@@ -32,14 +38,19 @@ def test_every_preset_plan_table_is_riches_text(tp: int) -> None:
     compared = 0
     for name in offline_presets():
         for device, extra in (("h100", {}), ("l4", {"max_model_len": 4096})):
-            plan = plan_offline(load_model_preset(name), device=device, tensor_parallel_size=tp,
-                                model_name=name, **extra)  # fmt: skip
+            try:
+                plan = plan_offline(load_model_preset(name), device=device,
+                                    tensor_parallel_size=tp, model_name=name, **extra)
+            except ConfigError as exc:
+                if _HF or "memacct's hf extra" not in str(exc):
+                    raise
+                continue
             rows = breakdown_rows(plan, None)
             text = plain_table(BREAKDOWN_COLUMNS, rows)
             assert text is not None, name  # every preset's table is plain text
             assert text == _rich(BREAKDOWN_COLUMNS, rows), (name, device)
             compared += 1
-    assert compared >= 30
+    assert compared >= (30 if _HF else 24)
 
 
 def test_a_table_that_does_not_fit_prints_its_shortfall_as_rich_does() -> None:
