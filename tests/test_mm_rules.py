@@ -171,3 +171,19 @@ def test_sglang_refuses_an_encoder_decoder_rather_than_summing_its_cross_layers(
         kv.plan(spec, 1 << 30, KVSettings(block_size=1, max_model_len=448))
     with pytest.raises(InvalidInputError, match="--engine vllm"):
         kv.block(spec, KVSettings(block_size=1, max_model_len=448))
+
+
+def test_whisper_plans_offline_with_its_decoders_mlp_width() -> None:
+    # WhisperConfig names the decoder's MLP width decoder_ffn_dim (whisper.py's
+    # WhisperDecoderLayer reads it): the forward pass's shape takes it, the weights come from
+    # the meta-device model (its encoder included). It was "no intermediate_size".
+    pytest.importorskip("torch", reason="the meta-device path needs torch")
+    pytest.importorskip("transformers", reason="the meta-device path needs memacct[hf]")
+    from memacct.planner.offline import plan_offline
+
+    cfg = {**_whisper(), "decoder_ffn_dim": 5120, "encoder_ffn_dim": 5120, "d_model": 1280,
+           "encoder_layers": 2, "encoder_attention_heads": 20, "vocab_size": 51866,
+           "num_mel_bins": 128, "max_target_positions": 448, "torch_dtype": "bfloat16"}
+    plan = plan_offline(cfg, device="h100")
+    assert plan.kv_cache_bytes > 0
+    assert any("not modelled" in n or "upper bound" in n for n in plan.notes)

@@ -69,9 +69,11 @@ KEY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "num_key_value_heads": ("self_attention_kv_heads",),
         "intermediate_size": ("decoder_ffn_dim",),
     },
-    # transformers WhisperConfig: the decoder's heads, which whisper.py's decoder reads
-    # (WhisperDecoderLayer: config.decoder_attention_heads); the rule counts decoder_layers.
-    "whisper": {"num_attention_heads": ("decoder_attention_heads",)},
+    # transformers WhisperConfig: the decoder's heads and MLP width, which whisper.py's
+    # decoder reads (WhisperDecoderLayer: config.decoder_attention_heads,
+    # config.decoder_ffn_dim); the rule counts decoder_layers.
+    "whisper": {"num_attention_heads": ("decoder_attention_heads",),
+                "intermediate_size": ("decoder_ffn_dim",)},
     # ChatGLM's class (vLLM transformers_utils/configs/chatglm.py, THUDM's configuration_chatglm.py)
     "chatglm": {
         "num_hidden_layers": ("num_layers",), "vocab_size": ("padded_vocab_size",),
