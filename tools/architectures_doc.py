@@ -131,14 +131,10 @@ _TOWERS: dict[str, tuple[str, str]] = {
     "qwen3_vl_moe": ("Qwen3-VL ViT, merger and deepstack mergers", "towers/qwen.py"),
     "gemma3_mm": ("SigLIP and the soft-embedding projector", "towers/clip.py"),
     "paligemma": ("SigLIP and the linear projector", "towers/clip.py"),
-    "llava": ("CLIP or Pixtral up to vision_feature_layer and the two-layer projector; a "
-              "SigLIP tower is partial", "towers/clip.py"),
     "mistral3": ("Pixtral, the patch merger and the projector", "towers/clip.py"),
     "mllama4": ("Llama 4 ViT, the pixel-shuffle adapter and the projector", "towers/llama4.py"),
     "qwen3_5": ("Qwen3-VL's ViT and merger (qwen3_5.py builds Qwen3_VisionTransformer)",
                 "towers/qwen.py"),
-    "llava_next": ("CLIP up to vision_feature_layer, the projector and image_newline; a "
-                   "SigLIP tower is partial", "towers/clip.py"),
     "internvl": ("InternViT up to select_layer and mlp1", "towers/internvit.py"),
     "skyworkr1v": ("InternViT up to select_layer and mlp1", "towers/internvit.py"),
     "nvlm_d": ("InternViT up to select_layer and NVLM-D's bias-free mlp1", "towers/internvit.py"),

@@ -115,16 +115,17 @@ __all__ = [
     "unmodelled_note",
 ]
 
-_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "llava",
-             "paligemma", "internvl_chat", "mistral3", "llama4", "llava_next", "qwen3_5",
-             "qwen3_5_moe", "NVLM_D")  # fmt: skip
+_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "paligemma",
+             "internvl_chat", "mistral3", "llama4", "qwen3_5", "qwen3_5_moe", "NVLM_D")
+"""Model types of the built-in families (the LLaVA family and the others are plugged:
+:data:`PLUGGED_FAMILIES`)."""
 
 MODELLED_MODULES = {
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3_mm": "Gemma 3",
-    "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL", "llava": "LLaVA (CLIP tower)",
+    "qwen3_vl": "Qwen3-VL", "qwen3_vl_moe": "Qwen3-VL",
     "paligemma": "PaliGemma", "internvl": "InternVL (InternViT tower)",
     "mistral3": "Mistral 3 (Pixtral tower)", "mllama4": "Llama 4",
-    "llava_next": "LLaVA-NeXT (CLIP tower, anyres)", "qwen3_5": "Qwen3.5 (Qwen3-VL's tower)",
+    "qwen3_5": "Qwen3.5 (Qwen3-VL's tower)",
     "skyworkr1v": "Skywork-R1V (InternVL's tiles)", "nvlm_d": "NVLM-D (InternVL's tiles)",
 }  # fmt: skip
 """vLLM modules whose encoder pass is modelled here (their tower weights are in
@@ -162,28 +163,23 @@ class EncoderProfile:
 
 
 def modelled(config: Mapping[str, Any]) -> bool:
-    """Whether memacct models this config's encoder pass (:data:`_FAMILIES`; LLaVA with a
-    CLIP tower only)."""
+    """Whether memacct models this config's encoder pass (a plugged family's, or one of
+    :data:`_FAMILIES`; Mistral 3 with a Pixtral tower only)."""
     if _plugged(config) is not None:
         return True
     kind = str(config.get("model_type", ""))
     vision = config.get("vision_config")
     if kind not in _FAMILIES or not isinstance(vision, Mapping):
         return False
-    if kind == "mistral3":
-        return bool(vision.get("model_type", "pixtral") == "pixtral")
-    if kind == "llava_next":
-        return bool(vision.get("model_type", "clip_vision_model") == "clip_vision_model")
-    return kind != "llava" or vision.get("model_type", "clip_vision_model") in (
-        "clip_vision_model", "pixtral")  # fmt: skip
+    return kind != "mistral3" or vision.get("model_type", "pixtral") == "pixtral"
 
 
 _PROCESSOR_KEYS = {
     "qwen2_vl": ("max_pixels", "min_pixels"), "qwen2_5_vl": ("max_pixels", "min_pixels"),
     "gemma3": ("do_pan_and_scan", "pan_and_scan_max_num_crops"),
     "qwen3_vl": ("max_pixels", "min_pixels"), "qwen3_vl_moe": ("max_pixels", "min_pixels"),
-    "llava": (), "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
-    "mistral3": (), "llama4": ("max_patches",), "llava_next": (),
+    "paligemma": (), "internvl_chat": ("max_dynamic_patch", "use_thumbnail"),
+    "mistral3": (), "llama4": ("max_patches",),
     "qwen3_5": ("max_pixels", "min_pixels"), "qwen3_5_moe": ("max_pixels", "min_pixels"),
     "NVLM_D": ("max_dynamic_patch", "use_thumbnail"),
 }  # fmt: skip
@@ -323,7 +319,7 @@ def encoder_profile(
                            out_tokens=soft)  # fmt: skip
     elif kind == "llama4":
         item = llama4_item(config, mm, dtype_bytes, tensor_parallel_size)
-    elif kind in ("llava", "llava_next", "paligemma", "internvl_chat", "mistral3", "NVLM_D"):
+    elif kind in ("paligemma", "internvl_chat", "mistral3", "NVLM_D"):
         item = fixed_tile_item(config, mm, seq_len, dtype_bytes, tensor_parallel_size)
     else:
         item = qwen_item(config, mm, seq_len, version, dtype_bytes, tensor_parallel_size)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memacct.model.towers.parts import Out, TowerTensor, int_key, linear, norm, section_of
+from memacct.model.towers.qwen import qwen25_vision
 
 __all__ = ["RULES", "TYPES", "thinker_section"]
 
@@ -28,28 +29,6 @@ def thinker_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The thinker's config: ``thinker_config`` where the checkpoint nests it."""
     thinker = config.get("thinker_config")
     return thinker if isinstance(thinker, Mapping) else config
-
-
-def qwen25_vision(out: Out, vision: Mapping[str, Any], prefix: str = "visual") -> None:
-    """Qwen2.5-VL's ViT and merger, tensor by tensor (module notes)."""
-    h, inner = int_key(vision, "hidden_size"), int_key(vision, "intermediate_size")
-    patch, temporal = int_key(vision, "patch_size", 14), int_key(vision, "temporal_patch_size", 2)
-    channels = int_key(vision, "in_channels", vision.get("in_chans", 3))
-    out.append(TowerTensor(f"{prefix}.patch_embed.proj.weight",
-                           (h, channels, temporal, patch, patch), False))  # fmt: skip
-    for i in range(int_key(vision, "depth")):
-        p = f"{prefix}.blocks.{i}"
-        norm(out, f"{p}.norm1", h, False)
-        norm(out, f"{p}.norm2", h, False)
-        linear(out, f"{p}.attn.qkv", 3 * h, h)
-        linear(out, f"{p}.attn.proj", h, h, split="row")
-        linear(out, f"{p}.mlp.gate_up_proj", 2 * inner, h)
-        linear(out, f"{p}.mlp.down_proj", h, inner, split="row")
-    merged = h * int_key(vision, "spatial_merge_size", 2) ** 2
-    norm(out, f"{prefix}.merger.ln_q", h, False)
-    linear(out, f"{prefix}.merger.mlp.0", merged, merged)
-    linear(out, f"{prefix}.merger.mlp.2", int_key(vision, "out_hidden_size"), merged,
-           split="row")  # fmt: skip
 
 
 def omni_audio(out: Out, audio: Mapping[str, Any], prefix: str = "audio_tower") -> None:

@@ -40,7 +40,7 @@ from memacct.model.towers.parts import (
     vit_layer,
 )
 
-__all__ = ["RULES", "TYPES"]
+__all__ = ["RULES", "TYPES", "qwen25_vision"]
 
 
 def _merger(out: Out, p: str, h: int, merged: int, d_model: int, post: bool) -> None:
@@ -68,18 +68,17 @@ def _qwen2_vl(config: Mapping[str, Any]) -> Out:
     return out
 
 
-def _qwen25_vl(config: Mapping[str, Any]) -> Out:
-    # Defaults: the sizes memacct's Qwen2.5-VL inventory read before (the published towers'
-    # 1280 wide, 32 blocks, 3420 MLP); the out width defaults to the vision width.
-    v = section_of(config, "vision_config")
-    out: Out = []
+def qwen25_vision(out: Out, v: Mapping[str, Any], prefix: str = "visual") -> None:
+    """Qwen2.5-VL's ViT and merger, tensor by tensor (``qwen2_5_vl.py``; Qwen2.5-Omni's
+    thinker builds the same under its own prefix). Defaults: the published towers' sizes
+    (1280 wide, 32 blocks, 3420 MLP); the out width defaults to the vision width."""
     h, inner = int_key(v, "hidden_size", 1280), int_key(v, "intermediate_size", 3420)
     patch, temporal = int_key(v, "patch_size", 14), int_key(v, "temporal_patch_size", 2)
     channels = int_key(v, "in_channels", v.get("in_chans", 3))
-    out.append(TowerTensor("visual.patch_embed.proj.weight",
+    out.append(TowerTensor(f"{prefix}.patch_embed.proj.weight",
                            (h, channels, temporal, patch, patch), False))  # fmt: skip
     for i in range(int_key(v, "depth", 32)):
-        p = f"visual.blocks.{i}"
+        p = f"{prefix}.blocks.{i}"
         norm(out, f"{p}.norm1", h, bias=False)
         norm(out, f"{p}.norm2", h, bias=False)
         linear(out, f"{p}.attn.qkv", 3 * h, h)
@@ -87,9 +86,15 @@ def _qwen25_vl(config: Mapping[str, Any]) -> Out:
         linear(out, f"{p}.mlp.gate_up_proj", 2 * inner, h)
         linear(out, f"{p}.mlp.down_proj", h, inner, split="row")
     merged = h * int_key(v, "spatial_merge_size", 2) ** 2
-    norm(out, "visual.merger.ln_q", h, bias=False)
-    linear(out, "visual.merger.mlp.0", merged, merged)
-    linear(out, "visual.merger.mlp.2", int_key(v, "out_hidden_size", h), merged, split="row")
+    norm(out, f"{prefix}.merger.ln_q", h, bias=False)
+    linear(out, f"{prefix}.merger.mlp.0", merged, merged)
+    linear(out, f"{prefix}.merger.mlp.2", int_key(v, "out_hidden_size", h), merged,
+           split="row")  # fmt: skip
+
+
+def _qwen25_vl(config: Mapping[str, Any]) -> Out:
+    out: Out = []
+    qwen25_vision(out, section_of(config, "vision_config"))
     return out
 
 

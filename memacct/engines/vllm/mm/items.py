@@ -137,8 +137,9 @@ def llama4_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
 
 def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
                     dtype_bytes: int, tp: int = 1) -> Item | None:  # fmt: skip
-    """The largest item of LLaVA (CLIP), PaliGemma (SigLIP) or InternVL (InternViT) tiles
-    (``None``: no image or video allowed)."""
+    """The largest item of PaliGemma (SigLIP), Mistral 3 (Pixtral) or InternVL (InternViT)
+    tiles (``None``: no image or video allowed); the LLaVA family is
+    :mod:`memacct.engines.vllm.mm.llava`'s."""
     kind = str(config.get("model_type", ""))
     vision = config.get("vision_config")
     vision = vision if isinstance(vision, Mapping) else {}
@@ -153,10 +154,8 @@ def fixed_tile_item(config: Mapping[str, Any], mm: Multimodal, seq_len: int,
             return None
         if vision.get("model_type") == "pixtral" or kind == "mistral3":
             return pixtral_item(config, vision, dtype_bytes, out_hidden, tp)
-        cls = 1 if kind == "llava" else 0
-        drop = 1 if cls and config.get("vision_feature_select_strategy") != "full" else 0
         per = (layer_bytes(width, inner, tp=tp) + values) * dtype_bytes
-        return Item("image", side * side + cls - drop, side * side + cls, per, values, out_hidden)
+        return Item("image", side * side, side * side, per, values, out_hidden)
     ratio = float(config.get("downsample_ratio", 0.5))
     tile_tokens = int(side * side * ratio * ratio)
     kwargs = mm.mm_processor_kwargs

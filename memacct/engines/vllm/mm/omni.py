@@ -38,7 +38,6 @@ image, video on a tie):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,37 +45,17 @@ from memacct.engines.deployment import Multimodal
 from memacct.engines.vllm.mm.audio import WHISPER_FEATURES, conv_output_length, mel_frames
 from memacct.engines.vllm.mm.family import EncoderFamily, ItemContext
 from memacct.engines.vllm.mm.items import Item
+from memacct.engines.vllm.mm.qwen import (
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MIN_PIXELS,
+    max_frames_per_video,
+    most_features,
+    smart_resize,
+)  # fmt: skip
 from memacct.model.towers.omni import thinker_section
 from memacct.model.towers.parts import int_key, section_of
 
 __all__ = ["FAMILY", "omni_audio_item", "omni_item", "omni_vision_item"]
-
-_MAX_PIXELS, _MIN_PIXELS, _MAX_RATIO = 12845056, 3136, 200
-"""Qwen2.5-Omni's image processor ``max_pixels`` / ``min_pixels`` (Qwen2.5-VL's) and
-``get_image_size_with_most_features``' widest aspect ratio."""
-
-
-def _smart_resize(height: int, width: int, factor: int, low: int, high: int) -> tuple[int, int]:
-    """``smart_resize``: both sides to multiples of ``factor``, the area within bounds."""
-    h, w = max(factor, round(height / factor) * factor), max(factor, round(width / factor) * factor)
-    if h * w > high:
-        beta = math.sqrt(height * width / high)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < low:
-        beta = math.sqrt(low / (height * width))
-        h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return h, w
-
-
-def _most_features(high: int, unit: int) -> tuple[int, int]:
-    """(height, width) of the largest image: ``high // unit**2`` units, the squarest split."""
-    for n in range(max(1, high // (unit * unit)), 0, -1):
-        d = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
-        if (n // d) / d <= _MAX_RATIO:
-            return unit * d, unit * (n // d)
-    return unit, unit
-
 
 def _vision_tokens(vision: Mapping[str, Any], mm: Multimodal, modality: str, seq_len: int,
                    version: tuple[int, int] | None) -> tuple[int, int]:  # fmt: skip
@@ -84,12 +63,12 @@ def _vision_tokens(vision: Mapping[str, Any], mm: Multimodal, modality: str, seq
     patch, merge = int_key(vision, "patch_size", 14), int_key(vision, "spatial_merge_size", 2)
     temporal = int_key(vision, "temporal_patch_size", 2)
     kwargs, size = mm.mm_processor_kwargs, mm.size(modality)
-    high = int(kwargs.get("max_pixels", _MAX_PIXELS))
-    low = int(kwargs.get("min_pixels", _MIN_PIXELS))
+    high = int(kwargs.get("max_pixels", DEFAULT_MAX_PIXELS))
+    low = int(kwargs.get("min_pixels", DEFAULT_MIN_PIXELS))
     if "width" in size and "height" in size:
-        h, w = _smart_resize(size["height"], size["width"], patch * merge, low, high)
+        h, w = smart_resize(size["height"], size["width"], patch * merge, low, high)
     else:
-        h, w = _most_features(high, patch * merge)
+        h, w = most_features(high, patch * merge)
     frame_patches = (h // patch) * (w // patch)
     frame_tokens = frame_patches // (merge * merge)
     if modality == "image":
@@ -99,7 +78,7 @@ def _vision_tokens(vision: Mapping[str, Any], mm: Multimodal, modality: str, seq
         frames = 1
         while ((frames + 1 + (frames + 1) % temporal) // temporal) * frame_tokens <= seq_len:
             frames += 1
-        frames = max(1, min(frames, 16 if version is not None and version < (0, 11) else 14))
+        frames = max(1, min(frames, max_frames_per_video(version)))
     groups = max(1, (frames + frames % temporal) // temporal)
     return groups * frame_tokens, groups * frame_patches
 

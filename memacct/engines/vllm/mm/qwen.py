@@ -13,14 +13,18 @@ from memacct.engines.vllm.mm.items import Item, layer_bytes
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MIN_PIXELS",
     "ENCODER_TP_SINCE",
+    "MAX_ASPECT_RATIO",
     "QWEN25_TYPES",
     "attention_widths",
     "encoder_tp",
     "item_tokens",
     "max_frames_per_video",
+    "most_features",
     "qwen3_item",
     "qwen_item",
+    "smart_resize",
 ]
 
 DEFAULT_MAX_PIXELS = 12845056
@@ -45,7 +49,7 @@ def attention_widths(version: tuple[int, int] | None) -> int:
     return 20 if version is not None and version < (0, 12) else 11
 
 
-def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
+def smart_resize(height: int, width: int, factor: int, min_pixels: int,
                   max_pixels: int) -> tuple[int, int]:  # fmt: skip
     """Qwen2-VL's ``smart_resize``: both sides to multiples of ``factor``, the area kept
     within ``[min_pixels, max_pixels]``."""
@@ -62,7 +66,7 @@ def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
     return h, w
 
 
-def _most_features(max_pixels: int, unit: int) -> tuple[int, int]:
+def most_features(max_pixels: int, unit: int) -> tuple[int, int]:
     """``get_image_size_with_most_features``: (height, width) of the largest image."""
     for n in range(max(1, max_pixels // (unit * unit)), 0, -1):
         d = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
@@ -91,9 +95,9 @@ def item_tokens(
     min_pixels = int(kwargs.get("min_pixels", DEFAULT_MIN_PIXELS))
     size = mm.size(modality)
     if "width" in size and "height" in size:
-        h, w = _smart_resize(size["height"], size["width"], factor, min_pixels, max_pixels)
+        h, w = smart_resize(size["height"], size["width"], factor, min_pixels, max_pixels)
     else:
-        h, w = _most_features(max_pixels, factor)
+        h, w = most_features(max_pixels, factor)
     frame_patches = (h // patch) * (w // patch)
     frame_tokens = frame_patches // (merge * merge)
     if modality == "image":
@@ -200,10 +204,10 @@ def qwen3_item(config: Mapping[str, Any], mm: Multimodal, dtype_bytes: int,
     min_pixels = int(kwargs.get("min_pixels", QWEN3_IMAGE_PIXELS[0]))
     max_pixels = int(kwargs.get("max_pixels", QWEN3_IMAGE_PIXELS[1]))
     if "width" in size and "height" in size:
-        h, w = _smart_resize(size["height"], size["width"], patch * merge, min_pixels,
+        h, w = smart_resize(size["height"], size["width"], patch * merge, min_pixels,
                              max_pixels)  # fmt: skip
     else:
-        h, w = _most_features(max_pixels, patch * merge)
+        h, w = most_features(max_pixels, patch * merge)
     patches = (h // patch) * (w // patch)
     width = int(vision.get("hidden_size", 1152))
     inner = int(vision.get("intermediate_size", 4304))
